@@ -1,0 +1,117 @@
+"""Argument checks for the public boundary.
+
+Every public function validates its Python-level arguments here before any
+JAX or dp-accounting code runs, so bad input fails with a one-line
+``ValueError`` that names the parameter and the offending value
+(``Expected epsilon=-1.0 > 0.``), never with a deep traceback or a silent NaN.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "integer",
+    "positive",
+    "nonnegative",
+    "finite",
+    "probability",
+    "open_unit",
+    "choice",
+]
+
+
+def _is_bool(value: Any) -> bool:
+  return isinstance(value, (bool, np.bool_))
+
+
+def integer(name: str, value: Any, *, minimum: int | None = None,
+            maximum: int | None = None) -> int:
+  """Returns ``value`` as a Python int, or raises naming ``name``.
+
+  Floats are accepted only when they are whole numbers (``3.0``); ``3.5``,
+  NaN, booleans and strings are rejected.
+  """
+  if _is_bool(value):
+    raise ValueError(f"Expected {name} to be an integer, got {value!r}.")
+  if isinstance(value, numbers.Integral):
+    out = int(value)
+  elif isinstance(value, numbers.Real) and math.isfinite(float(value)) and float(value).is_integer():
+    out = int(value)
+  elif isinstance(value, np.ndarray) and value.ndim == 0:
+    return integer(name, value.item(), minimum=minimum, maximum=maximum)
+  else:
+    raise ValueError(f"Expected {name} to be an integer, got {value!r}.")
+  if minimum is not None and out < minimum:
+    raise ValueError(f"Expected {name}={out} >= {minimum}.")
+  if maximum is not None and out > maximum:
+    raise ValueError(f"Expected {name}={out} <= {maximum}.")
+  return out
+
+
+def finite(name: str, value: Any) -> float:
+  """Returns ``value`` as a finite float, or raises naming ``name``."""
+  if _is_bool(value):
+    raise ValueError(f"Expected {name} to be a real number, got {value!r}.")
+  try:
+    out = float(value)
+  except (TypeError, ValueError):
+    raise ValueError(f"Expected {name} to be a real number, got {value!r}.") from None
+  if not math.isfinite(out):
+    raise ValueError(f"Expected {name} to be finite, got {out!r}.")
+  return out
+
+
+def positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
+  """Returns ``value`` as a float > 0 (optionally +inf), or raises."""
+  if allow_inf:
+    try:
+      if float(value) == math.inf and not _is_bool(value):
+        return math.inf
+    except (TypeError, ValueError):
+      pass
+  out = finite(name, value)
+  if not out > 0:
+    raise ValueError(f"Expected {name}={out!r} > 0.")
+  return out
+
+
+def nonnegative(name: str, value: Any, *, allow_inf: bool = False) -> float:
+  """Returns ``value`` as a float >= 0 (optionally +inf), or raises."""
+  if allow_inf:
+    try:
+      if float(value) == math.inf and not _is_bool(value):
+        return math.inf
+    except (TypeError, ValueError):
+      pass
+  out = finite(name, value)
+  if not out >= 0:
+    raise ValueError(f"Expected {name}={out!r} >= 0.")
+  return out
+
+
+def probability(name: str, value: Any) -> float:
+  """Returns ``value`` as a float in the closed interval [0, 1]."""
+  out = finite(name, value)
+  if not 0.0 <= out <= 1.0:
+    raise ValueError(f"Expected {name}={out!r} in [0, 1].")
+  return out
+
+
+def open_unit(name: str, value: Any) -> float:
+  """Returns ``value`` as a float in the open interval (0, 1) (a delta)."""
+  out = finite(name, value)
+  if not 0.0 < out < 1.0:
+    raise ValueError(f"Expected {name}={out!r} in (0, 1).")
+  return out
+
+
+def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
+  """Returns ``value`` if it is one of ``options``, else raises."""
+  if not isinstance(value, str) or value not in options:
+    raise ValueError(f"Expected {name} to be one of {', '.join(options)}; got {value!r}.")
+  return value

@@ -1,0 +1,42 @@
+"""Privacy accounting: exact profiles, dp-accounting wrappers, shuffling, NFDP.
+
+Every privacy number jaxdistill prints comes from this subpackage, in float64
+on the host. Modules whose names start with ``_`` are private; use the names
+re-exported here.
+"""
+
+from jaxdistill.accounting._exact import align_pmfs
+from jaxdistill.accounting._exact import epsilon_for_delta
+from jaxdistill.accounting._exact import hockey_stick_divergence
+from jaxdistill.accounting._exact import privacy_profile
+from jaxdistill.accounting._exact import worst_case_profile
+from jaxdistill.accounting._mechanisms import MAX_GRID_POINTS
+from jaxdistill.accounting._mechanisms import MechanismAccount
+from jaxdistill.accounting._mechanisms import calibrate
+from jaxdistill.accounting._mechanisms import discrete_laplace
+from jaxdistill.accounting._mechanisms import gaussian
+from jaxdistill.accounting._mechanisms import laplace
+from jaxdistill.accounting._mechanisms import randomized_response
+from jaxdistill.accounting._nfdp import NfdpPrivacy
+from jaxdistill.accounting._nfdp import nfdp_inclusion_probability
+from jaxdistill.accounting._nfdp import nfdp_paper_guarantee
+from jaxdistill.accounting._nfdp import nfdp_privacy
+from jaxdistill.accounting._relation import PrivacyStatement
+from jaxdistill.accounting._relation import PrivacyWarning
+from jaxdistill.accounting._relation import Relation
+from jaxdistill.accounting._shuffle import ShuffleAmplification
+from jaxdistill.accounting._shuffle import clone_delta
+from jaxdistill.accounting._shuffle import fmt_closed_form_epsilon
+from jaxdistill.accounting._shuffle import fmt_closed_form_valid
+from jaxdistill.accounting._shuffle import shuffle_epsilon
+from jaxdistill.accounting._shuffle import shuffle_local_epsilon
+
+__all__ = [
+    "align_pmfs", "epsilon_for_delta", "hockey_stick_divergence", "privacy_profile",
+    "worst_case_profile", "MAX_GRID_POINTS", "MechanismAccount", "calibrate",
+    "discrete_laplace", "gaussian", "laplace", "randomized_response", "NfdpPrivacy",
+    "nfdp_inclusion_probability", "nfdp_paper_guarantee", "nfdp_privacy",
+    "PrivacyStatement", "PrivacyWarning", "Relation", "ShuffleAmplification",
+    "clone_delta", "fmt_closed_form_epsilon", "fmt_closed_form_valid", "shuffle_epsilon",
+    "shuffle_local_epsilon",
+]

@@ -1,0 +1,323 @@
+"""Privacy amplification by shuffling (single-message shuffle model).
+
+n clients each send one message from an eps0-LDP randomizer; a shuffler
+permutes them uniformly. Feldman, McMillan & Talwar ("Hiding Among the
+Clones", FOCS 2021, arXiv:2012.12803) bound the central (eps, delta) of the
+shuffled multiset under replace-one neighbours (n fixed).
+
+Closed form (their Theorem 3.1): if eps0 <= ln(n / (16 ln(2/delta))),
+
+.. math::
+
+   \\varepsilon \\le \\ln\\Big(1 + \\frac{e^{\\varepsilon_0}-1}{e^{\\varepsilon_0}+1}
+   \\Big(\\frac{8\\sqrt{e^{\\varepsilon_0}\\ln(4/\\delta)}}{\\sqrt n}
+         + \\frac{8 e^{\\varepsilon_0}}{n}\\Big)\\Big).
+
+Numeric bound (their clone reduction, Thm. 3.2 and Appendix E): the shuffled
+output is a post-processing of (C, A) with C ~ Bin(n-1, e^{-eps0}),
+A | C=c ~ Bin(c, 1/2) and one extra message that lands on A with probability
+alpha = e^{eps0}/(e^{eps0}+1) on one side and 1 - alpha on the other:
+
+.. math::
+
+   P_c = \\alpha\\,B_c + (1-\\alpha)(B_c + 1), \\qquad
+   Q_c = (1-\\alpha)\\,B_c + \\alpha(B_c + 1),\\qquad B_c\\sim\\mathrm{Bin}(c,1/2).
+
+So delta(eps) <= sum_c Pr[C=c] max(H_{e^eps}(P_c||Q_c), H_{e^eps}(Q_c||P_c)).
+The likelihood ratio P_c/Q_c is monotone in the count, so each hockey-stick
+divergence is one pair of binomial CDFs at a closed-form cutoff; we evaluate
+every c in a window that holds all but a negligible mass of C (that tail mass
+is added to delta), vectorised, and bisect over eps. Unlike the reference
+implementation's block-maximum shortcut, each c is summed exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from jaxdistill import _validate
+from jaxdistill.accounting._relation import PrivacyStatement, Relation
+
+__all__ = [
+    "fmt_closed_form_valid",
+    "fmt_closed_form_epsilon",
+    "clone_delta",
+    "shuffle_epsilon",
+    "shuffle_local_epsilon",
+    "ShuffleAmplification",
+]
+
+_METHODS = ("closed-form", "numeric")
+_MAX_EPS0 = 60.0  # beyond this e^{-eps0} underflows the clone reduction
+
+
+def _check(eps0: Any, n: Any, delta: Any) -> tuple[float, int, float]:
+  return (_validate.positive("eps0", eps0), _validate.integer("n", n, minimum=1),
+          _validate.open_unit("delta", delta))
+
+
+def _eps0_max(n: int, delta: float) -> float:
+  """Largest eps0 where Theorem 3.1 applies: ln(n / (16 ln(2/delta)))."""
+  return math.log(n / (16.0 * math.log(2.0 / delta)))
+
+
+def fmt_closed_form_valid(eps0: Any, n: Any, delta: Any) -> bool:
+  """Whether Theorem 3.1's condition eps0 <= ln(n / (16 ln(2/delta))) holds."""
+  eps0, n, delta = _check(eps0, n, delta)
+  return eps0 <= _eps0_max(n, delta)
+
+
+def fmt_closed_form_epsilon(eps0: Any, n: Any, delta: Any) -> float:
+  """Central epsilon of n shuffled eps0-LDP messages, FMT21 Theorem 3.1.
+
+  Args:
+    eps0: local epsilon > 0.
+    n: number of messages (>= 1).
+    delta: target central delta in (0, 1).
+
+  Returns:
+    epsilon (float64).
+
+  Raises:
+    ValueError: if eps0 > ln(n / (16 ln(2/delta))), where the theorem does not
+      apply (use ``method="numeric"``).
+
+  References:
+    Feldman, McMillan, Talwar, "Hiding Among the Clones", FOCS 2021,
+    Theorem 3.1. https://arxiv.org/abs/2012.12803
+
+  >>> round(fmt_closed_form_epsilon(4.0, 10**5, 1e-6), 3)
+  0.535
+  """
+  eps0, n, delta = _check(eps0, n, delta)
+  limit = _eps0_max(n, delta)
+  if eps0 > limit:
+    raise ValueError(
+        f"Expected eps0={eps0!r} <= ln(n/(16 ln(2/delta)))={limit:.6g} for the closed form "
+        f"(FMT21 Thm 3.1); use method='numeric'.")
+  e0 = math.exp(eps0)
+  inner = 8.0 * math.sqrt(e0 * math.log(4.0 / delta) / n) + 8.0 * e0 / n
+  return float(math.log1p(math.tanh(eps0 / 2.0) * inner))
+
+
+def _hockey_cutoffs(eps: float, eps0: float) -> tuple[float, float, float]:
+  """alpha and the cutoff fractions beta (for P||Q) and beta' (for Q||P).
+
+  With r = B(a-1)/B(a) = a/(c+1-a), the ratio P/Q = (alpha + (1-alpha) r) /
+  ((1-alpha) + alpha r) is decreasing in r, hence in a. P/Q > e^eps iff
+  a < beta (c+1), and Q/P > e^eps iff a > beta' (c+1).
+  """
+  alpha = 1.0 / (1.0 + math.exp(-eps0))
+  g = math.exp(eps)
+  r_p = (alpha - (1 - alpha) * g) / (alpha * g - (1 - alpha))
+  beta = r_p / (1 + r_p)
+  gi = 1.0 / g
+  r_q = (alpha - (1 - alpha) * gi) / (alpha * gi - (1 - alpha))
+  beta_q = r_q / (1 + r_q)
+  return alpha, beta, beta_q
+
+
+def clone_delta(eps: Any, eps0: Any, n: Any) -> float:
+  """delta(eps) of the clone-reduction pair: an upper bound for shuffling.
+
+  Args:
+    eps: central epsilon >= 0.
+    eps0: local epsilon > 0.
+    n: number of messages.
+
+  Returns:
+    delta (float64) such that shuffling n eps0-LDP messages is (eps, delta)-DP.
+    The mass of C outside the evaluated window (< 1e-29) is added to delta,
+    so the result stays an upper bound.
+  """
+  eps = _validate.nonnegative("eps", eps)
+  eps0 = _validate.positive("eps0", eps0)
+  n = _validate.integer("n", n, minimum=1)
+  if eps >= eps0:
+    return 0.0
+  alpha, beta, beta_q = _hockey_cutoffs(eps, eps0)
+  g = math.exp(eps)
+  pc = math.exp(-eps0)
+  c_dist = stats.binom(n - 1, pc)
+  # Window of C holding all but ~1e-30 of its mass; the rest goes into delta.
+  lo = int(max(0, c_dist.ppf(1e-30) - 1))
+  hi = int(min(n - 1, c_dist.isf(1e-30) + 1))
+  c = np.arange(lo, hi + 1, dtype=np.float64)
+  weight = c_dist.pmf(c)
+  covered = float(np.sum(weight))
+  missing = max(0.0, 1.0 - covered)
+
+  def below(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """P(A' <= m) and Q(A' <= m), A' the count including the extra message."""
+    f_m = stats.binom.cdf(m, c, 0.5)
+    f_m1 = stats.binom.cdf(m - 1, c, 0.5)
+    return alpha * f_m + (1 - alpha) * f_m1, (1 - alpha) * f_m + alpha * f_m1
+
+  # H(P||Q) = P(A' <= m) - e^eps Q(A' <= m) with m = floor(beta (c + 1)).
+  p_le, q_le = below(np.floor(beta * (c + 1)))
+  h_pq = np.clip(p_le - g * q_le, 0.0, None)
+  # H(Q||P) = Q(A' > m) - e^eps P(A' > m) with m = floor(beta' (c + 1)).
+  p_le2, q_le2 = below(np.floor(beta_q * (c + 1)))
+  h_qp = np.clip((1 - q_le2) - g * (1 - p_le2), 0.0, None)
+  d_pq = float(np.sum(weight * h_pq))
+  d_qp = float(np.sum(weight * h_qp))
+  return min(1.0, max(d_pq, d_qp) + missing)
+
+
+def _numeric_epsilon(eps0: float, n: int, delta: float, tol: float) -> float:
+  """Smallest eps (to ``tol``) with clone_delta(eps) <= delta, by bisection."""
+  lo, hi = 0.0, eps0
+  if eps0 <= _eps0_max(n, delta):
+    hi = min(hi, fmt_closed_form_epsilon(eps0, n, delta) * 1.0001 + 1e-12)
+  if clone_delta(hi, eps0, n) > delta:
+    hi = eps0  # eps0 is always valid: clone_delta(eps0) == 0.
+  while hi - lo > tol * max(hi, 1e-12):
+    mid = 0.5 * (lo + hi)
+    if clone_delta(mid, eps0, n) <= delta:
+      hi = mid
+    else:
+      lo = mid
+  return float(hi)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffleAmplification:
+  """Result of an amplification computation.
+
+  Attributes:
+    eps0: local epsilon of each message.
+    n: number of shuffled messages.
+    delta: central delta.
+    epsilon: central epsilon (upper bound).
+    method: ``closed-form`` (FMT21 Thm 3.1) or ``numeric`` (clone reduction).
+    fell_back: True if ``closed-form`` was asked but eps0 was outside its
+      validity range and ``on_invalid="numeric"`` switched methods.
+  """
+
+  eps0: float
+  n: int
+  delta: float
+  epsilon: float
+  method: str
+  fell_back: bool = False
+
+  def statement(self) -> PrivacyStatement:
+    return PrivacyStatement(
+        mechanism="shuffle-single-message", relation=Relation.REPLACE_ONE,
+        epsilon=self.epsilon, delta=self.delta, count=1, method=self.method,
+        parameters={"eps0": self.eps0, "n": self.n, "fell_back": self.fell_back})
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"eps0": self.eps0, "n": self.n, "delta": self.delta, "epsilon": self.epsilon,
+            "method": self.method, "fell_back": self.fell_back, "relation": "replace-one"}
+
+
+def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
+                    on_invalid: str = "raise", tol: float = 1e-4) -> ShuffleAmplification:
+  """Central epsilon of n shuffled eps0-LDP messages (replace-one, n fixed).
+
+  Args:
+    eps0: local epsilon > 0.
+    n: number of messages.
+    delta: central delta in (0, 1).
+    method: ``numeric`` (tighter; clone reduction) or ``closed-form``.
+    on_invalid: for ``closed-form`` outside its validity range: ``raise``
+      (default) or ``numeric`` (fall back explicitly; recorded in the result).
+    tol: relative bisection tolerance for ``numeric``.
+
+  Returns:
+    A :class:`ShuffleAmplification`.
+
+  >>> r = shuffle_epsilon(4.0, 10**5, 1e-6)
+  >>> 0.16 < r.epsilon < 0.18
+  True
+  """
+  eps0, n, delta = _check(eps0, n, delta)
+  method = _validate.choice("method", method, _METHODS)
+  on_invalid = _validate.choice("on_invalid", on_invalid, ("raise", "numeric"))
+  tol = _validate.positive("tol", tol)
+  if method == "closed-form":
+    if eps0 <= _eps0_max(n, delta) or on_invalid == "raise":
+      return ShuffleAmplification(eps0, n, delta, fmt_closed_form_epsilon(eps0, n, delta), "closed-form")
+    return ShuffleAmplification(eps0, n, delta, _numeric_epsilon(eps0, n, delta, tol), "numeric", True)
+  return ShuffleAmplification(eps0, n, delta, _numeric_epsilon(eps0, n, delta, tol), "numeric")
+
+
+def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: str = "numeric",
+                          tol: float = 1e-4) -> ShuffleAmplification:
+  """Largest local eps0 whose n shuffled messages meet (target_epsilon, delta).
+
+  The central epsilon is increasing in eps0, so this bisects on eps0. For
+  ``closed-form`` the search is capped at ln(n / (16 ln(2/delta))), the
+  theorem's validity limit: if even that meets the target, the cap is
+  returned (the closed form cannot certify more; ``numeric`` may).
+
+  Args:
+    target_epsilon: central epsilon > 0.
+    n: number of messages.
+    delta: central delta in (0, 1).
+    method: ``numeric`` or ``closed-form``.
+    tol: relative tolerance on eps0.
+
+  Returns:
+    A :class:`ShuffleAmplification` whose ``eps0`` is the answer and whose
+    ``epsilon`` (<= target) is the forward value at that eps0.
+
+  Raises:
+    ValueError: if no eps0 > 0 meets the target under the chosen method (e.g.
+      the closed form's validity range is empty for this n and delta).
+  """
+  target = _validate.positive("target_epsilon", target_epsilon)
+  n = _validate.integer("n", n, minimum=1)
+  delta = _validate.open_unit("delta", delta)
+  method = _validate.choice("method", method, _METHODS)
+  tol = _validate.positive("tol", tol)
+
+  def forward(e0: float) -> float:
+    if method == "closed-form":
+      return fmt_closed_form_epsilon(e0, n, delta)
+    return _numeric_epsilon(e0, n, delta, tol / 10)
+
+  if method == "closed-form":
+    cap = _eps0_max(n, delta)
+    if cap <= 0:
+      raise ValueError(
+          f"The closed form needs eps0 <= ln(n/(16 ln(2/delta)))={cap:.4g} <= 0 for n={n}, "
+          f"delta={delta}; use method='numeric'.")
+    if forward(cap) <= target:
+      return ShuffleAmplification(cap, n, delta, forward(cap), method)
+    lo, hi = 0.0, cap  # forward(0+) -> 0 < target; forward(cap) > target.
+  else:
+    # eps(eps0) <= target  <=>  clone_delta(target; eps0) <= delta, so bisect on
+    # eps0 with one delta evaluation per step. Shuffling never hurts
+    # (clone_delta(eps0; eps0) = 0), so eps0 = target is valid; double until not.
+    def meets(e0: float) -> bool:
+      return clone_delta(target, e0, n) <= delta
+
+    lo, hi = target, 2 * target
+    while meets(hi):
+      lo, hi = hi, 2 * hi
+      if hi > _MAX_EPS0:
+        return ShuffleAmplification(lo, n, delta, min(forward(lo), target), method)
+    while hi - lo > tol * lo:
+      mid = 0.5 * (lo + hi)
+      if meets(mid):
+        lo = mid
+      else:
+        hi = mid
+    # clone_delta(target; lo) <= delta was verified, so (target, delta) holds.
+    return ShuffleAmplification(lo, n, delta, min(forward(lo), target), method)
+  while hi - lo > tol * max(lo, 1e-9):
+    mid = 0.5 * (lo + hi)
+    if forward(mid) <= target:
+      lo = mid
+    else:
+      hi = mid
+  if lo <= 0:
+    raise ValueError(f"No eps0 > 0 meets target_epsilon={target} with n={n}, delta={delta}.")
+  return ShuffleAmplification(lo, n, delta, forward(lo), method)

@@ -1,0 +1,1 @@
+"""Command-line interface (``jaxdistill ...``); thin wrappers over library calls."""

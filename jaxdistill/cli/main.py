@@ -1,0 +1,36 @@
+"""``jaxdistill`` entry point: parse arguments, call the library, print."""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from jaxdistill.cli import _privacy
+from jaxdistill.cli._common import CliError, Parser
+
+
+def build_parser() -> Parser:
+  parser = Parser(prog="jaxdistill", description="Private federated knowledge distillation in JAX.")
+  sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+  _privacy.add_parser(sub)
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Runs the CLI; bad input exits 2 with one line on stderr, no traceback."""
+  try:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+  except (CliError, ValueError) as err:
+    msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if not msg.startswith("jaxdistill"):
+      msg = f"jaxdistill: error: {msg}"
+    sys.stderr.write(msg + "\n")
+    return 2
+  except KeyboardInterrupt:
+    sys.stderr.write("jaxdistill: interrupted\n")
+    return 130
+
+
+if __name__ == "__main__":
+  sys.exit(main())

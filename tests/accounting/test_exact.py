@@ -1,0 +1,73 @@
+"""The exact toolkit: hockey-stick divergence, profiles and their inverse."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jaxdistill import accounting
+
+
+def rr_pmfs(eps0, k):
+  """k-ary randomized response on inputs 0 and 1."""
+  keep = math.exp(eps0) / (math.exp(eps0) + k - 1)
+  other = 1 / (math.exp(eps0) + k - 1)
+  p = np.full(k, other)
+  q = np.full(k, other)
+  p[0], q[1] = keep, keep
+  return p, q
+
+
+def test_hockey_stick_by_hand():
+  # max(0, .5-.25) + max(0, .5-.75) = .25 at gamma = 1; at gamma = 2: 0 + 0.
+  assert accounting.hockey_stick_divergence([0.5, 0.5], [0.25, 0.75], 0.0) == 0.25
+  assert accounting.hockey_stick_divergence([0.5, 0.5], [0.25, 0.75], math.log(2)) == pytest.approx(0.0)
+  # Mapping form with disjoint supports: all of p's mass counts at any epsilon.
+  assert accounting.hockey_stick_divergence({"a": 1.0}, {"b": 1.0}, 10.0) == 1.0
+
+
+@given(st.floats(0.05, 5), st.integers(2, 6), st.floats(0, 6))
+def test_pure_dp_rr_profile(eps0, k, eps):
+  # RR is eps0-DP: delta(eps) = 0 for eps >= eps0, and > 0 below it.
+  p, q = rr_pmfs(eps0, k)
+  d = accounting.privacy_profile(p, q, eps)
+  keep = math.exp(eps0) / (math.exp(eps0) + k - 1)
+  other = 1 / (math.exp(eps0) + k - 1)
+  assert d == pytest.approx(max(0.0, keep - math.exp(eps) * other), abs=1e-14)
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=2, max_size=8),
+       st.lists(st.floats(0.0, 1.0), min_size=2, max_size=8), st.floats(0, 1))
+def test_epsilon_for_delta_inverts_profile(a, b, delta):
+  n = min(len(a), len(b))
+  p = np.array(a[:n]) + 1e-3
+  q = np.array(b[:n]) + 1e-3
+  p, q = p / p.sum(), q / q.sum()
+  eps = accounting.epsilon_for_delta(p, q, delta)
+  assert math.isfinite(eps)
+  # delta(eps) <= delta at the answer, and > delta just below it (minimality).
+  assert accounting.privacy_profile(p, q, eps) <= delta + 1e-12
+  if eps > 1e-9:
+    assert accounting.privacy_profile(p, q, eps * (1 - 1e-6) - 1e-12) > delta - 1e-12
+
+
+def test_epsilon_for_delta_infinite_when_support_differs():
+  assert accounting.epsilon_for_delta({"x": 0.3, "y": 0.7}, {"y": 1.0}, 0.29) == math.inf
+  assert accounting.epsilon_for_delta({"x": 0.3, "y": 0.7}, {"y": 1.0}, 0.3) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("bad", [[-0.1, 1.1], [float("nan"), 1.0], [0.7, 0.7]])
+def test_bad_pmfs_rejected(bad):
+  with pytest.raises(ValueError, match="p"):
+    accounting.hockey_stick_divergence(bad, [0.5, 0.5], 0.0)
+
+
+def test_shape_mismatch_and_bad_epsilon():
+  with pytest.raises(ValueError, match="shape"):
+    accounting.privacy_profile([1.0], [0.5, 0.5], 0.0)
+  with pytest.raises(ValueError, match="epsilon"):
+    accounting.privacy_profile([1.0], [1.0], -1.0)
+  with pytest.raises(ValueError, match="delta"):
+    accounting.epsilon_for_delta([1.0], [1.0], 1.5)

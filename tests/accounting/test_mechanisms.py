@@ -1,0 +1,151 @@
+"""dp-accounting wrappers checked against closed forms and exact pmfs."""
+
+import itertools
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from jaxdistill import accounting
+
+
+def laplace_delta(eps, mu):
+  """Exact delta(eps) of one Laplace release with sensitivity/scale = mu."""
+  return max(0.0, 1 - math.exp((eps - mu) / 2))
+
+
+def analytic_gaussian_delta(eps, mu):
+  """Balle & Wang (2018) Thm 8: delta(eps) for a Gaussian with Delta/sigma = mu."""
+  return stats.norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * stats.norm.cdf(-mu / 2 - eps / mu)
+
+
+@pytest.mark.parametrize("scale,sens", [(1.0, 1.0), (2.0, 1.0), (40.0, 2.0), (0.5, 2.0)])
+def test_laplace_single_release_epsilon_is_sensitivity_over_scale(scale, sens):
+  acct = accounting.laplace(scale, sensitivity=sens, relation="replace-one")
+  assert acct.epsilon(0.0) == sens / scale  # exact pure DP
+  # The PLD is a pessimistic grid with step 1e-4: within one step of the truth.
+  assert sens / scale - 1e-9 <= acct.epsilon(1e-12) <= sens / scale + 2e-4
+  for eps in (0.0, 0.25 * sens / scale, 0.9 * sens / scale):
+    assert acct.delta(eps) == pytest.approx(laplace_delta(eps, sens / scale), abs=2e-4)
+
+
+@pytest.mark.parametrize("count", [1, 10, 1000, 100_000])
+@pytest.mark.parametrize("eps", [0.5, 1.0, 3.0])
+def test_gaussian_composition_matches_analytic(count, eps):
+  sigma = 3.0 * math.sqrt(count)  # T-fold sigma = one Gaussian with sigma/sqrt(T) = 3
+  acct = accounting.gaussian(sigma, sensitivity=1.0, relation="add-remove", count=count)
+  want = analytic_gaussian_delta(eps, math.sqrt(count) / sigma)
+  got = acct.delta(eps)
+  # Pessimistic PLD: an upper bound, within 2% of the exact analytic value.
+  assert want * (1 - 1e-9) <= got <= want * 1.02 + 1e-12
+
+
+def rr_pmf(eps0, k, x):
+  p = np.full(k, 1 / (math.exp(eps0) + k - 1))
+  p[x] = math.exp(eps0) / (math.exp(eps0) + k - 1)
+  return p
+
+
+@given(st.floats(0.1, 4.0), st.integers(2, 5), st.integers(1, 3), st.floats(0.0, 4.0))
+def test_randomized_response_against_exact_pmf(eps0, k, count, eps):
+  acct = accounting.randomized_response(eps0, num_buckets=k, count=count)
+  # The worst replace-one pair: every one of the T releases sees input 0 vs 1.
+  p1, q1 = rr_pmf(eps0, k, 0), rr_pmf(eps0, k, 1)
+  p = np.array([np.prod(o) for o in itertools.product(p1, repeat=count)])
+  q = np.array([np.prod(o) for o in itertools.product(q1, repeat=count)])
+  exact = accounting.privacy_profile(p, q, eps)
+  got = acct.delta(eps)
+  assert exact - 1e-12 <= got <= exact + 5e-4 * count + 1e-9
+
+
+@pytest.mark.parametrize("a,sens,eps", [(0.5, 1, 0.2), (0.1, 2, 0.1), (1.0, 3, 1.5)])
+def test_discrete_laplace_against_exact_pmf(a, sens, eps):
+  z = np.arange(-400, 401)
+  base = (1 - math.exp(-a)) / (1 + math.exp(-a)) * np.exp(-a * np.abs(z))
+  # Output grid covers both; the truncated mass (< 1e-17) is negligible here.
+  p = np.concatenate([base, np.zeros(sens)])
+  q = np.concatenate([np.zeros(sens), base])
+  exact = accounting.privacy_profile(p, q, eps)
+  acct = accounting.discrete_laplace(a, sensitivity=sens, relation="add-remove")
+  assert exact - 1e-12 <= acct.delta(eps) <= exact + 1e-3
+  assert acct.epsilon(0.0) == pytest.approx(a * sens)
+
+
+def test_dp_event_matches_dp_accounting_accountant():
+  acct = accounting.laplace(20.0, sensitivity=2.0, relation="add-remove", count=20)
+  pld = dp_accounting.pld.PLDAccountant()
+  pld.compose(acct.dp_event())
+  assert acct.epsilon(1e-5) == pytest.approx(pld.get_epsilon(1e-5), rel=1e-6)
+  # spec/NFDP.md §3 (a): k=10, r=1, b=400, T=20 -> PLD eps@1e-5 = 0.769, delta@0.5 = 9.4e-4.
+  acct = accounting.laplace(400.0, sensitivity=20.0, relation="replace-one", count=20)
+  assert acct.epsilon(1e-5) == pytest.approx(0.769, abs=2e-3)
+  assert acct.delta(0.5) == pytest.approx(9.4e-4, rel=2e-2)
+
+
+@pytest.mark.parametrize("mechanism,kwargs", [
+    ("laplace", dict(sensitivity=2.0, relation="replace-one", count=20)),
+    ("discrete-laplace", dict(sensitivity=2, relation="replace-one", count=20)),
+    ("gaussian", dict(sensitivity=1.0, relation="add-remove", count=50)),
+    ("randomized-response", dict(relation="replace-one", count=10, num_buckets=2)),
+])
+def test_calibration_is_tight_and_verified(mechanism, kwargs):
+  target_eps, target_delta = 1.0, 1e-5
+  acct = accounting.calibrate(mechanism, target_epsilon=target_eps, target_delta=target_delta,
+                              rtol=1e-3, **kwargs)
+  assert acct.epsilon(target_delta) <= target_eps
+  # 1% less noise must break the target (the bracket is tight).
+  less = acct.parameter * (0.99 if mechanism in ("laplace", "gaussian") else 1.01)
+  other = accounting.MechanismAccount(acct.mechanism, less, acct.sensitivity, acct.relation,
+                                      acct.count, acct.num_buckets)
+  assert other.epsilon(target_delta) > target_eps
+  assert acct.statement(delta=target_delta).relation.value == kwargs["relation"]
+
+
+def test_gaussian_calibration_at_1e5_compositions_matches_analytic():
+  # spec §3: explicit bracket gives z = 1179.73, the analytic value.
+  acct = accounting.calibrate("gaussian", target_epsilon=1.0, target_delta=1e-5,
+                              relation="add-remove", count=100_000, rtol=1e-4)
+  analytic = math.sqrt(1e5) * dp_accounting.get_sigma_gaussian(1.0, 1e-5)
+  assert analytic == pytest.approx(1179.73, rel=1e-4)
+  assert acct.parameter == pytest.approx(analytic, rel=3e-3)
+
+
+def test_tiny_noise_large_count_stays_bounded():
+  # Without the grid cap this PLD would need ~1e11 points (T * 20 / 1e-4).
+  acct = accounting.laplace(0.05, sensitivity=1.0, relation="add-remove", count=100_000)
+  assert acct.grid_interval() > 1e-4
+  eps = acct.epsilon(1e-5)
+  mean_loss = 1e5 * (20 - 1 + math.exp(-20))
+  assert 0.9 * mean_loss <= eps <= acct.pure_epsilon() * (1 + 1e-6)
+
+
+def test_relation_is_explicit_and_recorded():
+  with pytest.raises(TypeError):
+    accounting.laplace(1.0, sensitivity=1.0)  # relation is required
+  st_ = accounting.laplace(1.0, sensitivity=1.0, relation="add-remove").statement(delta=1e-6)
+  assert st_.to_dict()["relation"] == "add-remove"
+  with pytest.raises(ValueError, match="relation"):
+    accounting.randomized_response(1.0, num_buckets=2, relation="add-remove")
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: accounting.laplace(0.0, sensitivity=1, relation="add-remove"), "scale"),
+    (lambda: accounting.laplace(1.0, sensitivity=float("nan"), relation="add-remove"), "sensitivity"),
+    (lambda: accounting.gaussian(1.0, sensitivity=1, relation="add-remove", count=2.5), "count"),
+    (lambda: accounting.discrete_laplace(1.0, sensitivity=1.5, relation="add-remove"), "sensitivity"),
+    (lambda: accounting.laplace(1.0, sensitivity=1, relation="add-remove").epsilon(1.5), "delta"),
+    (lambda: accounting.laplace(1.0, sensitivity=1, relation="add-remove").delta(-1), "epsilon"),
+    (lambda: accounting.calibrate("laplace", target_epsilon=0, target_delta=1e-5,
+                                  relation="add-remove"), "target_epsilon"),
+    (lambda: accounting.calibrate("gaussian", target_epsilon=1, target_delta=0.0,
+                                  relation="add-remove"), "target_delta"),
+    (lambda: accounting.calibrate("poisson", target_epsilon=1, target_delta=1e-5,
+                                  relation="add-remove"), "mechanism"),
+])
+def test_bad_input(call, name):
+  with pytest.raises(ValueError, match=name):
+    call()

@@ -1,0 +1,145 @@
+"""Shuffle amplification: closed form, clone-reduction numeric bound, inverse.
+
+The numeric bound is also checked against the *exact* privacy profile of real
+shuffled randomizers enumerated at tiny n (it must upper-bound them), and
+against a direct (non-cutoff) evaluation of the clone pair.
+"""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from jaxdistill import accounting
+
+NS = [500, 5_000, 50_000]
+
+
+def test_published_example_both_methods():
+  # FMT21 README example: n=1e5, eps0=4, delta=1e-6: numeric in [0.1675, 0.1728], closed ~0.54.
+  num = accounting.shuffle_epsilon(4.0, 10**5, 1e-6, method="numeric")
+  closed = accounting.shuffle_epsilon(4.0, 10**5, 1e-6, method="closed-form")
+  assert 0.1675 <= num.epsilon <= 0.1728
+  assert closed.epsilon == pytest.approx(0.54, abs=0.01)
+  assert (num.method, closed.method) == ("numeric", "closed-form")
+
+
+def test_closed_form_formula_written_out():
+  e0, n, d = 1.5, 20_000, 1e-7
+  want = math.log(1 + (math.exp(e0) - 1) / (math.exp(e0) + 1) * (
+      8 * math.sqrt(math.exp(e0) * math.log(4 / d)) / math.sqrt(n) + 8 * math.exp(e0) / n))
+  assert accounting.fmt_closed_form_epsilon(e0, n, d) == pytest.approx(want, rel=1e-14)
+
+
+@given(st.floats(0.1, 5.0), st.sampled_from(NS), st.sampled_from([1e-4, 1e-6, 1e-8]))
+def test_numeric_never_above_closed_form(eps0, n, delta):
+  if not accounting.fmt_closed_form_valid(eps0, n, delta):
+    return
+  num = accounting.shuffle_epsilon(eps0, n, delta).epsilon
+  assert num <= accounting.fmt_closed_form_epsilon(eps0, n, delta) + 1e-9
+  assert num <= eps0  # shuffling never hurts
+
+
+@given(st.floats(0.2, 4.0), st.floats(1.05, 2.0), st.sampled_from(NS[:2]), st.sampled_from([1e-5, 1e-7]))
+def test_numeric_monotone(eps0, factor, n, delta):
+  tol = 1e-5
+  base = accounting.shuffle_epsilon(eps0, n, delta, tol=tol).epsilon
+  # Bisection tolerance: answers are within tol (relative) above the true minimum.
+  slack = 2 * tol * base + 1e-12
+  assert accounting.shuffle_epsilon(min(eps0 * factor, 6.0), n, delta, tol=tol).epsilon >= base - slack
+  assert accounting.shuffle_epsilon(eps0, int(n * factor), delta, tol=tol).epsilon <= base + slack
+  assert accounting.shuffle_epsilon(eps0, n, delta * factor, tol=tol).epsilon <= base + slack
+
+
+@given(st.floats(0.05, 1.5), st.sampled_from(NS), st.sampled_from(["numeric", "closed-form"]))
+def test_inverse_then_forward_round_trips(target, n, method):
+  delta = 1e-6
+  try:
+    inv = accounting.shuffle_local_epsilon(target, n, delta, method=method, tol=1e-4)
+  except ValueError:
+    assert method == "closed-form"  # empty validity range at this n and delta
+    return
+  fwd = accounting.shuffle_epsilon(inv.eps0, n, delta, method=method, tol=1e-6).epsilon
+  assert fwd <= target * (1 + 2e-6)
+  cap = math.log(n / (16 * math.log(2 / delta)))
+  if method == "closed-form" and inv.eps0 >= cap * (1 - 1e-12):
+    return  # capped at the theorem's validity limit
+  bigger = inv.eps0 * (1 + 1e-3)
+  assert accounting.shuffle_epsilon(bigger, n, delta, method=method, tol=1e-6).epsilon > target
+
+
+def test_closed_form_validity_condition():
+  n, delta = 1000, 1e-6
+  cap = math.log(n / (16 * math.log(2 / delta)))
+  with pytest.raises(ValueError, match="eps0"):
+    accounting.fmt_closed_form_epsilon(cap + 0.1, n, delta)
+  with pytest.raises(ValueError, match="eps0"):
+    accounting.shuffle_epsilon(cap + 0.1, n, delta, method="closed-form")
+  fb = accounting.shuffle_epsilon(cap + 0.1, n, delta, method="closed-form", on_invalid="numeric")
+  assert fb.fell_back and fb.method == "numeric" and fb.epsilon <= cap + 0.1
+
+
+def clone_pair_direct(c, eps0):
+  """P_c, Q_c over a = 0..c+1, built directly (no cutoff algebra)."""
+  alpha = math.exp(eps0) / (math.exp(eps0) + 1)
+  b = stats.binom.pmf(np.arange(c + 1), c, 0.5)
+  base, shifted = np.append(b, 0.0), np.insert(b, 0, 0.0)
+  return alpha * base + (1 - alpha) * shifted, (1 - alpha) * base + alpha * shifted
+
+
+@pytest.mark.parametrize("n,eps0", [(2, 1.0), (7, 0.5), (30, 2.0), (200, 3.0)])
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.4, 0.9])
+def test_clone_delta_equals_direct_sum(n, eps0, eps):
+  weights = stats.binom.pmf(np.arange(n), n - 1, math.exp(-eps0))
+  d_pq = d_qp = 0.0
+  for c, w in enumerate(weights):
+    p, q = clone_pair_direct(c, eps0)
+    d_pq += w * accounting.hockey_stick_divergence(p, q, eps)
+    d_qp += w * accounting.hockey_stick_divergence(q, p, eps)
+  assert accounting.clone_delta(eps, eps0, n) == pytest.approx(max(d_pq, d_qp), abs=1e-12)
+
+
+def shuffled_rr_count_pmf(eps0, k, inputs):
+  """Exact pmf of the shuffled histogram of n k-ary RR messages."""
+  keep = math.exp(eps0) / (math.exp(eps0) + k - 1)
+  other = 1 / (math.exp(eps0) + k - 1)
+  pmf = {tuple([0] * k): 1.0}
+  for x in inputs:
+    nxt = {}
+    for hist, pr in pmf.items():
+      for o in range(k):
+        h = list(hist)
+        h[o] += 1
+        nxt[tuple(h)] = nxt.get(tuple(h), 0.0) + pr * (keep if o == x else other)
+    pmf = nxt
+  return pmf
+
+
+@pytest.mark.parametrize("k,n", [(2, 6), (2, 12), (3, 5)])
+@pytest.mark.parametrize("eps0", [0.5, 1.5, 3.0])
+def test_numeric_bound_dominates_exact_shuffled_rr(k, n, eps0):
+  # Replace-one neighbours differ in client 0's input (0 vs 1); the others range
+  # over every multiset of inputs. The exact profile must be below clone_delta.
+  for others in itertools.combinations_with_replacement(range(k), n - 1):
+    p = shuffled_rr_count_pmf(eps0, k, (0,) + others)
+    q = shuffled_rr_count_pmf(eps0, k, (1,) + others)
+    for eps in (0.0, 0.25 * eps0, 0.5 * eps0, 0.9 * eps0):
+      assert accounting.privacy_profile(p, q, eps) <= accounting.clone_delta(eps, eps0, n) + 1e-12
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: accounting.shuffle_epsilon(0.0, 100, 1e-6), "eps0"),
+    (lambda: accounting.shuffle_epsilon(1.0, 0, 1e-6), "n"),
+    (lambda: accounting.shuffle_epsilon(1.0, 100, 1.0), "delta"),
+    (lambda: accounting.shuffle_epsilon(1.0, 100, float("nan")), "delta"),
+    (lambda: accounting.shuffle_epsilon(1.0, 100.5, 1e-6), "n"),
+    (lambda: accounting.shuffle_epsilon(1.0, 100, 1e-6, method="exact"), "method"),
+    (lambda: accounting.shuffle_local_epsilon(-1.0, 100, 1e-6), "target_epsilon"),
+])
+def test_bad_input(call, name):
+  with pytest.raises(ValueError, match=name):
+    call()

@@ -1,0 +1,78 @@
+"""The CLI: JSON contracts, readable tables, one-line errors with exit status 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jaxdistill.cli.main import main
+
+
+def run_json(capsys, argv):
+  assert main(argv) == 0
+  out = capsys.readouterr().out.strip().splitlines()
+  assert len(out) == 1, "--json prints exactly one JSON object"
+  return json.loads(out[0])
+
+
+def test_nfdp_json(capsys):
+  obj = run_json(capsys, ["privacy", "nfdp", "--n", "300", "--k", "16", "--json"])
+  assert obj["paper"]["delta"] == pytest.approx(16 / 300)
+  assert obj["exact"]["delta"] == pytest.approx(16 / 300)
+  assert obj["relation"] == "add-remove"
+  assert {w["code"] for w in obj["warnings"]} >= {"delta_at_least_1_over_n", "paper_epsilon_vacuous"}
+
+
+def test_nfdp_json_with_epsilon_and_relation(capsys):
+  obj = run_json(capsys, ["privacy", "nfdp", "--n", "300", "--k", "3", "--with-replacement",
+                          "--relation", "add-one", "--epsilon", "5", "--json"])
+  assert obj["exact"]["epsilon"] == 5.0
+  assert obj["exact"]["delta"] == pytest.approx(1 - (300 / 301)**3)
+  assert obj["paper"]["epsilon"] == pytest.approx(3 * __import__("math").log(301 / 300))
+
+
+def test_nfdp_table(capsys):
+  assert main(["privacy", "nfdp", "--n", "2880", "--k", "3"]) == 0
+  out = capsys.readouterr().out
+  assert "paper (Thm 1)" in out and "warning [delta_at_least_1_over_n]" in out
+
+
+def test_nfdp_paper_table(capsys):
+  obj = run_json(capsys, ["privacy", "nfdp-paper", "--json"])
+  ns = sorted({r["n"] for r in obj["rows"]})
+  assert ns == [300, 2880, 3000, 28800]
+  assert all("delta_at_least_1_over_n" in r["warnings"] for r in obj["rows"])
+
+
+def test_shuffle_json_both_directions(capsys):
+  fwd = run_json(capsys, ["privacy", "shuffle", "--n", "100000", "--delta", "1e-6", "--eps0", "4",
+                          "--method", "closed-form", "--json"])
+  assert fwd["method"] == "closed-form" and fwd["epsilon"] == pytest.approx(0.5346, abs=1e-3)
+  inv = run_json(capsys, ["privacy", "shuffle", "--n", "100000", "--delta", "1e-6",
+                          "--target-epsilon", "0.5", "--method", "closed-form", "--json"])
+  assert inv["direction"] == "central-to-local" and 3.0 < inv["eps0"] < 4.0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["privacy", "nfdp", "--n", "300", "--k", "301"], "k=301"),
+    (["privacy", "nfdp", "--n", "0", "--k", "1"], "n=0"),
+    (["privacy", "nfdp", "--n", "x", "--k", "1"], "--n"),
+    (["privacy", "nfdp", "--n", "10", "--k", "1", "--epsilon", "-1"], "epsilon"),
+    (["privacy", "nfdp", "--n", "10", "--k", "1", "--epsilon", "nan"], "epsilon"),
+    (["privacy", "shuffle", "--n", "100", "--delta", "2", "--eps0", "1"], "delta"),
+    (["privacy", "shuffle", "--n", "100", "--delta", "1e-6", "--eps0", "0"], "eps0"),
+    (["privacy", "shuffle", "--n", "100", "--delta", "1e-6"], "eps0"),
+    (["privacy", "shuffle", "--n", "1000", "--delta", "1e-6", "--eps0", "9", "--method", "closed-form"], "eps0"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
+  assert main(argv) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+def test_console_entry_point_has_no_traceback():
+  proc = subprocess.run([sys.executable, "-m", "jaxdistill.cli.main", "privacy", "nfdp", "--n", "5",
+                         "--k", "9"], capture_output=True, text=True, check=False)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr

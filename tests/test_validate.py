@@ -1,0 +1,43 @@
+"""Boundary validation helpers name the parameter and the value."""
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxdistill import _validate as v
+
+
+@pytest.mark.parametrize("value", [3.5, float("nan"), True, "3", None, math.inf])
+def test_integer_rejects(value):
+  with pytest.raises(ValueError, match="count"):
+    v.integer("count", value)
+
+
+def test_integer_accepts_whole_numbers():
+  assert v.integer("k", 3.0) == 3 and v.integer("k", np.int64(4)) == 4
+  assert v.integer("k", np.array(5)) == 5
+  with pytest.raises(ValueError, match=r"k=0 >= 1"):
+    v.integer("k", 0, minimum=1)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), math.inf, "a", False])
+def test_positive_rejects(value):
+  with pytest.raises(ValueError, match="epsilon"):
+    v.positive("epsilon", value)
+
+
+def test_positive_allows_inf_on_request():
+  assert v.positive("epsilon", math.inf, allow_inf=True) == math.inf
+
+
+@pytest.mark.parametrize("value", [0.0, 1.0, 1.5, -0.1, float("nan")])
+def test_open_unit_rejects(value):
+  with pytest.raises(ValueError, match="delta"):
+    v.open_unit("delta", value)
+
+
+def test_choice():
+  assert v.choice("method", "numeric", ("numeric", "closed-form")) == "numeric"
+  with pytest.raises(ValueError, match="method"):
+    v.choice("method", "exact", ("numeric", "closed-form"))
