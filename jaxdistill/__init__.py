@@ -4,13 +4,21 @@ Public subpackages:
 
 * :mod:`jaxdistill.accounting` -- exact privacy profiles, dp-accounting
   wrappers, shuffle amplification and the FedMD-NFDP sampling guarantee.
+* :mod:`jaxdistill.data` -- real image data offline (embedded MNIST, IDX
+  folders, tfds), splits and client partitions.
+* :mod:`jaxdistill.mechanisms` -- BSVS inputs and mechanisms (central,
+  local, shuffle) as pure JAX functions.
+* :mod:`jaxdistill.simulation` -- one streaming runner for every mechanism.
 
 Modules whose names start with an underscore are private and may change
 without notice; import from the subpackages instead.
 """
 
 from jaxdistill import accounting
+from jaxdistill import data
+from jaxdistill import mechanisms
+from jaxdistill import simulation
 
 __version__ = "0.1.0"
 
-__all__ = ["accounting", "__version__"]
+__all__ = ["accounting", "data", "mechanisms", "simulation", "__version__"]

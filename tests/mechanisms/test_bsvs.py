@@ -1,0 +1,60 @@
+"""BSVS inputs: validation, exact aggregation, sensitivity, synthetic workloads."""
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdistill import mechanisms as M
+
+
+def dense_reference(buckets, labels, s, y):
+  a = np.zeros((s, y), np.int64)
+  for bs, ls in zip(buckets, labels):
+    for b in bs:
+      for lab in ls:
+        if b >= 0 and lab >= 0:
+          a[b, lab] += 1
+  return a
+
+
+def test_counts_match_dense_reference():
+  rng = np.random.default_rng(0)
+  n, s, y, k, r = 300, 7, 5, 3, 2
+  buckets = np.stack([rng.choice(s, k, replace=False) for _ in range(n)])
+  labels = np.stack([rng.choice(y, r, replace=False) for _ in range(n)])
+  buckets[::7, -1] = -1  # some clients connect to fewer than k buckets
+  inp, shape = M.make_bsvs_input(buckets, labels, num_buckets=s, num_labels=y)
+  np.testing.assert_array_equal(np.asarray(M.bsvs_counts(inp, shape)), dense_reference(buckets, labels, s, y))
+  assert shape.d == s * y and shape.c == k * r
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(buckets=[[0, 1]], labels=[[0]], num_buckets=1, num_labels=2), "k"),
+    (dict(buckets=[[0]], labels=[[5]], num_buckets=2, num_labels=2), "labels"),
+    (dict(buckets=[[0], [1]], labels=[[0]], num_buckets=2, num_labels=2), "label rows"),
+    (dict(buckets=[[0.0], [np.nan]], labels=[[0], [1]], num_buckets=2, num_labels=2), "buckets"),
+    (dict(buckets=[[1, 1]], labels=[[0]], num_buckets=3, num_labels=2), "distinct"),
+    (dict(buckets=[[0]], labels=[[0]], num_buckets=2, num_labels=2, r=0), "r"),
+    (dict(buckets=[[-3]], labels=[[0]], num_buckets=2, num_labels=2), "buckets"),
+])
+def test_bad_input(kwargs, name):
+  with pytest.raises(ValueError, match=name):
+    M.make_bsvs_input(**kwargs)
+
+
+def test_sensitivity():
+  assert M.bsvs_sensitivity(3, 2, "replace-one") == 12
+  assert M.bsvs_sensitivity(3, 2, "add-remove") == 6
+  with pytest.raises(ValueError, match="k"):
+    M.bsvs_sensitivity(0)
+
+
+def test_synthetic_workload_is_valid_and_chunk_invariant():
+  w = M.synthetic_workload(jax.random.key(3), num_clients=777, num_buckets=12, num_labels=4, k=3, r=2)
+  a = w.materialize(chunk_size=100)
+  b = w.materialize(chunk_size=777)
+  np.testing.assert_array_equal(np.asarray(a.buckets), np.asarray(b.buckets))
+  # Every client has k distinct buckets and r distinct labels in range.
+  _, shape = M.make_bsvs_input(np.asarray(a.buckets), np.asarray(a.labels), num_buckets=12, num_labels=4)
+  assert shape == w.shape
+  assert (np.asarray(a.buckets) >= 0).all() and (np.asarray(a.labels) >= 0).all()

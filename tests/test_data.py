@@ -1,0 +1,74 @@
+"""Real data loaders and splits (embedded MNIST always; Fashion-MNIST when installed)."""
+
+import gzip
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from jaxdistill import data
+
+REQUIRE_FASHION = os.environ.get("JAXDISTILL_REQUIRE_FASHION_MNIST") == "1"
+
+
+def test_embedded_mnist_is_real_and_balanced():
+  d = data.load_embedded_mnist()
+  assert d.images.shape == (5000, 28, 28, 1) and d.images.dtype == np.float32
+  assert 0.0 <= d.images.min() and d.images.max() == 1.0
+  np.testing.assert_array_equal(np.bincount(d.labels), [500] * 10)
+  # Real digits, not noise: the mean "1" has far less ink than the mean "0".
+  assert d.images[d.labels == 1].mean() < 0.6 * d.images[d.labels == 0].mean()
+
+
+def test_fashion_mnist_from_debian_package():
+  path = data.find_fashion_mnist()
+  if path is None:
+    if REQUIRE_FASHION:
+      pytest.fail("JAXDISTILL_REQUIRE_FASHION_MNIST=1 but Fashion-MNIST is not installed")
+    pytest.skip("dataset-fashion-mnist not installed")
+  train, test = data.load_dataset("fashion-mnist")
+  assert train.images.shape == (60000, 28, 28, 1) and test.images.shape == (10000, 28, 28, 1)
+  np.testing.assert_array_equal(np.bincount(test.labels), [1000] * 10)
+
+
+def write_idx(path, arr):
+  with gzip.open(path, "wb") as f:
+    f.write(b"\x00\x00\x08" + bytes([arr.ndim]) + struct.pack(">" + "I" * arr.ndim, *arr.shape))
+    f.write(arr.astype(np.uint8).tobytes())
+
+
+def test_idx_round_trip_and_errors(tmp_path):
+  imgs = np.random.default_rng(0).integers(0, 256, (6, 28, 28))
+  labels = np.array([0, 1, 2, 0, 1, 2])
+  write_idx(tmp_path / "train-images-idx3-ubyte.gz", imgs)
+  write_idx(tmp_path / "train-labels-idx1-ubyte.gz", labels)
+  d = data.load_idx_dir(tmp_path, "train")
+  np.testing.assert_allclose(d.images[..., 0], imgs / 255.0, rtol=1e-6)
+  np.testing.assert_array_equal(d.labels, labels)
+  with pytest.raises(ValueError, match="t10k-images"):
+    data.load_idx_dir(tmp_path, "test")
+  with pytest.raises(ValueError, match="does not exist"):
+    data.load_idx_dir(tmp_path / "nope")
+  with pytest.raises(ValueError, match="dataset"):
+    data.load_dataset("imagenet")
+
+
+def test_splits_are_disjoint_and_seeded():
+  d = data.load_embedded_mnist()
+  s1 = data.paper_splits(d, None, seed=0, public_size=1000, eval_size=500, private_size=2000)
+  s2 = data.paper_splits(d, None, seed=0, public_size=1000, eval_size=500, private_size=2000)
+  np.testing.assert_array_equal(s1.public.labels, s2.public.labels)
+  assert (len(s1.private), len(s1.public), len(s1.evaluation)) == (2000, 1000, 500)
+  with pytest.raises(ValueError, match="private_size"):
+    data.paper_splits(d, None, seed=0, public_size=1000, eval_size=1000, private_size=4000)
+
+
+@pytest.mark.parametrize("scheme", ["iid", "dirichlet", "classes"])
+def test_partitions_cover_every_record_once(scheme):
+  labels = np.repeat(np.arange(6), 50)
+  parts = data.partition_clients(labels, 10, seed=1, scheme=scheme)
+  assert len(parts) == 10
+  np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.arange(300))
+  if scheme == "classes":
+    assert all(len(np.unique(labels[p])) <= 2 for p in parts)
