@@ -17,7 +17,7 @@ event h(a) = h(b) could save (the best member of that one-parameter family, for
 a client holding neither a nor b).
 
 Usage:
-  python benchmarks/concatenation_bias.py [--clients 10000] [--runs 30] [--seed 0]
+  PYTHONPATH=. python benchmarks/concatenation_bias.py [--clients 10000] [--runs 30] [--seed 0]
 """
 
 from __future__ import annotations
