@@ -64,6 +64,8 @@ def all_inputs(s, y, k):
 
 @pytest.mark.parametrize("s,y,k,eps", CONFIGS)
 def test_exact_pmf_is_tight_pure_eps_ldp(s, y, k, eps):
+  # Every table has probability l^-d > 0, so delta = 0 at eps on the joint pmf over
+  # (table, z) is the same as eps-LDP of the pmf over z for every fixed hash table.
   mech = M.Collision(M.BsvsShape(s, y, k), eps)
   l, d, c = mech.bloom_length, s * y, k
   assert l == math.floor(c * math.exp(eps) + 2 * c - 1)
