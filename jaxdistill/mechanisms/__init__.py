@@ -15,10 +15,33 @@ from jaxdistill.mechanisms._bsvs import bsvs_sensitivity
 from jaxdistill.mechanisms._bsvs import client_entries
 from jaxdistill.mechanisms._bsvs import make_bsvs_input
 from jaxdistill.mechanisms._bsvs import synthetic_workload
+from jaxdistill.mechanisms._bounds import collision_alpha
+from jaxdistill.mechanisms._bounds import collision_beta
+from jaxdistill.mechanisms._bounds import collision_labeling_error
+from jaxdistill.mechanisms._bounds import discrete_laplace_alpha
+from jaxdistill.mechanisms._bounds import discrete_laplace_beta
+from jaxdistill.mechanisms._bounds import discrete_laplace_labeling_error
+from jaxdistill.mechanisms._bounds import laplace_alpha
+from jaxdistill.mechanisms._bounds import laplace_beta
+from jaxdistill.mechanisms._bounds import laplace_labeling_error
+from jaxdistill.mechanisms._central import CentralDiscreteLaplace
+from jaxdistill.mechanisms._central import CentralLaplace
+from jaxdistill.mechanisms._collision import Collision
+from jaxdistill.mechanisms._collision import CollisionMessage
+from jaxdistill.mechanisms._product import Concatenation
+from jaxdistill.mechanisms._product import ConcatenationLiteral
+from jaxdistill.mechanisms._product import ProductStats
+from jaxdistill.mechanisms._product import Separation
+from jaxdistill.mechanisms._product import SeparationMessage
 from jaxdistill.mechanisms._randomized_response import RandomizedResponse
 
 __all__ = [
     "BsvsMechanism", "BsvsInput", "BsvsShape", "SyntheticWorkload", "bsvs_counts",
     "bsvs_sensitivity", "client_entries", "make_bsvs_input", "synthetic_workload",
-    "RandomizedResponse",
+    "RandomizedResponse", "CentralLaplace", "CentralDiscreteLaplace", "Collision",
+    "CollisionMessage", "Separation", "SeparationMessage", "Concatenation",
+    "ConcatenationLiteral", "ProductStats", "laplace_alpha", "laplace_beta",
+    "laplace_labeling_error", "discrete_laplace_alpha", "discrete_laplace_beta",
+    "discrete_laplace_labeling_error", "collision_alpha", "collision_beta",
+    "collision_labeling_error",
 ]

@@ -1,0 +1,396 @@
+"""Local DP for the low-privacy regime: Separation and Concatenation.
+
+Both estimate A = sum_i T_i y_i^T from Collision messages about the two
+factors instead of the s|Y| products (spec/REVERSE_KNN.md §1.8):
+
+* **Separation**: Collision(eps/2, c = k) on T_i over the s buckets and an
+  independent Collision(eps/2, c = r) on y_i over the |Y| labels; the outer
+  product of the two debiased vectors is unbiased (independent factors).
+* **Concatenation**: one Collision(eps, c = k + r) on [T_i; y_i] (length
+  s + |Y|). The paper's estimator, the outer product of the two debiased
+  halves, is *biased*: both halves come from one output z, and
+  E[t_a y_b] = -q/(p - q) for a true entry (spec §5 I5; verified here by
+  exact enumeration, tests/mechanisms/test_product.py). The library ships it
+  only as :class:`ConcatenationLiteral`; :class:`Concatenation` uses the
+  unique unbiased estimator that is a function of (hit_a, hit_b).
+
+Statistics are integers: the co-occurrence counts sum_i hit_ia hit_ib
+(int32 ``[s, |Y|]``) and the marginal hit counts, so simulations are bitwise
+reproducible; the float64 estimate is formed on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdistill import _validate
+from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
+from jaxdistill.mechanisms._base import BsvsMechanism
+from jaxdistill.mechanisms._bsvs import BsvsShape
+from jaxdistill.mechanisms._collision import (CollisionMessage, check_bloom_length,
+                                              collision_hits, collision_randomize,
+                                              collision_rates, default_bloom_length)
+
+__all__ = ["ProductStats", "SeparationMessage", "Separation", "Concatenation",
+           "ConcatenationLiteral"]
+
+
+class ProductStats(NamedTuple):
+  """Integer statistics of a product mechanism (per client, or summed).
+
+  Attributes:
+    cooccurrence: int32 ``[s, |Y|]``, hit_a * hit_b for bucket a, label b.
+    bucket_hits: int32 ``[s]``.
+    label_hits: int32 ``[|Y|]``.
+  """
+
+  cooccurrence: jax.Array
+  bucket_hits: jax.Array
+  label_hits: jax.Array
+
+
+class SeparationMessage(NamedTuple):
+  """Two independent Collision messages: about T_i and about y_i."""
+
+  buckets: CollisionMessage
+  labels: CollisionMessage
+
+
+def _product_stats(bucket_hits: jax.Array, label_hits: jax.Array) -> ProductStats:
+  co = bucket_hits[:, None] * label_hits[None, :]
+  return ProductStats(co.astype(jnp.int32), bucket_hits.astype(jnp.int32),
+                      label_hits.astype(jnp.int32))
+
+
+def _centered_products(stats: Any, num_clients: int, q1: float, q2: float) -> np.ndarray:
+  """sum_i (hit_ia - q1)(hit_ib - q2), float64 ``[s, |Y|]``, from integer sums."""
+  co = np.asarray(stats.cooccurrence, np.float64)
+  hb = np.asarray(stats.bucket_hits, np.float64)
+  hl = np.asarray(stats.label_hits, np.float64)
+  return co - q2 * hb[:, None] - q1 * hl[None, :] + num_clients * q1 * q2
+
+
+def _membership_counts(counts: Any, shape: BsvsShape, num_clients: int):
+  """Clients by (bucket a held, label b held): n11, n10, n01, n00, each ``[s, |Y|]``.
+
+  Assumes every client holds exactly k buckets and r labels (as reverse k-NN
+  with one-hot labels does), so #clients holding bucket a = row sum / r and
+  #clients holding label b = column sum / k.
+  """
+  a = np.asarray(counts, np.float64).reshape(shape.num_buckets, shape.num_labels)
+  with_bucket = a.sum(axis=1, keepdims=True) / shape.r
+  with_label = a.sum(axis=0, keepdims=True) / shape.k
+  n11 = a
+  n10 = with_bucket - a
+  n01 = with_label - a
+  n00 = num_clients - n11 - n10 - n01
+  return n11, n10, n01, n00
+
+
+def _validate_shape(shape: Any) -> BsvsShape:
+  if not isinstance(shape, BsvsShape):
+    raise ValueError(f"Expected shape to be a BsvsShape; got {type(shape).__name__}.")
+  return shape
+
+
+@dataclasses.dataclass(frozen=True)
+class Separation(BsvsMechanism):
+  """Separation: independent Collision(eps/2) messages on T_i and on y_i.
+
+  .. math::
+
+     \\hat A = \\sum_i \\check t_i \\check y_i^{\\top},\\quad
+     \\check t_{ia} = \\frac{\\mathrm{hit}_{ia} - q_1}{p_1 - q_1},\\
+     \\check y_{ib} = \\frac{\\mathrm{hit}_{ib} - q_2}{p_2 - q_2},
+
+  with Collision(eps/2, c = k, l1) over s buckets and Collision(eps/2, c = r,
+  l2) over |Y| labels (default bloom lengths). The factors are independent,
+  so E[t y] = T y (unbiased) and per client
+  Var[t_a y_b] = (v_a + T_a^2)(w_b + y_b^2) - T_a^2 y_b^2, where v, w are the
+  factors' variances (spec §5 I5: "Var[ab] = Var[a]Var[b]" only holds when
+  both true values are 0).
+
+  Formal guarantees:
+    eps-LDP (pure, delta = 0; replace-one, local model): basic composition
+    of two eps/2-LDP messages.
+
+  References:
+    The reverse-k-NN paper (arXiv:2207.13253, https://arxiv.org/abs/2207.13253),
+    §"low privacy regime" (Separation), spec §1.8.
+
+  Attributes:
+    shape: BSVS sizes.
+    epsilon: total local epsilon (eps/2 per factor).
+  """
+
+  shape: BsvsShape
+  epsilon: float
+  name: str = dataclasses.field(default="separation", init=False)
+
+  def __post_init__(self):
+    _validate_shape(self.shape)
+    eps = _validate.positive("epsilon", self.epsilon)
+    object.__setattr__(self, "epsilon", eps)
+    for c in (self.shape.k, self.shape.r):
+      check_bloom_length(default_bloom_length(eps / 2, c), c)
+
+  @property
+  def bucket_bloom_length(self) -> int:
+    """l1 = floor(k e^{eps/2} + 2k - 1)."""
+    return default_bloom_length(self.epsilon / 2, self.shape.k)
+
+  @property
+  def label_bloom_length(self) -> int:
+    """l2 = floor(r e^{eps/2} + 2r - 1)."""
+    return default_bloom_length(self.epsilon / 2, self.shape.r)
+
+  @property
+  def bucket_rates(self) -> tuple[float, float]:
+    """(p1, q1) of the bucket factor."""
+    p, q, _ = collision_rates(self.epsilon / 2, self.shape.k, self.bucket_bloom_length)
+    return p, q
+
+  @property
+  def label_rates(self) -> tuple[float, float]:
+    """(p2, q2) of the label factor."""
+    p, q, _ = collision_rates(self.epsilon / 2, self.shape.r, self.label_bloom_length)
+    return p, q
+
+  def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> SeparationMessage:
+    k_bucket, k_label = jax.random.split(key)
+    half = self.epsilon / 2
+    mb = collision_randomize(k_bucket, buckets, domain=self.shape.num_buckets,
+                             bloom_length=self.bucket_bloom_length, epsilon=half,
+                             cardinality=self.shape.k)
+    ml = collision_randomize(k_label, labels, domain=self.shape.num_labels,
+                             bloom_length=self.label_bloom_length, epsilon=half,
+                             cardinality=self.shape.r)
+    return SeparationMessage(mb, ml)
+
+  def analyze(self, message: SeparationMessage) -> ProductStats:
+    hb = collision_hits(message.buckets, domain=self.shape.num_buckets,
+                        bloom_length=self.bucket_bloom_length)
+    hl = collision_hits(message.labels, domain=self.shape.num_labels,
+                        bloom_length=self.label_bloom_length)
+    return _product_stats(hb, hl)
+
+  def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
+    del key
+    (p1, q1), (p2, q2) = self.bucket_rates, self.label_rates
+    return _centered_products(stats, num_clients, q1, q2) / ((p1 - q1) * (p2 - q2))
+
+  def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
+    """Closed form; assumes every client holds exactly k buckets and r labels."""
+    (p1, q1), (p2, q2) = self.bucket_rates, self.label_rates
+    v0, v1 = q1 * (1 - q1) / (p1 - q1) ** 2, p1 * (1 - p1) / (p1 - q1) ** 2
+    w0, w1 = q2 * (1 - q2) / (p2 - q2) ** 2, p2 * (1 - p2) / (p2 - q2) ** 2
+    n11, n10, n01, n00 = _membership_counts(counts, self.shape, num_clients)
+    return (n11 * ((v1 + 1) * (w1 + 1) - 1) + n10 * (v1 + 1) * w0 + n01 * v0 * (w1 + 1)
+            + n00 * v0 * w0)
+
+  def privacy(self) -> PrivacyStatement:
+    (p1, q1), (p2, q2) = self.bucket_rates, self.label_rates
+    return PrivacyStatement(
+        mechanism="local-separation", relation=Relation.REPLACE_ONE, epsilon=self.epsilon,
+        delta=0.0, count=1, method="closed-form",
+        parameters={"factor_epsilon": self.epsilon / 2,
+                    "bucket_bloom_length": self.bucket_bloom_length,
+                    "label_bloom_length": self.label_bloom_length, "p1": p1, "q1": q1,
+                    "p2": p2, "q2": q2, "k": self.shape.k, "r": self.shape.r, "model": "local"})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Concatenated(BsvsMechanism):
+  """Shared sampler and statistics of the two Concatenation estimators."""
+
+  shape: BsvsShape
+  epsilon: float
+
+  def __post_init__(self):
+    _validate_shape(self.shape)
+    eps = _validate.positive("epsilon", self.epsilon)
+    object.__setattr__(self, "epsilon", eps)
+    check_bloom_length(default_bloom_length(eps, self.cardinality), self.cardinality)
+
+  @property
+  def cardinality(self) -> int:
+    """c = k + r positions of [T_i; y_i]."""
+    return self.shape.k + self.shape.r
+
+  @property
+  def domain(self) -> int:
+    """s + |Y| (buckets first, then labels)."""
+    return self.shape.num_buckets + self.shape.num_labels
+
+  @property
+  def bloom_length(self) -> int:
+    """l = floor((k + r) e^eps + 2(k + r) - 1)."""
+    return default_bloom_length(self.epsilon, self.cardinality)
+
+  @property
+  def p(self) -> float:
+    """e^eps / Omega."""
+    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[0]
+
+  @property
+  def q(self) -> float:
+    """1 / l."""
+    return 1.0 / self.bloom_length
+
+  def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> CollisionMessage:
+    s = self.shape.num_buckets
+    ent = jnp.concatenate([buckets, jnp.where(labels >= 0, labels + s, -1)]).astype(jnp.int32)
+    return collision_randomize(key, ent, domain=self.domain, bloom_length=self.bloom_length,
+                               epsilon=self.epsilon, cardinality=self.cardinality)
+
+  def analyze(self, message: CollisionMessage) -> ProductStats:
+    hits = collision_hits(message, domain=self.domain, bloom_length=self.bloom_length)
+    s = self.shape.num_buckets
+    return _product_stats(hits[:s], hits[s:])
+
+  def _moments(self, counts: Any, num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+    """sum_i E[(hit_a - q)^2 (hit_b - q)^2] and sum_i 1[a, b in S_i] = A."""
+    p, q = self.p, self.q
+    n11, n10, n01, n00 = _membership_counts(counts, self.shape, num_clients)
+
+    def fourth(pa: float, pb: float, both: float) -> float:
+      p10, p01 = pa - both, pb - both
+      p00 = 1 - pa - pb + both
+      return both * (1 - q)**4 + (p10 + p01) * (1 - q)**2 * q**2 + p00 * q**4
+
+    m4 = (n11 * fourth(p, p, p * q) + n10 * fourth(p, q, p * q) + n01 * fourth(q, p, p * q)
+          + n00 * fourth(q, q, q * q))
+    return m4, n11
+
+  def privacy(self) -> PrivacyStatement:
+    return PrivacyStatement(
+        mechanism=f"local-{self.name}", relation=Relation.REPLACE_ONE, epsilon=self.epsilon,
+        delta=0.0, count=1, method="closed-form",
+        parameters={"bloom_length": self.bloom_length, "p": self.p, "q": self.q,
+                    "cardinality": self.cardinality, "k": self.shape.k, "r": self.shape.r,
+                    "model": "local"},
+        warnings=self._warnings())
+
+  def _warnings(self) -> tuple[PrivacyWarning, ...]:
+    return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Concatenation(_Concatenated):
+  """Concatenation with an unbiased estimator: one Collision(eps, c = k + r) on [T_i; y_i].
+
+  With hit_a = 1[h(a) = z] and a fully random hash, for a bucket a and a
+  label b (a != b in the concatenated domain):
+
+  .. math::
+
+     E[\\mathrm{hit}_a] = q + (p - q)\\,1[a \\in S],\\qquad
+     E[\\mathrm{hit}_a \\mathrm{hit}_b] = q^2 + (pq - q^2)\\,1[a \\in S \\lor b \\in S],
+
+  and 1[a]1[b] = 1[a] + 1[b] - 1[a or b] gives the unbiased per-client estimate
+
+  .. math::
+
+     g_{ab} = \\frac{\\mathrm{hit}_a - q}{p - q} + \\frac{\\mathrm{hit}_b - q}{p - q}
+       - \\frac{\\mathrm{hit}_a \\mathrm{hit}_b - q^2}{q(p - q)}
+     = -\\frac{(\\mathrm{hit}_a - q)(\\mathrm{hit}_b - q)}{q(p - q)},
+
+  i.e. the paper's product estimate rescaled by -(p - q)/q. The law of
+  (hit_a, hit_b) depends only on (1[a in S], 1[b in S]) and its four pmfs are
+  linearly independent, so this is the *only* unbiased estimator that is a
+  function of (hit_a, hit_b). It is costly: a co-hit needs h(a) = h(b)
+  (probability 1/l), so the pairing of a and b is seen through a keyhole and
+  the per-client variance is about l times that of a marginal. Prefer
+  :class:`Separation` or flat :class:`Collision` for accuracy (see
+  benchmarks/concatenation_bias.py); this class exists so that the paper's
+  protocol is available without a silent bias.
+
+  Formal guarantees:
+    eps-LDP (pure, delta = 0; replace-one, local model), as Collision.
+
+  References:
+    The reverse-k-NN paper (arXiv:2207.13253), §"low privacy regime"; spec
+    §1.8 and §5 I5.
+
+  Attributes:
+    shape: BSVS sizes.
+    epsilon: local epsilon.
+  """
+
+  name: str = dataclasses.field(default="concatenation", init=False)
+
+  def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
+    del key
+    p, q = self.p, self.q
+    return -_centered_products(stats, num_clients, q, q) / (q * (p - q))
+
+  def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
+    """Closed form; assumes every client holds exactly k buckets and r labels."""
+    p, q = self.p, self.q
+    m4, n11 = self._moments(counts, num_clients)
+    return m4 / (q * (p - q)) ** 2 - n11
+
+
+@dataclasses.dataclass(frozen=True)
+class ConcatenationLiteral(_Concatenated):
+  """The paper's Concatenation estimator, kept literally: BIASED (spec §5 I5).
+
+  Â = sum_i t_i y_i^T with t, y the two debiased halves of one
+  Collision(eps, c = k + r) message on [T_i; y_i]. Both halves come from the
+  same output z, so for a true entry (a in T_i, b in y_i) both hit only when
+  h(a) = h(b):
+
+  .. math::
+
+     E[\\check t_a \\check y_b] = \\frac{pq - 2pq + q^2}{(p - q)^2}
+       = -\\frac{q}{p - q}\\quad(\\text{not } 1),\\qquad
+     E[\\hat A] = -\\frac{q}{p - q} A.
+
+  The signal is inverted and shrunk (e.g. -0.31 at eps = 2, k = r = 1), and
+  the bias grows linearly with n. Use :class:`Concatenation` (unbiased) or
+  :class:`Separation`. The privacy statement carries a ``biased-estimator``
+  warning.
+
+  Formal guarantees:
+    eps-LDP (pure, delta = 0; replace-one, local model), as Collision. The
+    bias is an accuracy defect, not a privacy one.
+
+  References:
+    The reverse-k-NN paper (arXiv:2207.13253), §"low privacy regime"
+    (Concatenation, Fig. 6); spec §5 I5.
+
+  Attributes:
+    shape: BSVS sizes.
+    epsilon: local epsilon.
+  """
+
+  name: str = dataclasses.field(default="concatenation-literal", init=False)
+
+  @property
+  def bias_factor(self) -> float:
+    """E[Â] = bias_factor * A with bias_factor = -q/(p - q)."""
+    return -self.q / (self.p - self.q)
+
+  def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
+    del key
+    p, q = self.p, self.q
+    return _centered_products(stats, num_clients, q, q) / (p - q) ** 2
+
+  def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
+    """Variance (not MSE) of the literal estimate; its mean is bias_factor * A."""
+    p, q = self.p, self.q
+    m4, n11 = self._moments(counts, num_clients)
+    return m4 / (p - q) ** 4 - n11 * self.bias_factor**2
+
+  def _warnings(self) -> tuple[PrivacyWarning, ...]:
+    return (PrivacyWarning(
+        code="biased-estimator",
+        message=(f"The literal Concatenation estimate is biased: E[estimate] = "
+                 f"{self.bias_factor:.4g} * A (= -q/(p-q) * A), not A; use 'concatenation' "
+                 f"(unbiased) or 'separation'."),
+        details={"bias_factor": self.bias_factor, "p": self.p, "q": self.q}),)

@@ -1,0 +1,210 @@
+"""Proposition 1, Theorem 1 and Theorem 2: closed forms and measured failure rates.
+
+Failure-rate tests count independent failures F in N trials and run a binomial
+test of "rate <= beta" (one-sided, upper tail at beta). For the Laplace and
+discrete-Laplace bounds the true failure probability is known exactly
+(independent entries), so the count is also tested two-sided against it: the
+test fails if the noise or the bound is wrong in either direction. Each
+binomial test uses threshold 1e-4; with at most 20 tests in this file the
+family-wise false-failure rate is below 2e-3.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from jaxdistill import mechanisms as M
+from jaxdistill import simulation
+
+THRESHOLD = 1e-4
+
+
+def assert_rate_at_most(failures, trials, beta):
+  """One-sided binomial test of failures/trials <= beta."""
+  assert stats.binom.sf(failures - 1, trials, beta) > THRESHOLD, (failures, trials, beta)
+
+
+def assert_rate_equals(failures, trials, prob):
+  assert stats.binomtest(int(failures), trials, prob).pvalue > THRESHOLD, (failures, trials, prob)
+
+
+# (s, |Y|, k, eps, beta)
+CONFIGS = [(40, 10, 1, 1.0, 0.1), (20, 4, 2, 0.5, 0.05), (30, 2, 1, 2.0, 0.3)]
+DRAWS = 300
+
+
+@pytest.mark.parametrize("s,y,k,eps,beta", CONFIGS)
+def test_proposition1_laplace(s, y, k, eps, beta):
+  mech = M.CentralLaplace(M.BsvsShape(s, y, k), eps)
+  b = 2 * k / eps
+  # The paper's closed form, per bucket and over all buckets (spec I2).
+  assert mech.accuracy(beta) == pytest.approx(b * math.log(y / beta), rel=1e-12)
+  assert mech.accuracy(beta, simultaneous=True) == pytest.approx(b * math.log(s * y / beta), rel=1e-12)
+  noise = np.stack([mech.noise(jax.random.key(1000 + i)) for i in range(DRAWS)])  # [R, s, |Y|]
+  for simultaneous in (False, True):
+    alpha = mech.accuracy(beta, simultaneous=simultaneous)
+    per_bucket = np.abs(noise).max(axis=2) > alpha  # [R, s]
+    if simultaneous:
+      fails, trials, entries = int(per_bucket.any(axis=1).sum()), DRAWS, s * y
+    else:
+      fails, trials, entries = int(per_bucket.sum()), DRAWS * s, y  # independent buckets
+    true_rate = 1 - (1 - math.exp(-alpha / b)) ** entries
+    assert true_rate <= beta
+    assert_rate_at_most(fails, trials, beta)
+    assert_rate_equals(fails, trials, true_rate)
+
+
+def dlap_exceed(a, alpha):
+  """Pr[|Z| > alpha] by summing the pmf (independent of the library's closed form)."""
+  z = np.arange(-20000, 20001)
+  pmf = (1 - math.exp(-a)) / (1 + math.exp(-a)) * np.exp(-a * np.abs(z))
+  return float(pmf[np.abs(z) > alpha].sum())
+
+
+@pytest.mark.parametrize("s,y,k,eps,beta", CONFIGS)
+def test_proposition1_discrete_laplace(s, y, k, eps, beta):
+  mech = M.CentralDiscreteLaplace(M.BsvsShape(s, y, k), eps)
+  a = eps / (2 * k)
+  noise = np.stack([mech.noise(jax.random.key(2000 + i)) for i in range(DRAWS)])
+  for simultaneous in (False, True):
+    entries = y * (s if simultaneous else 1)
+    alpha = mech.accuracy(beta, simultaneous=simultaneous)
+    assert alpha == int(alpha) and alpha >= 0
+    # Brute force: the least integer alpha with m Pr[|Z| > alpha] <= beta.
+    assert entries * dlap_exceed(a, alpha) <= beta
+    assert alpha == 0 or entries * dlap_exceed(a, alpha - 1) > beta
+    per_bucket = np.abs(noise).max(axis=2) > alpha
+    if simultaneous:
+      fails, trials = int(per_bucket.any(axis=1).sum()), DRAWS
+    else:
+      fails, trials = int(per_bucket.sum()), DRAWS * s
+    true_rate = 1 - (1 - dlap_exceed(a, alpha)) ** entries
+    assert_rate_at_most(fails, trials, beta)
+    assert_rate_equals(fails, trials, true_rate)
+
+
+def wrong_labels(estimates, true_label):
+  """Bucket-wise: some other label scores >= the true one (ties count as wrong)."""
+  others = np.delete(estimates, true_label, axis=-1)
+  return (others >= estimates[..., true_label:true_label + 1]).any(axis=-1)
+
+
+@pytest.mark.parametrize("cls,gap", [(M.CentralLaplace, 18.0), (M.CentralDiscreteLaplace, 17.0),
+                                     (M.CentralDiscreteLaplace, 18.0)])
+def test_theorem1_labeling_error(cls, gap):
+  # Every bucket has true label 0 with count 100 + gap, the others 100.
+  s, y, k, eps = 40, 5, 1, 0.5
+  mech = cls(M.BsvsShape(s, y, k), eps)
+  counts = np.full((s, y), 100, np.int64)
+  counts[:, 0] += int(gap)
+  bound = mech.labeling_error(gap)
+  if cls is M.CentralLaplace:
+    assert bound == pytest.approx(y * math.exp(-eps * gap / (4 * k)), rel=1e-12)  # paper form
+  else:
+    a = eps / (2 * k)
+    assert bound == pytest.approx(y * dlap_exceed(a, math.ceil(gap / 2) - 1), rel=1e-9)
+  assert 0.05 < bound < 1  # not vacuous at this gap
+  est = np.stack([mech.estimate(jax.random.key(3000 + i), counts, 0) for i in range(DRAWS)])
+  fails = int(wrong_labels(est, 0).sum())
+  assert_rate_at_most(fails, DRAWS * s, bound)
+  assert mech.labeling_error(0.0) == 1.0
+
+
+def test_theorem2_closed_form_inverts_bernstein():
+  p, q, n, m, beta = 0.31, 0.07, 5000, 10, 0.05
+  v = n * max(p * (1 - p), q * (1 - q)) / (p - q) ** 2
+  bnd = max(p, 1 - q) / (p - q)
+  tail = lambda t: 2 * m * math.exp(-t * t / (2 * (v + bnd * t / 3))) - beta
+  want = optimize.brentq(tail, 1e-9, 1e9, xtol=1e-12, rtol=1e-14)
+  got = M.collision_alpha(beta, p=p, q=q, num_clients=n, num_entries=m)
+  assert got == pytest.approx(want, rel=1e-9)
+  assert M.collision_beta(got, p=p, q=q, num_clients=n, num_entries=m) == pytest.approx(beta, rel=1e-9)
+
+
+def test_theorem2_rate():
+  # alpha = O(sqrt(n kr log(|Y|/beta))/eps) for eps = O(1) at the default bloom length:
+  # the ratio stays in a narrow band over n, c and eps (it tends to ~sqrt(27/2) for
+  # small eps and large c).
+  ratios = []
+  for eps in (0.25, 0.5, 1.0):
+    for c in (1, 2, 4):
+      mech = M.Collision(M.BsvsShape(8, 10, c), eps)
+      for n in (10**4, 10**6):
+        alpha = mech.accuracy(0.05, n)
+        ratios.append(alpha * eps / math.sqrt(n * c * math.log(2 * 10 / 0.05)))
+  assert 1.0 < min(ratios) and max(ratios) < 6.0
+
+
+def test_theorem1_and_2_collision_failure_rates():
+  # 300 simulated runs over n = 1000 clients (s = 4, |Y| = 3, k = 1, eps = 1.5). Runs
+  # are independent; per run: the per-bucket event for bucket 0, the all-buckets
+  # event, and a wrong label on bucket 0, whose true gap (256) makes the Theorem 1
+  # bound non-vacuous (about 0.2).
+  rng = np.random.default_rng(0)
+  n, s, y = 1000, 4, 3
+  buckets = rng.choice(s, (n, 1), p=[0.55, 0.15, 0.15, 0.15])
+  labels = np.where(rng.random(n) < 0.5, 0, rng.integers(0, y, n))[:, None]
+  inp, shape = M.make_bsvs_input(buckets, labels, num_buckets=s, num_labels=y)
+  truth = np.asarray(M.bsvs_counts(inp, shape), np.float64)
+  mech = M.Collision(shape, 1.5)
+  est = np.stack([simulation.simulate(jax.random.key(4000 + i), mech, inp).estimate
+                  for i in range(DRAWS)])
+  err = np.abs(est - truth)
+  beta = 0.2
+  per_bucket = int((err[:, 0].max(axis=1) > mech.accuracy(beta, n)).sum())
+  everywhere = int((err.max(axis=(1, 2)) > mech.accuracy(beta, n, simultaneous=True)).sum())
+  assert_rate_at_most(per_bucket, DRAWS, beta)
+  assert_rate_at_most(everywhere, DRAWS, beta)
+  gap = truth[0, 0] - truth[0, 1:].max()
+  bound = mech.labeling_error(gap, n)
+  assert 0.05 < bound < 0.5
+  wrong = int(wrong_labels(est[:, 0], int(np.argmax(truth[0]))).sum())
+  assert_rate_at_most(wrong, DRAWS, bound)
+
+
+def test_bounds_broadcast_and_vmap():
+  gaps = np.array([0.0, 4.0, 10.0, 30.0])
+  concrete = M.laplace_labeling_error(gaps, 2.0, num_labels=10)
+  assert concrete.dtype == np.float64 and concrete.shape == (4,)
+  np.testing.assert_allclose(concrete, np.minimum(1, 10 * np.exp(-gaps / 4)).clip(max=1) * (gaps > 0)
+                             + (gaps <= 0), rtol=1e-12)
+  traced = jax.vmap(lambda g: M.laplace_labeling_error(g, 2.0, num_labels=10))(jnp.asarray(gaps))
+  np.testing.assert_allclose(np.asarray(traced), concrete, rtol=1e-6)
+  betas = jnp.array([0.01, 0.1, 0.5])
+  fn = jax.jit(jax.vmap(lambda b: M.collision_alpha(b, p=0.3, q=0.1, num_clients=100, num_entries=5)))
+  np.testing.assert_allclose(np.asarray(fn(betas)),
+                             [M.collision_alpha(float(b), p=0.3, q=0.1, num_clients=100, num_entries=5)
+                              for b in betas], rtol=1e-5)
+  got = jax.vmap(lambda b: M.discrete_laplace_alpha(0.5, b, num_entries=10))(betas)
+  np.testing.assert_allclose(np.asarray(got), M.discrete_laplace_alpha(0.5, np.asarray(betas), num_entries=10))
+
+
+def test_bad_input():
+  with pytest.raises(ValueError, match="beta"):
+    M.laplace_alpha(1.0, 0.0)
+  with pytest.raises(ValueError, match="beta"):
+    M.laplace_alpha(1.0, 1.5)
+  with pytest.raises(ValueError, match="beta"):
+    M.discrete_laplace_alpha(1.0, math.nan)
+  with pytest.raises(ValueError, match="scale"):
+    M.laplace_alpha(-1.0, 0.1)
+  with pytest.raises(ValueError, match="parameter"):
+    M.discrete_laplace_beta(0.0, 1.0)
+  with pytest.raises(ValueError, match="num_entries"):
+    M.laplace_alpha(1.0, 0.1, num_entries=0)
+  with pytest.raises(ValueError, match="num_entries"):
+    M.laplace_beta(1.0, 0.1, num_entries=2.5)
+  with pytest.raises(ValueError, match="alpha"):
+    M.laplace_beta(1.0, -0.1)
+  with pytest.raises(ValueError, match="p="):
+    M.collision_alpha(0.1, p=0.1, q=0.2, num_clients=10)
+  with pytest.raises(ValueError, match="num_clients"):
+    M.collision_alpha(0.1, p=0.3, q=0.2, num_clients=0)
+  with pytest.raises(ValueError, match="gap"):
+    M.laplace_labeling_error(math.nan, 1.0, num_labels=3)
+  with pytest.raises(ValueError, match="num_labels"):
+    M.discrete_laplace_labeling_error(3.0, 1.0, num_labels=0)

@@ -1,0 +1,202 @@
+"""Central Laplace and discrete Laplace: contribution, tight account, noise law, estimator."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from jaxdistill import accounting
+from jaxdistill import mechanisms as M
+from jaxdistill import simulation
+
+MECHANISMS = [M.CentralLaplace, M.CentralDiscreteLaplace]
+
+
+def numpy_workload(seed, n, s, y, k):
+  """n clients with k distinct buckets and one label."""
+  rng = np.random.default_rng(seed)
+  buckets = np.stack([rng.choice(s, k, replace=False) for _ in range(n)])
+  labels = rng.integers(0, y, (n, 1))
+  return M.make_bsvs_input(buckets, labels, num_buckets=s, num_labels=y)
+
+
+# --- the tight account ------------------------------------------------------------
+
+
+def binomial_pair(a, m):
+  """Exact dominating pair of m unit shifts of discrete Laplace(a).
+
+  One unit shift has privacy loss +a when Z <= 0 (probability 1/(1 + e^-a)) and
+  -a otherwise; m independent shifts give loss a(2K - m), K ~ Bin(m, 1/(1 + e^-a)).
+  """
+  pi = 1.0 / (1.0 + math.exp(-a))
+  ks = np.arange(m + 1)
+  return stats.binom.pmf(ks, m, pi), stats.binom.pmf(ks, m, 1 - pi)
+
+
+def dlap_pmf(a, support):
+  return (1 - math.exp(-a)) / (1 + math.exp(-a)) * np.exp(-a * np.abs(support))
+
+
+def test_binomial_pair_is_the_real_worst_pair():
+  # k = r = 1, replace-one: the record at entry (0, 0) is replaced by one at (1, 1), so
+  # the released pair (A_00 + Z1, A_11 + Z2) shifts by (-1, +1). Exact profile over the
+  # integer lattice |z| <= 80 (truncated mass < 1e-16 at a = 0.5) vs the binomial pair.
+  mech = M.CentralDiscreteLaplace(M.BsvsShape(2, 2, 1), 1.0)
+  a = mech.parameter
+  z = np.arange(-80, 82)
+  p1 = dlap_pmf(a, z - 1)  # coordinate carrying the record in D
+  p0 = dlap_pmf(a, z)
+  P = np.outer(p1, p0).reshape(-1)
+  Q = np.outer(p0, p1).reshape(-1)
+  bp, bq = binomial_pair(a, 2)
+  eps = np.array([0.0, 0.2, 0.5, 0.9])
+  np.testing.assert_allclose(accounting.privacy_profile(P, Q, eps),
+                             accounting.privacy_profile(bp, bq, eps), atol=1e-12)
+
+
+@pytest.mark.parametrize("k,relation,eps", [(1, "replace-one", 1.0), (2, "replace-one", 2.0),
+                                            (2, "add-remove", 0.7)])
+def test_discrete_account_is_the_exact_composition(k, relation, eps):
+  mech = M.CentralDiscreteLaplace(M.BsvsShape(3, 2, k), eps, relation)
+  delta_sens = 2 * k if relation == "replace-one" else k
+  assert mech.sensitivity == delta_sens
+  assert mech.parameter == pytest.approx(eps / delta_sens)
+  acct = mech.account()
+  bp, bq = binomial_pair(mech.parameter, delta_sens)
+  for frac in (0.1, 0.4, 0.8):
+    exact = accounting.privacy_profile(bp, bq, frac * eps)
+    # dp-accounting's PLD is pessimistic: an upper bound, and tight here.
+    assert exact - 1e-12 <= acct.delta(frac * eps) <= exact + 1e-6
+  assert acct.epsilon(0.0) == pytest.approx(eps)
+  st_ = mech.privacy()
+  assert (st_.epsilon, st_.delta, st_.relation) == (eps, 0.0, accounting.Relation.parse(relation))
+
+
+def laplace_two_shift_delta(b, eps, n=2000):
+  """delta(eps) of two unit shifts of Laplace(b), by quadrature of the privacy loss.
+
+  One shift's loss is +1/b w.p. 1/2, -1/b w.p. e^{-1/b}/2, and (2x - 1)/b for x in
+  (0, 1) with density e^{-(1-x)/b}/(2b) (midpoint rule, error O(n^-2)).
+  """
+  x = (np.arange(n) + 0.5) / n
+  loss = np.concatenate([[1 / b, -1 / b], (2 * x - 1) / b])
+  w = np.concatenate([[0.5, 0.5 * math.exp(-1 / b)], np.exp(-(1 - x) / b) / (2 * b) / n])
+  total = loss[:, None] + loss[None, :]
+  return float((w[:, None] * w[None, :] * np.clip(1 - np.exp(eps - total), 0, None)).sum())
+
+
+@pytest.mark.parametrize("eps", [0.5, 3.0])
+def test_laplace_account_matches_quadrature_and_beats_one_big_shift(eps):
+  mech = M.CentralLaplace(M.BsvsShape(2, 2, 1), eps)  # Delta = 2
+  assert mech.scale == pytest.approx(2 / eps)
+  acct = mech.account()
+  for frac in (0.2, 0.5, 0.8):
+    e = frac * eps
+    exact = laplace_two_shift_delta(mech.scale, e)
+    assert exact - 1e-6 <= acct.delta(e) <= exact + 1e-6
+    # One shift by Delta (the scalar-sensitivity account) has delta = 1 - e^{(e - eps)/2}.
+    assert acct.delta(e) < 0.75 * (1 - math.exp((e - eps) / 2))
+  assert acct.epsilon(0.0) == pytest.approx(eps)
+  assert mech.privacy().delta == 0.0
+
+
+# --- the sampler --------------------------------------------------------------------
+
+
+SHAPES = [M.BsvsShape(3, 2, 2, 1), M.BsvsShape(4, 3, 1, 2)]
+
+
+@given(shape_index=st.integers(0, 1), data=st.data(), mech_index=st.integers(0, 1))
+def test_contribution_is_the_clients_entries(shape_index, data, mech_index):
+  shape = SHAPES[shape_index]
+  buckets = data.draw(st.lists(st.integers(0, shape.num_buckets - 1), min_size=0, max_size=shape.k,
+                               unique=True))
+  labels = data.draw(st.lists(st.integers(0, shape.num_labels - 1), min_size=0, max_size=shape.r,
+                              unique=True))
+  b = jnp.array(buckets + [-1] * (shape.k - len(buckets)), jnp.int32)
+  lab = jnp.array(labels + [-1] * (shape.r - len(labels)), jnp.int32)
+  mech = MECHANISMS[mech_index](shape, 1.0)
+  got = np.asarray(mech.analyze(mech.randomize(jax.random.key(0), b, lab)))
+  want = np.zeros((shape.num_buckets, shape.num_labels), np.int32)
+  for t in buckets:
+    for y in labels:
+      want[t, y] = 1
+  np.testing.assert_array_equal(got, want.reshape(-1))
+
+
+def test_laplace_noise_law():
+  # KS against Laplace(b) on 20,000 draws: false-failure rate 1e-3. The same draws
+  # reject Laplace(b/2) (the half-sensitivity bug) with p < 1e-10.
+  mech = M.CentralLaplace(M.BsvsShape(100, 50, 1), 1.3)
+  draws = np.concatenate([mech.noise(jax.random.key(i)).reshape(-1) for i in range(4)])
+  assert draws.dtype == np.float64
+  assert stats.kstest(draws, stats.laplace(scale=mech.scale).cdf).pvalue > 1e-3
+  assert stats.kstest(draws, stats.laplace(scale=mech.scale / 2).cdf).pvalue < 1e-10
+
+
+def test_discrete_laplace_noise_law():
+  # Chi-square against the exact pmf on |z| <= 12 (tails pooled), 20,000 draws:
+  # false-failure rate 1e-3; the half-sensitivity law is rejected.
+  mech = M.CentralDiscreteLaplace(M.BsvsShape(100, 50, 1), 1.0)  # a = 0.5
+  draws = np.concatenate([mech.noise(jax.random.key(i)).reshape(-1) for i in range(4)])
+  assert np.issubdtype(draws.dtype, np.integer)
+
+  def expected(a):
+    z = np.arange(-12, 13)
+    pmf = dlap_pmf(a, z)
+    tail = math.exp(-13 * a) / (1 + math.exp(-a))
+    return np.concatenate([[tail], pmf, [tail]]) * len(draws)
+
+  observed = np.bincount(np.clip(draws, -13, 13) + 13, minlength=27)
+  assert stats.chisquare(observed, expected(mech.parameter)).pvalue > 1e-3
+  assert stats.chisquare(observed, expected(2 * mech.parameter)).pvalue < 1e-10
+
+
+@pytest.mark.parametrize("cls", MECHANISMS)
+def test_unbiased_with_closed_form_variance(cls):
+  # 200 runs through simulate; per-entry z-test on the mean and chi-square interval on
+  # the variance, Bonferroni over 12 entries x 2 tests, family-wise false-failure 1e-3
+  # per mechanism. The client statistics are the exact counts.
+  inp, shape = numpy_workload(3, 300, 4, 3, 2)
+  truth = np.asarray(M.bsvs_counts(inp, shape), np.float64)
+  mech = cls(shape, 0.8)
+  results = [simulation.simulate(jax.random.key(500 + i), mech, inp) for i in range(200)]
+  np.testing.assert_array_equal(np.asarray(results[0].stats).reshape(4, 3), truth)
+  runs = np.stack([r.estimate for r in results])
+  var = mech.entry_variance(truth, 300)
+  alpha = 1e-3 / 24
+  z = (runs.mean(0) - truth) / np.sqrt(var / len(runs))
+  assert np.all(np.abs(z) < stats.norm.isf(alpha / 2))
+  chi = (len(runs) - 1) * runs.var(0, ddof=1) / var
+  lo, hi = stats.chi2.ppf(alpha / 2, len(runs) - 1), stats.chi2.isf(alpha / 2, len(runs) - 1)
+  assert np.all((chi > lo) & (chi < hi))
+
+
+def test_closed_form_variances():
+  lap = M.CentralLaplace(M.BsvsShape(2, 2, 1), 2.0)
+  np.testing.assert_allclose(lap.entry_variance(None, 10), 2 * 1.0**2)  # b = 2/2
+  dl = M.CentralDiscreteLaplace(M.BsvsShape(2, 2, 1), 2.0)  # a = 1
+  z = np.arange(-200, 201)
+  np.testing.assert_allclose(dl.entry_variance(None, 10), (dlap_pmf(1.0, z) * z**2).sum(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("cls", MECHANISMS)
+def test_bad_input(cls):
+  shape = M.BsvsShape(3, 2, 1)
+  for bad in (0.0, -1.0, math.nan, math.inf, None):
+    with pytest.raises(ValueError, match="epsilon"):
+      cls(shape, bad)
+  with pytest.raises(ValueError, match="relation"):
+    cls(shape, 1.0, "swap-two")
+  with pytest.raises(ValueError, match="k"):
+    cls(M.BsvsShape(2, 2, 3), 1.0)
+  with pytest.raises(ValueError, match="r"):
+    cls(M.BsvsShape(2, 2, 1, 0), 1.0)
+  assert cls(shape, 1.0, "add-remove").sensitivity == 1
+  assert cls(shape, 1.0).sensitivity == 2

@@ -1,0 +1,197 @@
+"""Collision mechanism: exact pmf, tight eps-LDP, exact hit rates, sampler law, estimator."""
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from jaxdistill import accounting
+from jaxdistill import mechanisms as M
+from jaxdistill import simulation
+from jaxdistill.mechanisms import _collision
+
+
+def definition_pmf(hashed, l, eps, c):
+  """Pr[z = v | hash table] from Definition 5, for the hashed positions of S."""
+  members = set(int(v) for v in hashed)
+  omega = c * math.exp(eps) + l - c
+  out = np.empty(l)
+  for v in range(l):
+    if v in members:
+      out[v] = math.exp(eps) / omega
+    else:
+      out[v] = (omega - len(members) * math.exp(eps)) / ((l - len(members)) * omega)
+  return out
+
+
+def joint_pmf(entries, d, l, eps, c):
+  """Exact pmf over (hash table, z): uniform table in [l]^d times Definition 5."""
+  tables = list(itertools.product(range(l), repeat=d))
+  out = np.empty((len(tables), l))
+  for t, table in enumerate(tables):
+    out[t] = definition_pmf([table[j] for j in entries], l, eps, c) / l**d
+  return tables, out
+
+
+def numpy_workload(seed, n, s, y, k):
+  """n clients with k distinct buckets (skewed) and one label correlated with the first."""
+  rng = np.random.default_rng(seed)
+  weights = 1.0 / np.arange(1, s + 1)
+  buckets = np.stack([rng.choice(s, k, replace=False, p=weights / weights.sum()) for _ in range(n)])
+  labels = np.where(rng.random(n) < 0.7, buckets[:, 0] % y, rng.integers(0, y, n))[:, None]
+  return M.make_bsvs_input(buckets, labels, num_buckets=s, num_labels=y)
+
+
+# Tiny configurations: (s, |Y|, k, eps). d = s|Y|, c = k (r = 1).
+CONFIGS = [(2, 2, 1, 1.0), (3, 1, 2, 0.5), (3, 1, 1, 2.0)]
+
+
+def all_inputs(s, y, k):
+  """Every client input (set of flattened entries) with r = 1: up to k buckets, one label."""
+  out = []
+  for size in range(0, k + 1):
+    for buckets in itertools.combinations(range(s), size):
+      for label in range(y):
+        out.append(tuple(b * y + label for b in buckets))
+  return sorted(set(out))
+
+
+@pytest.mark.parametrize("s,y,k,eps", CONFIGS)
+def test_exact_pmf_is_tight_pure_eps_ldp(s, y, k, eps):
+  # Every table has probability l^-d > 0, so delta = 0 at eps on the joint pmf over
+  # (table, z) is the same as eps-LDP of the pmf over z for every fixed hash table.
+  mech = M.Collision(M.BsvsShape(s, y, k), eps)
+  l, d, c = mech.bloom_length, s * y, k
+  assert l == math.floor(c * math.exp(eps) + 2 * c - 1)
+  pmfs = {S: joint_pmf(S, d, l, eps, c)[1].reshape(-1) for S in all_inputs(s, y, k)}
+  for pmf in pmfs.values():
+    assert math.fsum(pmf) == pytest.approx(1.0, abs=1e-12)
+  worst = 0.0
+  for (S, p), (S2, p2) in itertools.permutations(pmfs.items(), 2):
+    assert accounting.privacy_profile(p, p2, eps) <= 1e-12, (S, S2)
+    worst = max(worst, accounting.epsilon_for_delta(p, p2, 0.0))
+  assert worst == pytest.approx(eps, rel=1e-9)  # tight: some pair attains e^eps
+  assert mech.privacy().epsilon == eps and mech.privacy().delta == 0.0
+  assert mech.privacy().relation is accounting.Relation.REPLACE_ONE
+
+
+@pytest.mark.parametrize("s,y,k,eps", CONFIGS)
+def test_exact_hit_rates_by_enumerating_hashes(s, y, k, eps):
+  # E[hit_j] = p for j in S (whatever hash collisions shrink C to), q = 1/l otherwise.
+  mech = M.Collision(M.BsvsShape(s, y, k), eps)
+  l, d = mech.bloom_length, s * y
+  for S in all_inputs(s, y, k):
+    tables, pmf = joint_pmf(S, d, l, eps, k)
+    hit = np.zeros(d)
+    for t, table in enumerate(tables):
+      for j in range(d):
+        hit[j] += pmf[t, table[j]]
+    for j in range(d):
+      assert hit[j] == pytest.approx(mech.p if j in S else mech.q, abs=1e-12)
+  assert mech.p == pytest.approx(math.exp(eps) / (k * math.exp(eps) + l - k), rel=1e-14)
+
+
+@pytest.mark.parametrize("s,y,k,eps,bucket,label", [(2, 2, 1, 1.0, 1, 0), (2, 1, 2, 0.5, None, 0)])
+def test_sampler_matches_exact_joint_pmf(s, y, k, eps, bucket, label):
+  # Chi-square of (hash table, z) over all l^d * l cells at 40k draws; false-failure rate
+  # 1e-3 per case. The second case (k = 2 in a domain of 2) covers |C| < c collisions.
+  mech = M.Collision(M.BsvsShape(s, y, k), eps)
+  l, d = mech.bloom_length, s * y
+  buckets = jnp.array([bucket] if k == 1 else [0, 1], jnp.int32)
+  labels = jnp.array([label], jnp.int32)
+  S = tuple(sorted(int(b) * y + label for b in np.asarray(buckets)))
+  tables, pmf = joint_pmf(S, d, l, eps, k)
+  keys = jax.random.split(jax.random.key(11), 40000)
+  msgs = jax.vmap(mech.randomize, in_axes=(0, None, None))(keys, buckets, labels)
+  drawn = np.asarray(jax.vmap(lambda sd: _collision.hash_table(sd, d, l))(msgs.seed))
+  z = np.asarray(msgs.output)
+  cell = (drawn @ (l ** np.arange(d - 1, -1, -1))) * l + z
+  observed = np.bincount(cell, minlength=pmf.size)
+  assert stats.chisquare(observed, pmf.reshape(-1) * len(z)).pvalue > 1e-3
+
+
+def test_unbiased_with_closed_form_variance():
+  # 200 independent runs over n = 400 clients; per-entry z-test on the mean and a
+  # chi-square interval on the variance, Bonferroni over 12 entries x 2 tests,
+  # family-wise false-failure rate 1e-3.
+  inp, shape = numpy_workload(1, 400, 4, 3, 1)
+  truth = np.asarray(M.bsvs_counts(inp, shape), np.float64)
+  mech = M.Collision(shape, 1.5)
+  runs = np.stack([simulation.simulate(jax.random.key(300 + i), mech, inp).estimate
+                   for i in range(200)])
+  var = mech.entry_variance(truth, 400)
+  alpha = 1e-3 / 24
+  z = (runs.mean(0) - truth) / np.sqrt(var / len(runs))
+  assert np.all(np.abs(z) < stats.norm.isf(alpha / 2))
+  chi = (len(runs) - 1) * runs.var(0, ddof=1) / var
+  lo, hi = stats.chi2.ppf(alpha / 2, len(runs) - 1), stats.chi2.isf(alpha / 2, len(runs) - 1)
+  assert np.all((chi > lo) & (chi < hi))
+
+
+def test_wrong_rate_is_detected():
+  # Power check of the z-test above: an estimator that used q = 1/(l+1) would be biased
+  # by n(1/l - 1/(l+1))/(p - q) per entry, far beyond the test's threshold.
+  mech = M.Collision(M.BsvsShape(4, 3, 1), 1.5)
+  n, l = 400, mech.bloom_length
+  shift = n * (1 / l - 1 / (l + 1)) / (mech.p - mech.q)
+  sd_mean = math.sqrt(mech.entry_variance(np.zeros((4, 3)), n)[0, 0] / 200)
+  assert shift / sd_mean > stats.norm.isf(1e-3 / 48) + 3
+
+
+# (shape, eps) pairs: each compiles once.
+SHAPES = [(M.BsvsShape(3, 2, 2, 1), 0.3), (M.BsvsShape(4, 3, 1, 2), 2.0)]
+_JITTED = {}
+
+
+def jitted(mech):
+  """One compiled (randomize, analyze, hash table) per mechanism (shapes are fixed)."""
+  if mech not in _JITTED:
+    d, l = mech.shape.d, mech.bloom_length
+    _JITTED[mech] = jax.jit(lambda key, b, lab: (
+        mech.randomize(key, b, lab),
+        mech.analyze(mech.randomize(key, b, lab)),
+        _collision.hash_table(mech.randomize(key, b, lab).seed, d, l)))
+  return _JITTED[mech]
+
+
+@given(shape_index=st.integers(0, len(SHAPES) - 1), data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_message_and_hits_are_consistent(shape_index, data, seed):
+  shape, eps = SHAPES[shape_index]
+  buckets = data.draw(st.lists(st.integers(0, shape.num_buckets - 1), min_size=1, max_size=shape.k,
+                               unique=True))
+  labels = data.draw(st.lists(st.integers(0, shape.num_labels - 1), min_size=1, max_size=shape.r,
+                              unique=True))
+  b = jnp.array(buckets + [-1] * (shape.k - len(buckets)), jnp.int32)
+  lab = jnp.array(labels + [-1] * (shape.r - len(labels)), jnp.int32)
+  mech = M.Collision(shape, eps)
+  key = jax.random.key(seed)
+  msg, hits, table = jitted(mech)(key, b, lab)
+  assert int(msg.output) == int(jitted(mech)(key, b, lab)[0].output)  # pure: same key, same z
+  z = int(msg.output)
+  assert 0 <= z < mech.bloom_length
+  table, hits = np.asarray(table), np.asarray(hits)
+  assert hits.dtype == np.int32 and hits.shape == (shape.d,)
+  np.testing.assert_array_equal(hits, (table == z).astype(np.int32))
+
+
+def test_bad_input():
+  shape = M.BsvsShape(3, 2, 2)
+  for bad in (0.0, -1.0, math.nan, math.inf):
+    with pytest.raises(ValueError, match="epsilon"):
+      M.Collision(shape, bad)
+  for bad in (1, 2, 0, 2.5):  # l >= c + 1 = 3 and l >= 2
+    with pytest.raises(ValueError, match="bloom_length"):
+      M.Collision(shape, 1.0, bloom_length=bad)
+  with pytest.raises(ValueError, match="epsilon"):
+    M.Collision(shape, 30.0)  # default l would overflow int32
+  with pytest.raises(ValueError, match="k"):
+    M.Collision(M.BsvsShape(2, 2, 3), 1.0)
+  with pytest.raises(ValueError, match="r"):
+    M.Collision(M.BsvsShape(2, 2, 1, 0), 1.0)
+  assert M.Collision(shape, 1.0, bloom_length=3).bloom_length == 3
