@@ -54,8 +54,12 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
 
 
 def finite(name: str, value: Any) -> float:
-  """Returns ``value`` as a finite float, or raises naming ``name``."""
-  if _is_bool(value):
+  """Returns ``value`` as a finite float, or raises naming ``name``.
+
+  Strings are rejected even when they parse (``"1"``): a caller passing text
+  where a number belongs has a bug worth surfacing.
+  """
+  if _is_bool(value) or isinstance(value, (str, bytes)):
     raise ValueError(f"Expected {name} to be a real number, got {value!r}.")
   try:
     out = float(value)

@@ -21,7 +21,7 @@ def test_integer_accepts_whole_numbers():
     v.integer("k", 0, minimum=1)
 
 
-@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), math.inf, "a", False])
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), math.inf, "a", "1", False])
 def test_positive_rejects(value):
   with pytest.raises(ValueError, match="epsilon"):
     v.positive("epsilon", value)
