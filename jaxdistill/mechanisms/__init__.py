@@ -15,10 +15,17 @@ from jaxdistill.mechanisms._bsvs import bsvs_sensitivity
 from jaxdistill.mechanisms._bsvs import client_entries
 from jaxdistill.mechanisms._bsvs import make_bsvs_input
 from jaxdistill.mechanisms._bsvs import synthetic_workload
+from jaxdistill.mechanisms._nb_sampler import sample_negative_binomial
 from jaxdistill.mechanisms._randomized_response import RandomizedResponse
+from jaxdistill.mechanisms._shuffle_multi import MultiMessageTranscript
+from jaxdistill.mechanisms._shuffle_multi import ShuffleMultiMessage
+from jaxdistill.mechanisms._shuffle_multi import shuffle_multi_message_protocol
+from jaxdistill.mechanisms._shuffle_single import ShuffleSingleMessage
 
 __all__ = [
     "BsvsMechanism", "BsvsInput", "BsvsShape", "SyntheticWorkload", "bsvs_counts",
     "bsvs_sensitivity", "client_entries", "make_bsvs_input", "synthetic_workload",
     "RandomizedResponse",
+    "ShuffleMultiMessage", "MultiMessageTranscript", "shuffle_multi_message_protocol",
+    "sample_negative_binomial", "ShuffleSingleMessage",
 ]
