@@ -22,6 +22,7 @@ Notes (spec REVERSE_KNN.md §5):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -36,6 +37,11 @@ __all__ = ["ShuffleSingleMessage", "LOCAL_RANDOMIZERS"]
 
 #: Local randomizers ``ShuffleSingleMessage`` can wrap.
 LOCAL_RANDOMIZERS = ("rr", "collision")
+
+
+@functools.lru_cache(maxsize=64)
+def _amplification(eps: float, n: int, delta: float, method: str) -> ShuffleAmplification:
+  return shuffle_local_epsilon(eps, n, delta, method=method)
 
 
 def _local_mechanism(local: str, shape: BsvsShape, eps0: float) -> BsvsMechanism:
@@ -110,7 +116,7 @@ class ShuffleSingleMessage(BsvsMechanism):
     n = _validate.integer("num_clients", self.num_clients, minimum=1)
     local = _validate.choice("local", self.local, LOCAL_RANDOMIZERS)
     method = _validate.choice("method", self.method, ("numeric", "closed-form"))
-    amp = shuffle_local_epsilon(eps, n, delta, method=method)
+    amp = _amplification(eps, n, delta, method)
     mech = _local_mechanism(local, self.shape, amp.eps0)
     for name, value in (("epsilon", eps), ("delta", delta), ("num_clients", n), ("eps0", amp.eps0),
                         ("amplification", amp), ("local_mechanism", mech)):
