@@ -68,7 +68,7 @@ _SCALE = 1 << _BITS
 _TAIL = decimal.Decimal(2) ** -100  # truncated tails fold into the last outcome
 _THRESHOLD_ERROR = 2.0**-96  # |round(2^96 S) / 2^96 - S| (+ 50-digit error), per threshold
 _MAX_EVENTS = 1 << 16
-_MAX_TABLE = 1 << 24
+_MAX_TABLE = 1 << 22
 
 
 def _ctx() -> decimal.Context:
@@ -155,6 +155,11 @@ def compound_poisson_tables(shapes: tuple[float, ...], probs: tuple[float, ...],
     # Marks: (stream s, size j) with probability lambda_s / total * Log_{p_s}(j).
     mark_pmf, stream_of, size_of = [], [], []
     for s, (ls, p) in enumerate(zip(lam, probs)):
+      # Table length needed for a 2^-100 tail: Pr[L > K] <= p^{K+1} / ((K+1)(1-p) ln(1/(1-p))).
+      approx_len = (-100 * math.log(2) + math.log1p(-p) + math.log(-math.log1p(-p))) / math.log(p)
+      if approx_len > _MAX_TABLE:
+        raise ValueError(f"Expected probs[{s}]={p} further from 1 (Logarithmic table of ~{approx_len:.3g} "
+                         f"entries exceeds {_MAX_TABLE}).")
       dp = D(p)
       log_norm = -(1 - dp).ln()
       weight = ls / total
@@ -227,23 +232,32 @@ def count_below(u: jax.Array, table: np.ndarray) -> jax.Array:
   return lo
 
 
+def compound_poisson_events(key: jax.Array,
+                            tables: CompoundPoissonTables) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The events of one draw: ``(cell, stream, size)``, each int32 ``[E_cap]``.
+
+  Unused event slots (beyond the Poisson count) have size 0. The draw is
+  ``sum over events of size`` at ``(cell, stream)``.
+  """
+  e_cap = tables.count.shape[0]
+  words = jax.random.bits(key, (1 + 2 * e_cap, _WORDS), jnp.uint32)
+  events = count_below(words[0], tables.count)
+  mark = count_below(words[1:1 + e_cap], tables.mark)
+  stream = jnp.asarray(tables.mark_stream)[mark]
+  size = jnp.where(jnp.arange(e_cap) < events, jnp.asarray(tables.mark_size)[mark], 0)
+  cell = count_below(words[1 + e_cap:], tables.cell)
+  return cell, stream, size
+
+
 def compound_poisson_sample(key: jax.Array, tables: CompoundPoissonTables) -> jax.Array:
   """One draw of independent NB(r_s, p_s) on every (cell, stream): int32 ``[cells, S]``.
 
   Pure, fixed shapes: jittable and vmappable over keys.
   """
-  e_cap = tables.count.shape[0]
   cells, streams = tables.cells, tables.streams
-  words = jax.random.bits(key, (1 + 2 * e_cap, _WORDS), jnp.uint32)
-  events = count_below(words[0], tables.count)
-  mark = count_below(words[1:1 + e_cap], tables.mark)
-  stream = jnp.asarray(tables.mark_stream)[mark]
-  size = jnp.asarray(tables.mark_size)[mark]
-  cell = count_below(words[1 + e_cap:], tables.cell)
-  valid = jnp.arange(e_cap) < events
-  slot = jnp.where(valid, cell * streams + stream, cells * streams)
-  flat = jnp.zeros(cells * streams + 1, jnp.int32).at[slot].add(size)
-  return flat[:-1].reshape(cells, streams)
+  cell, stream, size = compound_poisson_events(key, tables)
+  flat = jnp.zeros(cells * streams, jnp.int32).at[cell * streams + stream].add(size)
+  return flat.reshape(cells, streams)
 
 
 def sample_negative_binomial(key: jax.Array, r: Any, p: Any, shape: Any = ()) -> jax.Array:

@@ -50,7 +50,7 @@ from jaxdistill.accounting._multi_message import (
 )
 from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, client_entries
-from jaxdistill.mechanisms._nb_sampler import CompoundPoissonTables, compound_poisson_sample, compound_poisson_tables
+from jaxdistill.mechanisms._nb_sampler import CompoundPoissonTables, compound_poisson_events, compound_poisson_tables
 
 __all__ = ["ShuffleMultiMessage", "MultiMessageTranscript", "shuffle_multi_message_protocol"]
 
@@ -144,11 +144,13 @@ class ShuffleMultiMessage(BsvsMechanism):
     """int32 ``[d, 2]``: the client's number of ``(j, +)`` and ``(j, -)`` messages."""
     d = self.shape.d
     ent = client_entries(buckets, labels, self.shape.num_labels)
-    real = jnp.zeros(d + 1, jnp.int32).at[jnp.where(ent >= 0, ent, d)].add(1)[:d]
-    z = compound_poisson_sample(key, self.tables())  # [d, 3]: Z1, Z2, Z3
-    plus = real + z[:, 0] + z[:, 2]
-    minus = z[:, 1] + z[:, 2]
-    return jnp.stack([plus, minus], axis=1)
+    cell, stream, size = compound_poisson_events(key, self.tables())  # streams: Z1, Z2, Z3
+    # Flattened [d, 2] counts: slot 2j is (j, +), 2j + 1 is (j, -); slot 2d drops padding.
+    slots = jnp.concatenate([jnp.where(ent >= 0, 2 * ent, 2 * d),  # real messages
+                             jnp.where(stream == 1, 2 * cell + 1, 2 * cell),  # Z1 -> +, Z2 -> -
+                             jnp.where(stream == 2, 2 * cell + 1, 2 * d)])  # Z3 also -> -
+    values = jnp.concatenate([jnp.ones_like(ent), size, size])
+    return jnp.zeros(2 * d + 1, jnp.int32).at[slots].add(values)[:2 * d].reshape(d, 2)
 
   def analyze(self, message: jax.Array) -> jax.Array:
     """The counts pass through; the runner sums them over clients."""
