@@ -79,9 +79,10 @@ class ShuffleMultiMessage(BsvsMechanism):
   References:
     Ghazi, Kumar, Manurangsi, Pagh, "Private Counting from Anonymous
     Messages: Near-Optimal Accuracy with Vanishing Communication Overhead",
-    ICML 2020 (PMLR 119:3505-3514), Section 3 (binary summation) and the
-    histogram extension; the reverse-k-NN paper (arXiv:2207.13253),
-    "Shuffle DP".
+    ICML 2020 (PMLR 119:3505-3514), the binary-summation randomizer and its
+    histogram extension (their constants were not recovered, spec §4; the
+    guarantee here is computed); the reverse-k-NN paper
+    (https://arxiv.org/abs/2207.13253), "Shuffle DP".
 
   Attributes:
     shape: BSVS sizes.
@@ -115,15 +116,22 @@ class ShuffleMultiMessage(BsvsMechanism):
     frac = _validate.open_unit("dlap_fraction", self.dlap_fraction)
     for name, value in (("epsilon", eps), ("delta", delta), ("num_clients", n), ("dlap_fraction", frac)):
       object.__setattr__(self, name, value)
-    if self.noise is None:
+    calibrated = self.noise is None
+    if calibrated:
       calibrate = functools.partial(calibrate_multi_message, eps, k=self.shape.k, r=self.shape.r,
                                     dlap_fraction=frac)
       object.__setattr__(self, "noise", calibrate(delta))
-      extra = self.privacy().delta - multi_message_delta(self.noise, eps, k=self.shape.k, r=self.shape.r)
-      if self.privacy().delta > delta:  # the sampler's TV term (~1e-18) did not fit in the slack
-        object.__setattr__(self, "noise", calibrate(delta - 2 * extra))
     elif not isinstance(self.noise, MultiMessageNoise):
       raise ValueError(f"Expected noise to be a MultiMessageNoise or None; got {type(self.noise)}.")
+    try:
+      self.tables()  # fail here, not inside a jit trace
+    except ValueError as err:
+      raise ValueError(f"Expected more num_clients than {n} for d={self.shape.d} and noise={self.noise}: "
+                       f"one client's noise shares are too large to sample ({err})") from None
+    if calibrated and self.privacy().delta > delta:
+      # The sampler's TV term (~1e-18) did not fit in the calibration's slack: recalibrate.
+      extra = self.privacy().delta - multi_message_delta(self.noise, eps, k=self.shape.k, r=self.shape.r)
+      object.__setattr__(self, "noise", calibrate(delta - 2 * extra))
     achieved = self.privacy().delta
     if achieved > delta:
       raise ValueError(f"Expected noise={self.noise} to meet (epsilon={eps}, delta={delta}); "
