@@ -17,6 +17,12 @@ from jaxdistill.accounting._mechanisms import discrete_laplace
 from jaxdistill.accounting._mechanisms import gaussian
 from jaxdistill.accounting._mechanisms import laplace
 from jaxdistill.accounting._mechanisms import randomized_response
+from jaxdistill.accounting._multi_message import MultiMessageNoise
+from jaxdistill.accounting._multi_message import calibrate_multi_message
+from jaxdistill.accounting._multi_message import multi_message_delta
+from jaxdistill.accounting._multi_message import multi_message_epsilon
+from jaxdistill.accounting._multi_message import multi_message_expected_messages
+from jaxdistill.accounting._multi_message import multi_message_pld
 from jaxdistill.accounting._nfdp import NfdpPrivacy
 from jaxdistill.accounting._nfdp import nfdp_inclusion_probability
 from jaxdistill.accounting._nfdp import nfdp_paper_guarantee
@@ -39,4 +45,6 @@ __all__ = [
     "PrivacyStatement", "PrivacyWarning", "Relation", "ShuffleAmplification",
     "clone_delta", "fmt_closed_form_epsilon", "fmt_closed_form_valid", "shuffle_epsilon",
     "shuffle_local_epsilon",
+    "MultiMessageNoise", "calibrate_multi_message", "multi_message_delta", "multi_message_epsilon",
+    "multi_message_expected_messages", "multi_message_pld",
 ]

@@ -33,7 +33,12 @@ from jaxdistill.mechanisms._product import ConcatenationLiteral
 from jaxdistill.mechanisms._product import ProductStats
 from jaxdistill.mechanisms._product import Separation
 from jaxdistill.mechanisms._product import SeparationMessage
+from jaxdistill.mechanisms._nb_sampler import sample_negative_binomial
 from jaxdistill.mechanisms._randomized_response import RandomizedResponse
+from jaxdistill.mechanisms._shuffle_multi import MultiMessageTranscript
+from jaxdistill.mechanisms._shuffle_multi import ShuffleMultiMessage
+from jaxdistill.mechanisms._shuffle_multi import shuffle_multi_message_protocol
+from jaxdistill.mechanisms._shuffle_single import ShuffleSingleMessage
 
 __all__ = [
     "BsvsMechanism", "BsvsInput", "BsvsShape", "SyntheticWorkload", "bsvs_counts",
@@ -44,4 +49,6 @@ __all__ = [
     "laplace_labeling_error", "discrete_laplace_alpha", "discrete_laplace_beta",
     "discrete_laplace_labeling_error", "collision_alpha", "collision_beta",
     "collision_labeling_error",
+    "ShuffleMultiMessage", "MultiMessageTranscript", "shuffle_multi_message_protocol",
+    "sample_negative_binomial", "ShuffleSingleMessage",
 ]

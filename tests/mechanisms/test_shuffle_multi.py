@@ -1,0 +1,400 @@
+"""Multi-message shuffle: sampler law, exact privacy vs brute force, calibration, protocol.
+
+Oracles are independent of the code under test: scipy's negative-binomial and
+logarithmic pmfs, per-client pmfs convolved by hand, the exact toolkit's
+hockey-stick divergence, and dp-accounting's discrete Laplace.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import signal, stats
+
+from jaxdistill import accounting
+from jaxdistill import mechanisms as M
+from jaxdistill import simulation
+from jaxdistill.mechanisms import _nb_sampler as nbs
+
+# Tiny noise used for exact checks: a = 1, rho = 2, p' = 0.3.
+TINY = accounting.MultiMessageNoise(math.exp(-1.0), 2.0, 0.3)
+
+
+def decode(table):
+  """uint32 [K, 3] thresholds -> survival probabilities (float64)."""
+  t = np.asarray(table, np.float64)
+  return (t[:, 0] * 2.0**64 + t[:, 1] * 2.0**32 + t[:, 2]) / 2.0**96
+
+
+def chisquare_pooled(observed, expected, min_expected=5.0):
+  """Chi-square p-value after pooling cells with small expected counts into one."""
+  observed, expected = np.asarray(observed, float).ravel(), np.asarray(expected, float).ravel()
+  expected = expected * observed.sum() / expected.sum()  # probabilities -> expected counts
+  big = expected >= min_expected
+  obs = np.append(observed[big], observed[~big].sum())
+  exp = np.append(expected[big], expected[~big].sum())
+  if exp[-1] == 0:
+    obs, exp = obs[:-1], exp[:-1]
+  return stats.chisquare(obs, exp).pvalue
+
+
+# -- the negative-binomial sampler ----------------------------------------------------------
+
+
+def test_count_below_is_an_exact_96_bit_inverse_cdf():
+  table = nbs._words([3 << 64, (2 << 64) + 5, 7, 0])  # non-increasing
+  cases = {(3 << 64) - 1: 1, 3 << 64: 0, (2 << 64) + 4: 2, (2 << 64) + 5: 1, 6: 3, 7: 2, 0: 3}
+  u = nbs._words(list(cases))
+  got = np.asarray(nbs.count_below(jnp.asarray(u), table))
+  assert got.tolist() == list(cases.values())
+  assert int(nbs.count_below(jnp.asarray(u[:1]), np.zeros((0, 3), np.uint32))[0]) == 0
+
+
+@pytest.mark.parametrize("r,p", [(0.5, 0.6), (1 / 3, 0.9), (2.5, 0.3)])
+def test_sampler_matches_negative_binomial_pmf(r, p):
+  # Chi-square goodness of fit at 20000 draws (tail pooled); false-failure rate 1e-3 per case.
+  x = np.asarray(M.sample_negative_binomial(jax.random.key(11), r, p, (20000,)))
+  k = np.arange(x.max() + 2)
+  expected = stats.nbinom.pmf(k, r, 1 - p)
+  expected[-1] = stats.nbinom.sf(k[-2], r, 1 - p)
+  observed = np.bincount(x, minlength=len(k))
+  assert chisquare_pooled(observed, expected) > 1e-3
+
+
+def test_sampler_tiny_shape_zero_mass_and_conditional_law():
+  # r = 1e-3: Pr[X > 0] = 1 - 0.1^0.001 = 2.3e-3. 4e5 draws -> ~920 non-zero draws.
+  # Binomial z-test on the zero mass and chi-square on the zero-truncated law,
+  # Bonferroni over the two tests: false-failure rate 1e-3.
+  r, p = 1e-3, 0.9
+  x = np.asarray(M.sample_negative_binomial(jax.random.key(12), r, p, (400000,)))
+  q0 = -math.expm1(r * math.log1p(-p))
+  z = ((x > 0).sum() - len(x) * q0) / math.sqrt(len(x) * q0 * (1 - q0))
+  assert abs(z) < stats.norm.isf(5e-4 / 2)
+  pos = x[x > 0]
+  k = np.arange(1, pos.max() + 2)
+  cond = stats.nbinom.pmf(k, r, 1 - p) / q0
+  cond[-1] = stats.nbinom.sf(k[-2], r, 1 - p) / q0
+  assert chisquare_pooled(np.bincount(pos, minlength=k[-1] + 1)[1:], cond) > 5e-4
+
+
+@pytest.mark.parametrize("n,p", [(10**6, 0.975), (2**20, 0.9), (3, 0.6)])
+def test_tables_encode_the_exact_law_and_n_shares_sum_to_geometric(n, p):
+  # Deterministic: decode the 96-bit tables back into probabilities and compare
+  # with independent float64 formulas; then convolve the per-client law n times
+  # (repeated squaring) and compare with NB(1, p) = Geometric.
+  tables = nbs.compound_poisson_tables((1.0 / n,), (p,), 1)
+  lam = -math.log1p(-p) / n
+  assert tables.rate == pytest.approx(lam, rel=1e-12)
+  e = np.arange(len(tables.count))
+  np.testing.assert_allclose(decode(tables.count), stats.poisson.sf(e, lam), rtol=1e-9, atol=1e-28)
+  mark_surv = decode(tables.mark)
+  # Reference Pr[L > j] by summing logser's pmf from the far tail (no cancellation).
+  pmf = stats.logser.pmf(np.arange(1, len(mark_surv) + 400), p)
+  ref_sf = np.cumsum(pmf[::-1])[::-1][1:]
+  np.testing.assert_allclose(mark_surv, ref_sf[:len(mark_surv)], rtol=1e-9, atol=1e-28)
+  assert tables.tv_bound < 1e-20
+  # Per-client pmf of the compound Poisson (Panjer recursion) from the decoded tables.
+  K = int(math.log(1e-30) / math.log(p)) + 2
+  log_pmf = np.zeros(K + 1)
+  log_pmf[1:len(mark_surv) + 1] = -np.diff(np.concatenate([[1.0], mark_surv]))
+  lam_hat = -math.log1p(-decode(tables.count)[0])
+  g = np.zeros(K + 1)
+  g[0] = math.exp(-lam_hat)
+  for k in range(1, K + 1):
+    g[k] = lam_hat / k * np.dot(np.arange(1, k + 1) * log_pmf[1:k + 1], g[k - 1::-1][:k])
+  # Zero mass with full relative precision: 1 - Pr[X = 0] = -expm1(r log1p(-p)).
+  assert decode(tables.count)[0] == pytest.approx(-math.expm1((1.0 / n) * math.log1p(-p)), rel=1e-12, abs=0)
+  np.testing.assert_allclose(g[1:50], stats.nbinom.pmf(np.arange(1, 50), 1.0 / n, 1 - p), rtol=1e-7)
+  # n-fold convolution by binary exponentiation (truncated at K; the tail is < 1e-25).
+  total, base, m = np.zeros(K + 1), g.copy(), n
+  total[0] = 1.0
+  while m:
+    if m & 1:
+      total = np.convolve(total, base)[:K + 1]
+    base = np.convolve(base, base)[:K + 1]
+    m >>= 1
+  np.testing.assert_allclose(total, (1 - p) * p ** np.arange(K + 1), rtol=1e-8, atol=1e-15)
+
+
+def test_expected_messages_formula_matches_the_sampler_tables():
+  # E[sum of sizes] = cells * sum_s lambda_s E[Log(p_s)], read from the decoded tables.
+  shape = M.BsvsShape(5, 4, 1)
+  mech = M.ShuffleMultiMessage(shape, 1.0, 1e-6, 10**6, noise=accounting.calibrate_multi_message(1.0, 1e-6))
+  t = mech.tables()
+  probs = np.diff(np.concatenate([[1.0], decode(t.mark), [0.0]])) * -1.0
+  per_event_plus_minus = np.where(np.asarray(t.mark_stream) == 2, 2, 1) * np.asarray(t.mark_size)
+  noise_msgs = t.rate * float(np.dot(probs, per_event_plus_minus))
+  assert shape.c + noise_msgs == pytest.approx(mech.expected_messages(), rel=1e-9)
+
+
+# -- per-client messages and their sum --------------------------------------------------------
+
+
+def client_view_pmf(x, n, noise, size):
+  """Exact pmf of one client's (#+, #-) on an entry with x real messages, on [0, size]^2."""
+  g = stats.nbinom.pmf(np.arange(size + 1), 1 / n, 1 - noise.p)
+  f = stats.nbinom.pmf(np.arange(size + 1), noise.rho / n, 1 - noise.p_flood)
+  out = np.zeros((size + 1, size + 1))
+  for z3 in range(size + 1):
+    for u in range(size + 1):
+      if u - x - z3 >= 0:
+        out[u, z3:] += f[z3] * g[u - x - z3] * g[:size + 1 - z3]
+  return out
+
+
+def sum_of_views(views, size):
+  acc = views[0]
+  for v in views[1:]:
+    acc = signal.convolve2d(acc, v)[:size + 1, :size + 1]
+  return acc
+
+
+def tiny_mechanism(n, shape=M.BsvsShape(2, 1, 1)):
+  delta = accounting.multi_message_delta(TINY, 2.0, k=shape.k, r=shape.r)
+  return M.ShuffleMultiMessage(shape, 2.0, min(0.99, delta * 1.01), n, noise=TINY)
+
+
+def test_one_client_messages_follow_the_exact_pmf():
+  # n = 2 (shares NB(1/2, p), NB(1, p')); client with entry 0. Joint law of (#+, #-)
+  # on both entries vs the exact pmf; 20000 draws, pooled chi-square, false-failure
+  # rate 1e-3 per entry (Bonferroni 2e-3 overall).
+  mech = tiny_mechanism(2)
+  keys = jax.random.split(jax.random.key(3), 20000)
+  b, lab = jnp.array([0], jnp.int32), jnp.array([0], jnp.int32)
+  msgs = np.asarray(jax.jit(jax.vmap(lambda k: mech.randomize(k, b, lab)))(keys))
+  assert msgs.shape == (20000, 2, 2) and msgs.dtype == np.int32
+  size = 40
+  for entry, x in ((0, 1), (1, 0)):
+    exact = client_view_pmf(x, 2, TINY, size)
+    u, v = np.minimum(msgs[:, entry, 0], size), np.minimum(msgs[:, entry, 1], size)
+    observed = np.zeros_like(exact)
+    np.add.at(observed, (u, v), 1)
+    assert chisquare_pooled(observed, exact) > 1e-3
+
+
+def test_sum_over_clients_is_the_analysed_view():
+  # n = 3 clients on d = 1: (#+, #-) = (3 + G1 + F, G2 + F) with G ~ NB(1, p), F ~ NB(rho, p').
+  # The exact reference is computed from the *total* laws (not from the shares).
+  # 20000 sums; pooled chi-square; false-failure rate 1e-3.
+  mech = tiny_mechanism(3, M.BsvsShape(1, 1, 1))
+  b, lab = jnp.array([0], jnp.int32), jnp.array([0], jnp.int32)
+
+  def total(key):
+    ks = jax.random.split(key, 3)
+    return sum(mech.randomize(k, b, lab) for k in ks)[0]
+
+  sums = np.asarray(jax.jit(jax.vmap(total))(jax.random.split(jax.random.key(4), 20000)))
+  size = 45
+  g = stats.geom.pmf(np.arange(size + 1) + 1, 1 - TINY.p)  # NB(1, p) on {0, 1, ...}
+  f = stats.nbinom.pmf(np.arange(size + 1), TINY.rho, 1 - TINY.p_flood)
+  exact = np.zeros((size + 1, size + 1))
+  for fv in range(size + 1):
+    for u in range(3 + fv, size + 1):
+      exact[u, fv:] += f[fv] * g[u - 3 - fv] * g[:size + 1 - fv]
+  observed = np.zeros_like(exact)
+  np.add.at(observed, (np.minimum(sums[:, 0], size), np.minimum(sums[:, 1], size)), 1)
+  assert chisquare_pooled(observed, exact) > 1e-3
+
+
+# -- exact privacy: brute force, lattice, reduction, composition ---------------------------
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_pld_upper_bounds_brute_force_enumeration_and_is_tight(n):
+  # The whole analyzer view (the shuffled multiset = the count vector) of n clients on
+  # d = 2 entries, by convolving the per-client pmfs (shares NB(1/n, .)). Neighbours:
+  # all clients on entry 0, vs client 0 moved to entry 1 (one up, one down shift).
+  size = 36  # the truncated mass is below 1e-13 on both sides
+  mk = lambda xs: sum_of_views([client_view_pmf(x, n, TINY, size) for x in xs], size)
+  p_view = np.outer(mk([1] * n), mk([0] * n)).ravel()
+  q_view = np.outer(mk([0] + [1] * (n - 1)), mk([1] + [0] * (n - 1))).ravel()
+  tail = max(1 - p_view.sum(), 1 - q_view.sum())
+  assert tail < 1e-13
+  for eps in (0.5, 1.0, 1.5, 2.0):
+    brute = accounting.privacy_profile(p_view, q_view, eps)  # <= true delta <= brute + tail
+    pld = accounting.multi_message_delta(TINY, eps)
+    assert brute <= pld
+    # Pessimistic grid (1e-4 in the loss) costs at most ~1e-4 relative here.
+    assert pld <= (brute + tail) * (1 + 1e-4) + 1e-12
+
+
+def test_lattice_pld_equals_reduced_pld():
+  # The 2-D lattice and its lossless 1-D reduction give the same profile, up to the
+  # pessimistic rounding of (float-equal) losses onto the 1e-4 grid.
+  lattice = accounting.multi_message_pld(TINY, lattice_size=36)
+  reduced = accounting.multi_message_pld(TINY)
+  for eps in (0.0, 0.5, 1.0, 2.0, 3.0):
+    assert lattice.get_delta_for_epsilon(eps) == pytest.approx(reduced.get_delta_for_epsilon(eps),
+                                                              rel=2e-5, abs=1e-12)
+
+
+def test_infinite_loss_mass_is_the_probability_of_no_noise():
+  # At eps -> large only outcomes impossible under the neighbour remain: no geometric
+  # share and no flooding on the shifted coordinate, (1-p)(1-p')^rho.
+  delta = accounting.multi_message_delta(TINY, 30.0)
+  assert delta == pytest.approx((1 - TINY.p) * (1 - TINY.p_flood) ** TINY.rho, rel=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_large_flooding_approaches_discrete_laplace_from_above(k):
+  # #(+) - #(-) = x + DLap(p) is a post-processing of the view, so the view's delta is
+  # at least that of 2k discrete-Laplace unit shifts; with heavy flooding it is close.
+  a = 0.4
+  noise = accounting.MultiMessageNoise(math.exp(-a), 400.0, math.exp(-0.4))
+  ref = accounting.discrete_laplace(a, sensitivity=1, relation="replace-one", count=2 * k)
+  for eps in (0.2, 0.6):
+    view = accounting.multi_message_delta(noise, eps, k=k)
+    assert ref.delta(eps) - 1e-9 <= view <= ref.delta(eps) + 1e-3
+
+
+@given(st.sampled_from([0.2, 0.5, 1.0]), st.sampled_from([0.05, 0.3, 0.8]), st.sampled_from([1.0, 5.0]),
+       st.sampled_from([0.3, 1.0]))
+def test_delta_monotone_in_flooding(a, b, rho, eps):
+  # The view with rho + rho' is a post-processing of the view with rho (add the same
+  # NB(rho', p') to both coordinates), so delta cannot increase with rho.
+  base = accounting.MultiMessageNoise(math.exp(-a), rho, math.exp(-b))
+  more = accounting.MultiMessageNoise(math.exp(-a), 2 * rho, math.exp(-b))
+  assert accounting.multi_message_delta(more, eps) <= accounting.multi_message_delta(base, eps) + 1e-12
+
+
+def test_calibration_round_trip():
+  # Calibrated noise meets the target; slightly less noise (rho, or the DLap a) does not.
+  eps, delta = 1.0, 1e-6
+  noise = accounting.calibrate_multi_message(eps, delta)
+  assert noise.dlap_a == pytest.approx(0.25)  # dlap_fraction * eps / (2kr)
+  assert accounting.multi_message_delta(noise, eps) <= delta
+  less_flood = accounting.MultiMessageNoise(noise.p, noise.rho / 1.02, noise.p_flood)
+  assert accounting.multi_message_delta(less_flood, eps) > delta
+  less_dlap = accounting.MultiMessageNoise(math.exp(-1.02 * noise.dlap_a), noise.rho, noise.p_flood)
+  assert accounting.multi_message_delta(less_dlap, eps) > delta
+  assert accounting.multi_message_epsilon(noise, delta) <= eps
+
+
+# -- the mechanism in the runner ----------------------------------------------------------------
+
+
+def test_unbiased_with_dlap_variance_and_law():
+  # 300 runs over n = 200 clients on 8 entries. Per entry: z-test on the mean and a
+  # z-test on the sample variance using DLap's exact 4th moment (normal approximation
+  # of the sample variance, so the rate is approximate); plus a pooled chi-square of
+  # all errors against the DLap pmf. Bonferroni over 17 tests: family-wise
+  # false-failure rate about 1e-3.
+  w = M.synthetic_workload(jax.random.key(5), num_clients=200, num_buckets=4, num_labels=2, k=1)
+  inp = w.materialize()
+  truth = np.asarray(M.bsvs_counts(inp, w.shape), np.float64)
+  mech = M.ShuffleMultiMessage(w.shape, 1.0, 1e-6, 200)
+  runs = np.stack([simulation.simulate(jax.random.key(1000 + i), mech, inp).estimate for i in range(300)])
+  p = mech.noise.p
+  var = 2 * p / (1 - p) ** 2
+  np.testing.assert_allclose(mech.entry_variance(truth, 200), var)
+  z = np.arange(-400, 401)
+  pmf = (1 - p) / (1 + p) * p ** np.abs(z)
+  mu4 = float(np.sum(pmf * z**4.0))
+  alpha = 1e-3 / 17
+  crit = stats.norm.isf(alpha / 2)
+  err = runs - truth
+  m = len(runs)
+  assert np.all(np.abs(err.mean(0)) / math.sqrt(var / m) < crit)
+  s2 = err.var(0, ddof=1)
+  assert np.all(np.abs(s2 - var) / math.sqrt((mu4 - var**2 * (m - 3) / (m - 1)) / m) < crit)
+  e = err.ravel().astype(int)
+  lo, hi = -60, 60
+  observed = np.bincount(np.clip(e, lo, hi) - lo, minlength=hi - lo + 1)
+  expected = (1 - p) / (1 + p) * p ** np.abs(np.arange(lo, hi + 1.0))
+  expected[0] = p ** -lo / (1 + p)  # Pr[Z <= lo]
+  expected[-1] = p**hi / (1 + p)  # Pr[Z >= hi]
+  assert chisquare_pooled(observed, expected) > alpha
+
+
+def test_message_counts_and_expected_messages():
+  # Total messages of n clients = n*c + sum_j (G1 + G2 + 2F)_j; exact mean and variance.
+  # 300 runs; z-test with false-failure rate 1e-3.
+  w = M.synthetic_workload(jax.random.key(6), num_clients=50, num_buckets=3, num_labels=2, k=1)
+  inp = w.materialize()
+  mech = M.ShuffleMultiMessage(w.shape, 1.0, 1e-6, 50)
+  nz = mech.noise
+  totals = np.array([simulation.client_statistics(jax.random.key(2000 + i), mech, inp).sum()
+                     for i in range(300)], np.float64)
+  d = w.shape.d
+  mean = 50 * mech.expected_messages()
+  var = d * (2 * nz.p / (1 - nz.p) ** 2 + 4 * nz.rho * nz.p_flood / (1 - nz.p_flood) ** 2)
+  assert mean == pytest.approx(50 * 1 + 2 * d * nz.p / (1 - nz.p) + 2 * d * nz.rho * nz.p_flood / (1 - nz.p_flood))
+  assert abs(totals.mean() - mean) / math.sqrt(var / len(totals)) < stats.norm.isf(5e-4)
+
+
+def test_protocol_with_real_shuffle_equals_streamed_counts():
+  # k = 2: four shifts. Noise calibrated for (1, 1e-6) with kr = 1 composes to at most
+  # (2, 2e-6) by basic composition, so the target (2, 1e-5) holds.
+  w = M.synthetic_workload(jax.random.key(7), num_clients=40, num_buckets=3, num_labels=2, k=2)
+  inp = w.materialize()
+  mech = M.ShuffleMultiMessage(w.shape, 2.0, 1e-5, 40, noise=accounting.calibrate_multi_message(1.0, 1e-6))
+  key = jax.random.key(8)
+  tr = M.shuffle_multi_message_protocol(key, mech, inp)
+  res = simulation.simulate(key, mech, inp, chunk_size=7)
+  np.testing.assert_array_equal(tr.counts, np.asarray(res.stats).reshape(-1, 2))
+  np.testing.assert_array_equal(tr.estimate, res.estimate)
+  assert tr.messages.shape == (int(tr.messages_per_client.sum()), 2)
+  assert set(np.unique(tr.messages[:, 1]).tolist()) <= {-1, 1}
+  assert np.all(tr.messages_per_client >= w.shape.c)  # every client sends its kr real messages
+  # The rows really are permuted (not in client order), yet the analyzer only sees the multiset.
+  order = np.lexsort((tr.messages[:, 1], tr.messages[:, 0]))
+  assert not np.array_equal(order, np.arange(len(order)))
+  truth = np.asarray(M.bsvs_counts(inp, w.shape))
+  assert np.abs(tr.estimate - truth).max() < 80  # DLap(e^{-1/4}): Pr[|Z| >= 80] < 1e-8 per entry
+
+
+def test_privacy_statement():
+  shape = M.BsvsShape(40, 10, 1)
+  mech = M.ShuffleMultiMessage(shape, 1.0, 1e-6, 10**6)
+  st_ = mech.privacy()
+  assert st_.relation is accounting.Relation.REPLACE_ONE
+  assert st_.epsilon == 1.0 and 0 < st_.delta <= 1e-6
+  assert st_.parameters["shifts"] == 2 and st_.parameters["num_clients"] == 10**6
+  assert st_.parameters["sampler_tv_bound"] < 1e-15
+  assert st_.parameters["expected_messages_per_client"] == pytest.approx(mech.expected_messages())
+  assert mech.name == "shuffle-multi"
+
+
+def test_given_noise_must_meet_the_target():
+  shape = M.BsvsShape(2, 1, 1)
+  with pytest.raises(ValueError, match="noise"):
+    M.ShuffleMultiMessage(shape, 1.0, 1e-6, 10, noise=TINY)
+  with pytest.raises(ValueError, match="noise"):
+    M.ShuffleMultiMessage(shape, 1.0, 1e-6, 10, noise=(0.5, 1.0, 0.5))
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    ({"epsilon": 0.0}, "epsilon"), ({"epsilon": -1.0}, "epsilon"), ({"epsilon": math.nan}, "epsilon"),
+    ({"delta": 0.0}, "delta"), ({"delta": 1.0}, "delta"), ({"delta": math.nan}, "delta"),
+    ({"num_clients": 0}, "num_clients"), ({"num_clients": 2.5}, "num_clients"),
+    ({"dlap_fraction": 1.0}, "dlap_fraction"),
+])
+def test_bad_input(kwargs, param):
+  args = {"shape": M.BsvsShape(2, 1, 1), "epsilon": 1.0, "delta": 1e-6, "num_clients": 10, **kwargs}
+  with pytest.raises(ValueError, match=param):
+    M.ShuffleMultiMessage(**args)
+
+
+def test_too_few_clients_for_the_noise_is_a_clear_error():
+  # n = 1 client would carry all the noise of d = 2000 entries (~8e4 Poisson events).
+  with pytest.raises(ValueError, match="num_clients"):
+    M.ShuffleMultiMessage(M.BsvsShape(200, 10, 1), 1.0, 1e-6, 1)
+
+
+def test_bad_accounting_and_sampler_input():
+  with pytest.raises(ValueError, match="p"):
+    accounting.MultiMessageNoise(1.0, 1.0, 0.5)
+  with pytest.raises(ValueError, match="rho"):
+    accounting.MultiMessageNoise(0.5, math.nan, 0.5)
+  with pytest.raises(ValueError, match="target_delta"):
+    accounting.calibrate_multi_message(1.0, 0.0)
+  with pytest.raises(ValueError, match="target_epsilon"):
+    accounting.calibrate_multi_message(-1.0, 1e-6)
+  with pytest.raises(ValueError, match="r"):
+    M.sample_negative_binomial(jax.random.key(0), 0.0, 0.5, (3,))
+  with pytest.raises(ValueError, match="p"):
+    M.sample_negative_binomial(jax.random.key(0), 1.0, 1.5, (3,))
