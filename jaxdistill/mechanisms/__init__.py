@@ -16,9 +16,12 @@ from jaxdistill.mechanisms._bsvs import client_entries
 from jaxdistill.mechanisms._bsvs import make_bsvs_input
 from jaxdistill.mechanisms._bsvs import synthetic_workload
 from jaxdistill.mechanisms._randomized_response import RandomizedResponse
+from jaxdistill.mechanisms._sampling import bernoulli_dyadic
+from jaxdistill.mechanisms._sampling import dyadic_ceil
+from jaxdistill.mechanisms._sampling import uniform_words
 
 __all__ = [
     "BsvsMechanism", "BsvsInput", "BsvsShape", "SyntheticWorkload", "bsvs_counts",
     "bsvs_sensitivity", "client_entries", "make_bsvs_input", "synthetic_workload",
-    "RandomizedResponse",
+    "RandomizedResponse", "bernoulli_dyadic", "dyadic_ceil", "uniform_words",
 ]
