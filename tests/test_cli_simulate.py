@@ -30,9 +30,10 @@ def test_rr_json_contract(capsys):
   assert obj["privacy"]["epsilon"] == 2.0 and obj["privacy"]["delta"] == 0.0
   assert obj["privacy"]["relation"] == "replace-one"
   # Closed form, computed here from the definition: Var = n p q / (p - q)^2 with
-  # p = 1 / (1 + e^{-eps/2}) (k = r = 1), the same for all 50 entries.
+  # q = 1 / (1 + e^{eps/2}) (k = r = 1) rounded up to a multiple of 2^-16, the same
+  # for all 50 entries.
   import math
-  p = 1 / (1 + math.exp(-1.0))
+  p = 1 - math.ceil(2**16 / (1 + math.exp(1.0))) / 2**16
   assert obj["predicted"]["rms"] == pytest.approx(math.sqrt(3000 * p * (1 - p)) / (2 * p - 1))
   assert obj["predicted"]["max_abs_bound_method"] == "normal-union"
   assert obj["wall_seconds"] > 0 and obj["peak_rss_bytes"] > 10**7
