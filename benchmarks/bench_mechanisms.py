@@ -23,9 +23,7 @@ so a wrong baseline shows up as a wrong error. Finally jaxdistill runs
 ``--big-clients`` clients from the chunked generator (nothing materialised)
 to show that peak memory does not grow with n.
 
-Collision and the multi-message shuffle are timed for jaxdistill only when
-their classes exist in this checkout (``jaxdistill.simulation.
-available_mechanisms()``); their NumPy and loop baselines follow
+Collision and the multi-message shuffle: their NumPy and loop baselines follow
 spec/REVERSE_KNN.md §1.7 and §4 and read their parameters from the library
 mechanism through the hooks :func:`collision_parameters` and
 :func:`shuffle_parameters` (INTEGRATOR HOOKS: check the attribute names once
@@ -362,7 +360,7 @@ def driver(args) -> dict:
   report = {"clients": args.clients, "buckets": args.buckets, "labels": args.labels, "k": args.k,
             "epsilon": args.epsilon, "delta": args.delta, "loop_clients": args.loop_clients,
             "host_devices": args.host_devices, "cpu_count": os.cpu_count(), "rows": []}
-  available = simulation.available_mechanisms()
+  available = simulation.mechanism_names()
   with tempfile.TemporaryDirectory() as tmp:
     np.save(os.path.join(tmp, "buckets.npy"), np.asarray(inp.buckets))
     np.save(os.path.join(tmp, "labels.npy"), np.asarray(inp.labels))

@@ -39,7 +39,7 @@ def test_rr_json_contract(capsys):
   assert obj["wall_seconds"] > 0 and obj["peak_rss_bytes"] > 10**7
 
 
-@pytest.mark.parametrize("name", simulation.available_mechanisms())
+@pytest.mark.parametrize("name", simulation.mechanism_names())
 def test_measured_error_matches_the_prediction(capsys, name):
   # RMS over d = 50 entries of the error vs sqrt(mean closed-form variance): the
   # ratio's relative sd is <= 0.3 even for Laplace-tailed errors, so [0.5, 2]
@@ -101,16 +101,6 @@ def test_unknown_mechanism_is_one_line_exit_2(capsys):
   assert len(err.strip().splitlines()) == 1 and "invalid choice" in err
 
 
-@pytest.mark.parametrize("name", [n for n in simulation.mechanism_names()
-                                  if n not in simulation.available_mechanisms()] or ["(none)"])
-def test_unavailable_mechanisms_say_so_in_one_line(capsys, name):
-  if name == "(none)":
-    pytest.skip("every registered mechanism is available in this build")
-  assert main(["simulate", "--mechanism", name, *SMALL, *_delta_args(name)]) == 2
-  err = capsys.readouterr().err
-  assert len(err.strip().splitlines()) == 1 and "not available" in err and name in err, err
-
-
 def test_shuffle_mechanisms_need_delta(capsys):
   for name in ("shuffle-multi", "shuffle-single"):
     assert main(["simulate", "--mechanism", name, *SMALL]) == 2
@@ -123,7 +113,6 @@ def test_registry_names_and_errors():
   assert set(simulation.mechanism_names()) >= {
       "laplace", "discrete-laplace", "rr", "collision", "separation", "concatenation",
       "shuffle-multi", "shuffle-single"}
-  assert "rr" in simulation.available_mechanisms()
   shape = M.BsvsShape(4, 3, 2)
   rr = simulation.build_mechanism("rr", shape, epsilon=1.5)
   assert isinstance(rr, M.RandomizedResponse) and rr.epsilon == 1.5 and rr.shape == shape
@@ -134,11 +123,10 @@ def test_registry_names_and_errors():
   with pytest.raises(ValueError, match="shape"):
     simulation.build_mechanism("rr", (4, 3, 2), epsilon=1.0)
   for name in simulation.mechanism_names():
-    if name not in simulation.available_mechanisms():
-      spec = simulation.mechanism_spec(name)
-      kw = {"delta": 1e-6, "num_clients": 100} if spec.needs_delta else {}
-      with pytest.raises(simulation.MechanismUnavailable, match=spec.class_name):
-        simulation.build_mechanism(name, shape, epsilon=1.0, **kw)
+    spec = simulation.mechanism_spec(name)
+    kw = {"delta": 1e-6, "num_clients": 100} if spec.needs_delta else {}
+    mech = simulation.build_mechanism(name, shape, epsilon=1.0, **kw)
+    assert isinstance(mech, spec.cls) and mech.name == name
 
 
 def test_console_entry_point_has_no_traceback():

@@ -71,14 +71,15 @@ def max_error_prediction(mech: Any, counts: np.ndarray, n: int,
   A mechanism may provide ``max_error_bound(beta, counts, num_clients)`` (e.g.
   Proposition 1 for central Laplace); otherwise each entry's error is taken as
   normal with its closed-form variance (sums over many clients) and a union
-  bound over the d entries gives ``max_j sigma_j * z_{beta / (2 d)}``.
+  bound over the d entries gives ``max_j |bias_j| + sigma_j * z_{beta / (2 d)}``.
   """
   hook = getattr(mech, "max_error_bound", None)
   if callable(hook):
     return float(hook(beta, counts, n)), "mechanism"
   sigma = np.sqrt(np.asarray(mech.entry_variance(counts, n), np.float64))
+  bias = np.abs(np.asarray(mech.entry_bias(counts, n), np.float64))
   z = sps.norm.isf(beta / (2 * sigma.size))
-  return float(sigma.max() * z), "normal-union"
+  return float(np.max(bias + sigma * z)), "normal-union"
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -95,14 +96,16 @@ def run_simulate(args: argparse.Namespace) -> int:
                             with_counts=True)
   counts = np.asarray(res.counts, np.float64)
   err = res.estimate - counts
-  var = np.asarray(mech.entry_variance(counts, n), np.float64)
+  mse = np.asarray(mech.entry_mse(counts, n), np.float64)
+  biased = bool(np.any(mech.entry_bias(counts, n) != 0))
   bound, method = max_error_prediction(mech, counts, n)
   out = {
       "mechanism": args.mechanism, "clients": n, "buckets": shape.num_buckets,
       "labels": shape.num_labels, "k": shape.k, "r": shape.r, "epsilon": args.epsilon,
       "delta": args.delta, "seed": seed, "chunk_size": res.chunk_size, "devices": res.num_devices,
       "error": {"max_abs": float(np.abs(err).max()), "rms": float(np.sqrt(np.mean(err**2)))},
-      "predicted": {"rms": float(np.sqrt(var.mean())), "max_abs_bound": bound,
+      "predicted": {"rms": float(np.sqrt(mse.mean())), "rms_includes_bias": biased,
+                    "max_abs_bound": bound,
                     "max_abs_bound_beta": MAX_ERROR_BETA, "max_abs_bound_method": method},
       "privacy": privacy.to_dict(),
       "wall_seconds": res.wall_seconds,
@@ -114,7 +117,8 @@ def run_simulate(args: argparse.Namespace) -> int:
   print(f"jaxdistill simulate: {args.mechanism}, n={n}, s={shape.num_buckets}, |Y|={shape.num_labels}, "
         f"k={shape.k}, r={shape.r}, seed={seed}, {res.num_devices} device(s), chunk {res.chunk_size}")
   print_table(["error per entry", "measured", "predicted"], [
-      ["RMS", out["error"]["rms"], f"{out['predicted']['rms']:.4g} (closed-form variance)"],
+      ["RMS", out["error"]["rms"],
+       f"{out['predicted']['rms']:.4g} (closed-form {'MSE, incl. bias' if biased else 'variance'})"],
       ["max |error|", out["error"]["max_abs"],
        f"<= {bound:.4g} w.p. {1 - MAX_ERROR_BETA:g} ({method})"],
   ])

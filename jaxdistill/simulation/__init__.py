@@ -4,16 +4,13 @@
 over n clients in vmapped chunks under ``lax.scan`` (memory bounded in n),
 sharded over a 1-D device mesh; the same key gives bitwise-identical output
 for any chunk size and device count. :func:`build_mechanism` maps the CLI's
-mechanism names to library classes (lazily, so a name whose class is not in
-this build reports that it is unavailable).
+mechanism names to library classes.
 """
 
 from jaxdistill.simulation._memory import MeasuredRun
 from jaxdistill.simulation._memory import measure_subprocess
 from jaxdistill.simulation._memory import peak_rss_bytes
 from jaxdistill.simulation._registry import MechanismSpec
-from jaxdistill.simulation._registry import MechanismUnavailable
-from jaxdistill.simulation._registry import available_mechanisms
 from jaxdistill.simulation._registry import build_mechanism
 from jaxdistill.simulation._registry import mechanism_names
 from jaxdistill.simulation._registry import mechanism_spec
@@ -25,8 +22,8 @@ from jaxdistill.simulation._runner import client_statistics
 from jaxdistill.simulation._runner import simulate
 
 __all__ = [
-    "CLIENT_AXIS", "MAX_CLIENTS", "MeasuredRun", "MechanismSpec", "MechanismUnavailable",
-    "SimulationResult", "available_mechanisms", "build_mechanism", "client_mesh",
+    "CLIENT_AXIS", "MAX_CLIENTS", "MeasuredRun", "MechanismSpec",
+    "SimulationResult", "build_mechanism", "client_mesh",
     "client_statistics", "measure_subprocess", "mechanism_names", "mechanism_spec",
     "peak_rss_bytes", "simulate",
 ]

@@ -1,11 +1,8 @@
 """Mechanism names (as the CLI and benchmarks spell them) -> library classes.
 
 Each entry names a class of :mod:`jaxdistill.mechanisms` and how to build it
-from the common parameters (shape, epsilon, delta, n). Classes are looked up
-lazily, when a mechanism is built, so a name whose class is not part of this
-build fails with :class:`MechanismUnavailable` (a ``ValueError``: the CLI
-prints one line and exits 2) instead of breaking the import of the package.
-Adding a mechanism is one :class:`MechanismSpec` line in ``_SPECS``.
+from the common parameters (shape, epsilon, delta, n). Adding a mechanism is
+one :class:`MechanismSpec` line in ``_SPECS``.
 """
 
 from __future__ import annotations
@@ -17,12 +14,7 @@ from jaxdistill import _validate
 from jaxdistill import mechanisms as _mechanisms
 from jaxdistill.mechanisms import BsvsMechanism, BsvsShape
 
-__all__ = ["MechanismSpec", "MechanismUnavailable", "mechanism_names", "mechanism_spec",
-           "available_mechanisms", "build_mechanism"]
-
-
-class MechanismUnavailable(ValueError):
-  """A registered mechanism whose class is not in this build of the library."""
+__all__ = ["MechanismSpec", "mechanism_names", "mechanism_spec", "build_mechanism"]
 
 
 # build(cls, shape, epsilon, delta, num_clients) -> mechanism
@@ -35,7 +27,7 @@ class MechanismSpec:
 
   Attributes:
     name: the CLI name, e.g. ``"collision"``.
-    class_name: attribute of :mod:`jaxdistill.mechanisms`.
+    cls: the :class:`~jaxdistill.mechanisms.BsvsMechanism` subclass.
     model: ``"central"``, ``"local"`` or ``"shuffle"``.
     needs_delta: whether the guarantee is (epsilon, delta) with delta > 0
       given by the caller (shuffle protocols).
@@ -44,7 +36,7 @@ class MechanismSpec:
   """
 
   name: str
-  class_name: str
+  cls: type
   model: str
   needs_delta: bool
   build: Builder
@@ -65,46 +57,36 @@ def _shuffle_rr(cls, shape, epsilon, delta, num_clients):
 
 
 _SPECS = (
-    MechanismSpec("laplace", "CentralLaplace", "central", False, _plain,
+    MechanismSpec("laplace", _mechanisms.CentralLaplace, "central", False, _plain,
                   "central Laplace on A (sensitivity 2kr, replace-one)"),
-    MechanismSpec("discrete-laplace", "CentralDiscreteLaplace", "central", False, _plain,
+    MechanismSpec("discrete-laplace", _mechanisms.CentralDiscreteLaplace, "central", False, _plain,
                   "central discrete Laplace on the integer counts"),
-    MechanismSpec("rr", "RandomizedResponse", "local", False, _plain,
+    MechanismSpec("rr", _mechanisms.RandomizedResponse, "local", False, _plain,
                   "local randomized response on every bit, eps' = eps / (2kr)"),
-    MechanismSpec("collision", "Collision", "local", False, _plain,
+    MechanismSpec("collision", _mechanisms.Collision, "local", False, _plain,
                   "local Collision mechanism (hashing into l outputs)"),
-    MechanismSpec("separation", "Separation", "local", False, _plain,
+    MechanismSpec("separation", _mechanisms.Separation, "local", False, _plain,
                   "local Collision on buckets and on labels, eps/2 each"),
-    MechanismSpec("concatenation", "Concatenation", "local", False, _plain,
+    MechanismSpec("concatenation", _mechanisms.Concatenation, "local", False, _plain,
                   "local Collision on [T; y], unbiased estimator"),
-    MechanismSpec("concatenation-literal", "ConcatenationLiteral", "local", False, _plain,
+    MechanismSpec("concatenation-literal", _mechanisms.ConcatenationLiteral, "local", False, _plain,
                   "the paper's Concatenation estimator (biased; for comparison)"),
-    MechanismSpec("shuffle-multi", "ShuffleMultiMessage", "shuffle", True, _shuffle,
+    MechanismSpec("shuffle-multi", _mechanisms.ShuffleMultiMessage, "shuffle", True, _shuffle,
                   "multi-message shuffle with distributed discrete-Laplace noise"),
-    MechanismSpec("shuffle-single", "ShuffleSingleMessage", "shuffle", True, _shuffle_rr,
+    MechanismSpec("shuffle-single", _mechanisms.ShuffleSingleMessage, "shuffle", True, _shuffle_rr,
                   "single-message shuffle of an eps0-LDP randomized response"),
 )
 _REGISTRY = {s.name: s for s in _SPECS}
 
 
 def mechanism_names() -> tuple[str, ...]:
-  """Every registered name, available in this build or not."""
+  """Every registered name."""
   return tuple(_REGISTRY)
 
 
 def mechanism_spec(name: str) -> MechanismSpec:
   """The :class:`MechanismSpec` of ``name``; raises ``ValueError`` if unknown."""
   return _REGISTRY[_validate.choice("mechanism", name, mechanism_names())]
-
-
-def _class(spec: MechanismSpec) -> type | None:
-  cls = getattr(_mechanisms, spec.class_name, None)
-  return cls if isinstance(cls, type) and issubclass(cls, BsvsMechanism) else None
-
-
-def available_mechanisms() -> tuple[str, ...]:
-  """The registered names whose class exists in this build."""
-  return tuple(s.name for s in _SPECS if _class(s) is not None)
 
 
 def build_mechanism(name: str, shape: BsvsShape, *, epsilon: Any, delta: Any = None,
@@ -127,7 +109,6 @@ def build_mechanism(name: str, shape: BsvsShape, *, epsilon: Any, delta: Any = N
   Raises:
     ValueError: an unknown name, bad epsilon/delta/num_clients, or a missing
       delta or n for a shuffle mechanism.
-    MechanismUnavailable: the name's class is not in this build.
   """
   spec = mechanism_spec(name)
   if not isinstance(shape, BsvsShape):
@@ -143,10 +124,4 @@ def build_mechanism(name: str, shape: BsvsShape, *, epsilon: Any, delta: Any = N
     delta = _validate.probability("delta", delta)
   if num_clients is not None:
     num_clients = _validate.integer("num_clients", num_clients, minimum=1)
-  cls = _class(spec)
-  if cls is None:
-    raise MechanismUnavailable(
-        f"mechanism {name!r} is not available in this build "
-        f"(jaxdistill.mechanisms.{spec.class_name} does not exist yet); "
-        f"available: {', '.join(available_mechanisms())}.")
-  return spec.build(cls, shape, eps, delta, num_clients)
+  return spec.build(spec.cls, shape, eps, delta, num_clients)

@@ -37,7 +37,7 @@ def _cases():
       {**base, "name": "toy-generator", "mechanism": "toy", "source": "generator", "seed": 2,
        "runs": [[1, 4096], [2, 1], [8, 50]]},
   ]
-  for i, name in enumerate(simulation.available_mechanisms()):
+  for i, name in enumerate(simulation.mechanism_names()):
     spec = simulation.mechanism_spec(name)
     cases.append({**base, "name": name, "mechanism": name, "source": "generator", "seed": 10 + i,
                   "delta": 1e-6 if spec.needs_delta else None,
