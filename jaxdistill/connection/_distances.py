@@ -71,14 +71,11 @@ def nearest_columns(x: jax.Array, q: jax.Array, k: int, block_size: int) -> tupl
 
   def one_block(xb):
     # The ranking needs ||q||^2 - 2 x.q only; ||x||^2 is added for the reported distance.
+    # lax.top_k also for k = 1: on XLA:CPU it is several times faster than argmin
+    # (a variadic reduction), with the same lower-index-first tie rule.
     partial = q2[None, :] + jnp.matmul(xb, q_m2.T, precision=_HIGHEST)
-    if k == 1:
-      idx = jnp.argmin(partial, axis=1)[:, None]
-      best = jnp.take_along_axis(partial, idx, axis=1)
-    else:
-      neg, idx = lax.top_k(-partial, k)
-      best = -neg
-    dist = _canonical(best + jnp.sum(xb * xb, axis=1)[:, None])
+    neg, idx = lax.top_k(-partial, k)
+    dist = _canonical(jnp.sum(xb * xb, axis=1)[:, None] - neg)
     return idx.astype(jnp.int32), dist
 
   idx, dist = lax.map(one_block, blocks)

@@ -134,7 +134,7 @@ def _lloyd(x: jax.Array, init_centres: jax.Array, num_clusters: int, max_iterati
 
 
 def kmeans(key: jax.Array, features: Any, num_clusters: int, *, max_iterations: int = 100,
-           num_trials: int | None = None, block_size: int = 4096) -> KMeansResult:
+           num_trials: int | None = None, block_size: int = 1024) -> KMeansResult:
   """k-means++ seeding followed by Lloyd iterations (jitted, blockwise distances).
 
   Minimises the within-cluster sum of squares
@@ -242,7 +242,7 @@ def _queries_from_clusters(x: np.ndarray, centres: np.ndarray,
 
 def select_queries(key: jax.Array, public_features: Any, num_queries: int, *,
                    max_iterations: int = 100, num_trials: int | None = None,
-                   block_size: int = 4096) -> QuerySelection:
+                   block_size: int = 1024) -> QuerySelection:
   """Clusters D_pub's features with k-means++ and picks one public sample per cluster.
 
   Algorithm 1, step 1 (spec/REVERSE_KNN.md §1.2): the query of cluster t is

@@ -220,7 +220,7 @@ def _check_pair(private_features: Any, query_features: Any, k: int):
 
 
 def reverse_knn(private_features: Any, query_features: Any, k: int, *,
-                block_size: int = 2048) -> jax.Array:
+                block_size: int = 1024) -> jax.Array:
   """Reverse k-NN: every private record's k nearest queries in L2.
 
   .. math::
@@ -229,7 +229,7 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
      \\qquad \\|T_i\\|_1 = k .
 
   Distances are streamed over blocks of ``block_size`` records (one matmul
-  plus ``lax.top_k``, or ``argmin`` for k = 1, per block), so 60k records x
+  plus ``lax.top_k`` per block), so 60k records x
   5k queries never build the full distance matrix. Each row lists its
   queries nearest first; exact ties go to the lower query index, so the
   result is deterministic.
@@ -273,7 +273,7 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
 
 
 def reverse_knn_connection(private_features: Any, query_features: Any, k: int, *,
-                           block_size: int = 2048) -> Connection:
+                           block_size: int = 1024) -> Connection:
   """:func:`reverse_knn` wrapped as a :class:`Connection` with its privacy statement."""
   buckets = np.asarray(reverse_knn(private_features, query_features, k, block_size=block_size))
   s = int(np.shape(query_features)[0])
@@ -447,7 +447,7 @@ def _balance(cand: jax.Array, sim: jax.Array, active: jax.Array, objective: str,
 def balanced_connection(private_features: Any, query_features: Any, k: int, *,
                         objective: str = "max-min", num_candidates: int | None = None,
                         bandwidth: float | None = None, max_moves: int | None = None,
-                        block_size: int = 2048) -> Connection:
+                        block_size: int = 1024) -> Connection:
   """Appendix C's balanced connections: max-min or harmonic mean of the query scores.
 
   With sim(q, x) = 1 / (1 + ||q - x||^2 / h) > 0 and
