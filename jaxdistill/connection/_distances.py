@@ -11,8 +11,9 @@ so each block is one matrix product. Rows are streamed in blocks under
 ``O(block_size * s)`` whatever the number of rows: 60k records x 5k queries x
 d never materialise.
 
-Ties: ``lax.top_k`` and ``argmin`` return the lower index first among equal
-values, so every kernel here breaks exact ties by the lower column index.
+Ties: ``lax.top_k`` returns the lower index first among equal values, so
+every kernel here breaks exact ties by the lower column index (or, for the
+running top-k over record blocks, by the lower row index).
 The results are bitwise independent of ``block_size`` whenever the products
 are exact in float32 (e.g. small-integer features); otherwise a block size
 may change float32 rounding, and with it the order of candidates whose
