@@ -32,7 +32,8 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
     try:
       arr = np.asarray(value)
     except Exception as err:  # pylint: disable=broad-except
-      raise ValueError(f"Expected {name} to be an array of real numbers; got {type(value).__name__}.") from err
+      raise ValueError(f"Expected {name} to be an array of real numbers; "
+                       f"got {type(value).__name__}.") from err
     kind = arr.dtype.kind
   if kind not in "fiub":
     raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype}.")

@@ -109,15 +109,18 @@ class Representation:
 
     Args:
       images: float ``[N, H, W, C]`` in [0, 1], or an ImageData.
-      batch_size: images per jitted call (the last batch is padded, so one
-        compilation serves every N).
+      batch_size: images per jitted call (smaller inputs use the next power
+        of two >= N; the last batch is zero-padded, so one compilation serves
+        every N).
 
     Raises:
       ValueError: bad images (see :func:`as_images`) or batch size.
     """
     x = as_images("images", images, shape=self.input_shape)
-    bs = min(_validate.integer("batch_size", batch_size, minimum=1), x.shape[0])
     n = x.shape[0]
+    # Batches of min(batch_size, next power of two >= N) images: few distinct
+    # shapes, hence few compilations, whatever N is.
+    bs = min(_validate.integer("batch_size", batch_size, minimum=1), 1 << (n - 1).bit_length())
     out = []
     for start in range(0, n, bs):
       chunk = x[start:start + bs]

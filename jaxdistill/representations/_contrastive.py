@@ -186,7 +186,7 @@ def _learning_rate(cfg: ContrastiveConfig, step: int) -> float:
 
 
 def _step_statics(cfg: ContrastiveConfig) -> ContrastiveConfig:
-  """The config with ``steps`` and ``learning_rate`` neutralised, so runs of any length share one compilation."""
+  """``cfg`` with ``steps`` and ``learning_rate`` neutralised: runs of any length share one compilation."""
   return dataclasses.replace(cfg, steps=1, learning_rate=1.0)
 
 
