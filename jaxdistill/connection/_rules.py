@@ -469,6 +469,10 @@ def balanced_connection(private_features: Any, query_features: Any, k: int, *,
   lexicographically); for the harmonic mean, first every zero-score query
   gets an edge that way, then steepest descent on sum_q 1/Score(q). Both stop
   at a local optimum (no improving single move) or after ``max_moves``.
+  Each move costs O(n L) (one pass over the candidate table), so this is an
+  analysis tool rather than a fast path: on Fashion-MNIST (n = 60k, s = 40,
+  k = 1, L = 32, PCA-50 features) each rule converged after about 16k-18k
+  moves, in about 400 s on two shared cores.
 
   Formal guarantees:
     None for privacy. The edges are a joint optimisation over all records:
