@@ -160,13 +160,32 @@ def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> ja
   return jnp.where(valid, ent, -1).reshape(-1).astype(jnp.int32)
 
 
+def entry_histogram(buckets: jax.Array, labels: jax.Array, valid: jax.Array | None,
+                    num_buckets: int, num_labels: int) -> jax.Array:
+  """int32 ``[d]``: how many (valid) clients hold each flattened entry of A.
+
+  A scatter-add of the at most kr entries per client, O(n kr) work, never a
+  dense ``[n, d]`` array.
+
+  Args:
+    buckets: int32 ``[n, k]`` (-1 pads).
+    labels: int32 ``[n, r]`` (-1 pads).
+    valid: bool ``[n]`` (rows with False are skipped) or None (all rows).
+    num_buckets: s.
+    num_labels: |Y|.
+  """
+  ent = jax.vmap(client_entries, in_axes=(0, 0, None))(buckets, labels, num_labels)
+  d = num_buckets * num_labels
+  keep = ent >= 0 if valid is None else (ent >= 0) & valid[:, None]
+  # Padding and invalid rows go to a dropped overflow slot d.
+  flat = jnp.zeros(d + 1, jnp.int32).at[jnp.where(keep, ent, d).reshape(-1)].add(1)
+  return flat[:d]
+
+
 @functools.partial(jax.jit, static_argnames=("num_buckets", "num_labels"))
 def _counts(buckets, labels, num_buckets, num_labels):
-  ent = jax.vmap(client_entries, in_axes=(0, 0, None))(buckets, labels, num_labels).reshape(-1)
-  d = num_buckets * num_labels
-  # Padding (-1) goes to a dropped overflow slot d.
-  flat = jnp.zeros(d + 1, jnp.int32).at[jnp.where(ent >= 0, ent, d)].add(1)
-  return flat[:d].reshape(num_buckets, num_labels)
+  flat = entry_histogram(buckets, labels, None, num_buckets, num_labels)
+  return flat.reshape(num_buckets, num_labels)
 
 
 def bsvs_counts(inputs: BsvsInput, shape: BsvsShape) -> jax.Array:

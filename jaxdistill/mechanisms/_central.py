@@ -30,7 +30,7 @@ from jaxdistill.accounting import discrete_laplace as discrete_laplace_account
 from jaxdistill.accounting import laplace as laplace_account
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsShape, bsvs_sensitivity, client_entries
+from jaxdistill.mechanisms._bsvs import BsvsShape, bsvs_sensitivity, client_entries, entry_histogram
 
 __all__ = ["CentralLaplace", "CentralDiscreteLaplace"]
 
@@ -117,6 +117,12 @@ class CentralLaplace(BsvsMechanism):
 
   def analyze(self, message: jax.Array) -> jax.Array:
     return message.astype(jnp.int32)
+
+  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
+                       valid: jax.Array) -> jax.Array:
+    """int32 ``[d]``: the chunk's exact counts by a scatter-add of its entries (no dense rows)."""
+    del keys
+    return entry_histogram(buckets, labels, valid, self.shape.num_buckets, self.shape.num_labels)
 
   def noise(self, key: jax.Array) -> np.ndarray:
     """float64 ``[s, |Y|]`` i.i.d. Laplace(b) noise, b * (E1 - E2), E ~ Exp(1)."""
@@ -214,6 +220,12 @@ class CentralDiscreteLaplace(BsvsMechanism):
 
   def analyze(self, message: jax.Array) -> jax.Array:
     return message.astype(jnp.int32)
+
+  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
+                       valid: jax.Array) -> jax.Array:
+    """int32 ``[d]``: the chunk's exact counts by a scatter-add of its entries (no dense rows)."""
+    del keys
+    return entry_histogram(buckets, labels, valid, self.shape.num_buckets, self.shape.num_labels)
 
   def noise(self, key: jax.Array) -> np.ndarray:
     """int64 ``[s, |Y|]`` i.i.d. discrete Laplace(a) noise."""
