@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
 
+_SPARE_TAIL = 2.0**-40  # spare fields: a while_loop fallback runs w.p. <= 2^-40 per call
+
 __all__ = ["dyadic_ceil", "uniform_words", "bernoulli_dyadic", "uniform_below", "uniform_index"]
 
 
@@ -77,7 +79,6 @@ def bernoulli_dyadic(key: jax.Array, threshold: int, bits: int, num: int) -> jax
 
 # -- exact uniform integers --------------------------------------------------------------
 _PACK_LIMIT = 2**26  # pack digits while bound^g <= 2^26: a word is rejected w.p. < 2^-6
-_SPARE_TAIL = 2.0**-40  # spare words: the while_loop fallback runs w.p. <= 2^-40 per call
 
 
 @functools.lru_cache(maxsize=256)
