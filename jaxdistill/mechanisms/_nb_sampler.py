@@ -284,11 +284,26 @@ def bits_at(key_data: jax.Array, index: jax.Array) -> jax.Array:
 def compound_poisson_event_counts(keys: jax.Array, tables: CompoundPoissonTables) -> jax.Array:
   """int32 ``[C]``: the number of events of each key's draw (as :func:`compound_poisson_events`).
 
-  Needs :func:`random_access_supported` keys.
+  The count is #{k : u < t_k} for the draw's 96-bit uniform u (words 0-2 of
+  its stream) and the thresholds t_k. Comparing the most significant words
+  decides every comparison unless u's top word equals some t_k's (for a
+  chunk of C draws, probability <= C E_cap 2^-32), so one word per draw is
+  read and the full 96-bit search runs only for chunks where a tie occurs:
+  the result is bitwise that of the full comparison. Needs
+  :func:`random_access_supported` keys; not meant to be vmapped (the chunk
+  decides with ``lax.cond``).
   """
-  words = jax.vmap(bits_at, in_axes=(0, None))(jax.random.key_data(keys),
-                                                jnp.arange(_WORDS, dtype=jnp.uint32))
-  return count_below(words, tables.count)
+  data = jax.random.key_data(keys)
+  top = jax.vmap(bits_at, in_axes=(0, None))(data, jnp.zeros((1,), jnp.uint32))[:, 0]
+  tops = jnp.asarray(tables.count[:, 0])
+  below = jnp.sum(top[:, None] < tops[None, :], axis=1, dtype=jnp.int32)
+  tied = jnp.any(top[:, None] == tops[None, :])
+
+  def full():
+    words = jax.vmap(bits_at, in_axes=(0, None))(data, jnp.arange(_WORDS, dtype=jnp.uint32))
+    return count_below(words, tables.count)
+
+  return jax.lax.cond(tied, full, lambda: below)
 
 
 def compound_poisson_event_marks(key_data: jax.Array, slot: jax.Array,
