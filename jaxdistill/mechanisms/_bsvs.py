@@ -262,10 +262,15 @@ class SyntheticWorkload:
     """All clients as a :class:`BsvsInput` (n x (k + r) int32 on the device)."""
     n = self.num_clients
     chunk = min(chunk_size, n)
-    num_chunks = -(-n // chunk)
-    idx = jnp.arange(num_chunks * chunk, dtype=jnp.uint32).reshape(num_chunks, chunk)
-    b, lab = jax.lax.map(jax.vmap(self.client), idx)
+    b, lab = _materialize(self, -(-n // chunk), chunk)
     return BsvsInput(b.reshape(-1, self.shape.k)[:n], lab.reshape(-1, self.shape.r)[:n])
+
+
+@functools.partial(jax.jit, static_argnames=("num_chunks", "chunk"))
+def _materialize(workload: SyntheticWorkload, num_chunks: int, chunk: int):
+  # Jitted at module level: one compilation per (sizes, chunking), whatever the key.
+  idx = jnp.arange(num_chunks * chunk, dtype=jnp.uint32).reshape(num_chunks, chunk)
+  return jax.lax.map(jax.vmap(workload.client), idx)
 
 
 def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, num_labels: int,

@@ -132,17 +132,19 @@ def hash_table(seed: jax.Array, domain: int, bloom_length: int) -> jax.Array:
   return uniform_below(seed, bloom_length, domain)
 
 
-def collision_sample(key: jax.Array, entries: jax.Array, *, domain: int, bloom_length: int,
-                     epsilon: float, cardinality: int) -> tuple[CollisionMessage, jax.Array]:
-  """One Collision message for the set ``entries`` and its hash table: ``(message, int32 [domain])``.
+def sample_collision_output(key: jax.Array, entries: jax.Array, *, domain: int, bloom_length: int,
+                            p: float, cardinality: int) -> tuple[CollisionMessage, jax.Array]:
+  """Samples z for a given hit probability p: ``(message, hash table int32 [domain])``.
 
-  Exact sampler of Pr[z = v] = p for v in C and (1 - |C| p)/(l - |C|)
-  otherwise (p of :func:`collision_rates`, a float64 <= e^eps/Omega): with
-  probability |C| p (a multi-word integer comparison, exact for the dyadic
-  p) pick a uniform member of C, else a uniform member of [l] minus C (a
-  uniform index in [0, l - |C|) mapped past the sorted members of C); both
-  uniform draws are exact (rejection sampling). Cost: the hash table plus
-  O(c log c).
+  Exact sampler of Pr[z = v] = p for v in C = h(S) and (1 - |C| p)/(l - |C|)
+  otherwise: with probability |C| p (a multi-word integer comparison, exact
+  because a float64 p is dyadic) pick a uniform member of C, else a uniform
+  member of [l] minus C (a uniform index in [0, l - |C|) mapped past the
+  sorted members of C); both uniform draws are exact (rejection sampling).
+  Cost: the hash table plus O(c log c). :func:`collision_sample` calls it
+  with the mechanism's p; any other p (c p < 1) is sampled just as exactly,
+  which is how the auditor's planted-bug tests build a Collision with a
+  wrong p.
   """
   l = bloom_length
   k_hash, k_coin, k_in, k_out = jax.random.split(key, 4)
@@ -153,8 +155,7 @@ def collision_sample(key: jax.Array, entries: jax.Array, *, domain: int, bloom_l
   distinct = (srt < l) & (srt != prev)
   size = distinct.sum()  # |C|
   members = jnp.sort(jnp.where(distinct, srt, l))  # C ascending, then sentinels l
-  p, _, _ = collision_rates(epsilon, cardinality, l)
-  thresholds = jnp.asarray(_coin_thresholds(p, cardinality))
+  thresholds = jnp.asarray(_coin_thresholds(float(p), cardinality))
   inside = _words_below(uniform_words(k_coin, thresholds.shape[1]), thresholds[size])
   z_in = members[uniform_index(k_in, jnp.maximum(size, 1))]
   z_out = uniform_index(k_out, l - size)
@@ -162,6 +163,19 @@ def collision_sample(key: jax.Array, entries: jax.Array, *, domain: int, bloom_l
     z_out = z_out + (z_out >= members[j]).astype(z_out.dtype)
   z = jnp.where(inside, z_in, z_out).astype(jnp.int32)
   return CollisionMessage(k_hash, z), table
+
+
+def collision_sample(key: jax.Array, entries: jax.Array, *, domain: int, bloom_length: int,
+                     epsilon: float, cardinality: int) -> tuple[CollisionMessage, jax.Array]:
+  """One Collision message for the set ``entries`` and its hash table: ``(message, int32 [domain])``.
+
+  :func:`sample_collision_output` with p of :func:`collision_rates` (the
+  float64 just below e^eps/Omega), the p the estimator and the privacy
+  statement use.
+  """
+  p, _, _ = collision_rates(epsilon, cardinality, bloom_length)
+  return sample_collision_output(key, entries, domain=domain, bloom_length=bloom_length, p=p,
+                                 cardinality=cardinality)
 
 
 def collision_randomize(key: jax.Array, entries: jax.Array, *, domain: int, bloom_length: int,

@@ -13,6 +13,12 @@ words of each hash, and b = 16 packs two draws per word, so one hash feeds
 four Bernoulli draws instead of one. The stream is a pure function of the
 key (threefry-2x32 in counter mode), so it is identical under ``vmap``, for
 any chunk size and on any device.
+
+Uniform integers get the same treatment: :func:`uniform_below` (a static
+bound, many values: hash tables) and :func:`uniform_index` (a traced bound,
+one value) are exactly uniform by rejection sampling, where
+``jax.random.randint`` is only approximately so, and
+:func:`uniform_below` packs several values into each 32-bit word.
 """
 
 from __future__ import annotations
@@ -128,8 +134,8 @@ def uniform_below(key: jax.Array, bound: int, num: int) -> jax.Array:
   iff u < floor(2^32 / L) L with L = bound^g (rejection sampling: u mod L is
   then exactly uniform on [0, L)), and each accepted word yields its g
   base-``bound`` digits, which are i.i.d. uniform. With bound = 3 one word
-  carries 16 values (a 2^-7 rejection rate), so 400 values cost 13 threefry
-  hashes instead of the 800 of ``jax.random.randint`` (which draws 64 bits
+  carries 16 values (a 2^-7 rejection rate), so 400 values cost 17 threefry
+  hashes (25 words + 9 spare) instead of the 800 of ``jax.random.randint`` (which draws 64 bits
   per value and is only approximately uniform: ~bound / 2^64 off for small
   bounds, and biased for bounds above 2^16, where its 32-bit products
   overflow). A fixed number of spare words covers rejections except with
@@ -143,12 +149,17 @@ def uniform_below(key: jax.Array, bound: int, num: int) -> jax.Array:
     bound: static Python int in [1, 2^31 - 1].
     num: static number of values.
   """
-  g, big, accept, need, spare = uniform_plan(int(bound), int(num))
+  return _uniform_below(key, int(bound), int(num), uniform_plan(int(bound), int(num)))
+
+
+def _uniform_below(key: jax.Array, bound: int, num: int, plan: tuple[int, int, int, int, int]) -> jax.Array:
+  """:func:`uniform_below` for a given plan (tests pass ``spare = 0`` to force extra rounds)."""
+  g, big, accept, need, spare = plan
   if bound == 1 or num == 0:
     return jnp.zeros((num,), jnp.int32)
   vals = jnp.zeros((need,), jnp.uint32)
   vals, filled = _accepted_into(uniform_words(key, need + spare), vals, jnp.int32(0), accept, big)
-  if spare:
+  if accept < 2**32:  # rejection possible: draw more words until `need` are accepted
     block = max(spare, 8)
 
     def more(state):
@@ -175,8 +186,8 @@ def uniform_index(key: jax.Array, bound: jax.Array) -> jax.Array:
 
   Rejection sampling on 32-bit words: u is accepted iff u < 2^32 - (2^32 mod
   bound), and then u mod bound is exactly uniform. Two words of the key's
-  stream are tried (both rejected with probability < 2^-2 bound^2 / 2^64);
-  a ``lax.while_loop`` draws more from ``fold_in(key, 1), ...`` if needed.
+  stream are tried (both rejected with probability < (bound / 2^32)^2); a
+  ``lax.while_loop`` draws more from ``fold_in(key, 1), ...`` if needed.
   """
   b = jnp.asarray(bound).astype(jnp.uint32)
   slack = (np.uint32(0xFFFFFFFF) % b + np.uint32(1)) % b  # 2^32 mod bound
