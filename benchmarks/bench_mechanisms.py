@@ -17,17 +17,22 @@ the same run. Contenders:
   ``--loop-clients`` records and extrapolated linearly to n (it is linear in
   n; the table says so).
 
-All contenders read the same clients (generated once by the driver and saved
-as .npy), and each reports the RMS error of its estimate against the true A,
-so a wrong baseline shows up as a wrong error. Finally jaxdistill runs
-``--big-clients`` clients from the chunked generator (nothing materialised)
-to show that peak memory does not grow with n.
+* ``numpy-events`` (multi-message shuffle only): the same noise drawn the
+  way jaxdistill draws it, as per-client compound-Poisson events (Poisson
+  event count per client, Logarithmic sizes, uniform cells), vectorised over
+  all clients; ``numpy`` draws the per-cell negative binomials naively.
 
-Collision and the multi-message shuffle: their NumPy and loop baselines follow
-spec/REVERSE_KNN.md §1.7 and §4 and read their parameters from the library
-mechanism through the hooks :func:`collision_parameters` and
-:func:`shuffle_parameters` (INTEGRATOR HOOKS: check the attribute names once
-``Collision`` / ``ShuffleMultiMessage`` exist).
+All contenders read the same clients (generated once by the driver and saved
+as .npy) and the same parameters, read from the library mechanism
+(:func:`rr_parameters`, :func:`collision_parameters`,
+:func:`shuffle_parameters`: RR's dyadic flip threshold; Collision's l, p, q
+and Omega; the multi-message shuffle's calibrated (p, rho, p') and n). Each
+reports the RMS error of its estimate against the true A beside the
+closed-form prediction sqrt(mean MSE) of the library mechanism (for the
+loops, on the clients they ran), so a wrong baseline shows up as a wrong
+error. Finally jaxdistill runs ``--big-clients`` clients of each mechanism
+from the chunked generator (nothing materialised) to show that peak memory
+does not grow with n.
 
 Usage (from the repository root)::
 
@@ -65,45 +70,26 @@ def rr_parameters(mech) -> dict:
           "q": 1.0 - float(mech.keep_probability)}
 
 
-def collision_parameters(mech, shape, epsilon) -> dict:
-  """(c, l, p, q) of Collision (spec §1.7). INTEGRATOR HOOK: read them from ``mech``.
+def collision_parameters(mech) -> dict:
+  """Collision's exact (c, l, p, q, Omega), as its sampler and estimator use them.
 
-  Until h1's ``Collision`` exists (``mech is None``), the spec's defaults:
-  c = kr, l = floor(c e^eps + 2c - 1), Omega = c e^eps + l - c,
-  p = e^eps / Omega, q = 1 / l.
+  p = e^eps / Omega as the library stores it (the float64 just below, which
+  its sampler draws exactly), q = 1 / l.
   """
-  c = shape["k"] * shape["r"]
-  length = None
-  if mech is not None:
-    for name in ("bloom_length", "length", "num_outputs"):
-      if getattr(mech, name, None) is not None:
-        length = int(getattr(mech, name))
-        break
-  if length is None:
-    length = int(math.floor(c * math.exp(epsilon) + 2 * c - 1))
-  omega = c * math.exp(epsilon) + length - c
-  return {"c": c, "l": length, "e_eps": math.exp(epsilon), "omega": omega,
-          "p": math.exp(epsilon) / omega, "q": 1.0 / length}
+  return {"c": int(mech.cardinality), "l": int(mech.bloom_length), "p": float(mech.p),
+          "q": float(mech.q), "omega": float(mech.omega)}
 
 
-def shuffle_parameters(mech, shape, epsilon, delta, n) -> dict:
-  """Noise parameters of the multi-message shuffle (spec §4). INTEGRATOR HOOK.
+def shuffle_parameters(mech) -> dict:
+  """The multi-message shuffle's calibrated noise and its population n.
 
-  Per client and bucket: Z1, Z2 ~ NB(1/n, p) noise shares and Z3 ~ NB(rho/n, p')
-  flooding; the client sends x + Z1 + Z3 "+" and Z2 + Z3 "-" messages. Until
-  h2's ``ShuffleMultiMessage`` exists (``mech is None``), indicative values
-  (spec §1.9/§4, NOT a calibrated guarantee): p = e^{-eps/(4kr)},
-  rho = 3 (1 + ln(2/delta)), p' = e^{-0.2 eps1}, eps1 = min(1, eps/2)/2.
+  Per client and entry: Z1, Z2 ~ NB(1/n, p) noise shares and Z3 ~ NB(rho/n, p')
+  flooding; the client sends x + Z1 + Z3 "+" and Z2 + Z3 "-" messages.
   """
-  c = shape["k"] * shape["r"]
-  params = {"p": math.exp(-epsilon / (4 * c)), "rho": 3 * (1 + math.log(2 / delta)),
-            "p_flood": math.exp(-0.2 * min(1.0, epsilon / 2) / 2), "source": "indicative (spec §4)"}
-  if mech is not None:
-    for ours, theirs in (("p", "noise_p"), ("rho", "flood_rho"), ("p_flood", "flood_p")):
-      if getattr(mech, theirs, None) is not None:
-        params[ours] = float(getattr(mech, theirs))
-        params["source"] = "library"
-  return params
+  noise = mech.noise
+  return {"p": float(noise.p), "rho": float(noise.rho), "p_flood": float(noise.p_flood),
+          "n": int(mech.num_clients), "expected_messages": float(mech.expected_messages()),
+          "epsilon": float(mech.privacy().epsilon), "delta": float(mech.privacy().delta)}
 
 
 # ---------------------------------------------------------------------------
@@ -149,8 +135,7 @@ def loop_rr(buckets, labels, shape, prm, rng):
 
 
 def numpy_collision(buckets, labels, shape, prm, rng, chunk=16384):
-  d, y, length = shape["s"] * shape["y"], shape["y"], prm["l"]
-  e = prm["e_eps"]
+  d, y, length, p = shape["s"] * shape["y"], shape["y"], prm["l"], prm["p"]
   hdtype = np.uint8 if length <= 256 else np.int32
   total = np.zeros(d, np.int64)
   for s in range(0, len(buckets), chunk):
@@ -161,18 +146,16 @@ def numpy_collision(buckets, labels, shape, prm, rng, chunk=16384):
     member = np.zeros((m, length), bool)
     member[np.repeat(np.arange(m), ent.shape[1])[ent.reshape(-1) >= 0], hv[ent >= 0]] = True
     size = member.sum(axis=1, keepdims=True)
-    p_in = e / prm["omega"]
-    p_out = (prm["omega"] - size * e) / ((length - size) * prm["omega"])
-    cdf = np.cumsum(np.where(member, p_in, p_out), axis=1)
+    p_out = (1.0 - size * p) / (length - size)                   # the rest, uniform off C
+    cdf = np.cumsum(np.where(member, p, p_out), axis=1)
     z = (cdf < rng.random((m, 1)) * cdf[:, -1:]).sum(axis=1)     # inverse CDF
     total += (h == z[:, None].astype(hdtype)).sum(axis=0)
-  return (total - len(buckets) * prm["q"]) / (prm["p"] - prm["q"])
+  return (total - len(buckets) * prm["q"]) / (p - prm["q"])
 
 
 def loop_collision(buckets, labels, shape, prm, rng):
   """Per record like the authors' ``collision_mechanism`` (faster: one hash call per record)."""
-  d, y, length = shape["s"] * shape["y"], shape["y"], prm["l"]
-  e = prm["e_eps"]
+  d, y, length, p = shape["s"] * shape["y"], shape["y"], prm["l"], prm["p"]
   total = np.zeros(d)
   rnd = random.Random(int(rng.integers(2**63)))
   for b_row, l_row in zip(buckets.tolist(), labels.tolist()):
@@ -182,12 +165,11 @@ def loop_collision(buckets, labels, shape, prm, rng):
     cset = set(int(h[j]) for j in items)
     u, acc, z = rnd.random(), 0.0, length - 1
     for v in range(length):
-      acc += e / prm["omega"] if v in cset else \
-          (prm["omega"] - len(cset) * e) / ((length - len(cset)) * prm["omega"])
+      acc += p if v in cset else (1.0 - len(cset) * p) / (length - len(cset))
       if acc > u:
         z = v
         break
-    total += ((h == z) - prm["q"]) / (prm["p"] - prm["q"])
+    total += ((h == z) - prm["q"]) / (p - prm["q"])
   return total
 
 
@@ -211,11 +193,12 @@ def _nb_from_uniform(u: np.ndarray, cdf: np.ndarray) -> np.ndarray:
 def numpy_shuffle(buckets, labels, shape, prm, rng, chunk=4096):
   """Message level: per client and bucket, x + Z1 + Z3 '+' and Z2 + Z3 '-' messages.
 
-  The analyzer's count is invariant under the shuffler's permutation, so no
-  permutation is materialised (as in jaxdistill's runner, which sums
-  statistics).
+  Every one of the 3d negative binomials of a client is drawn (inverse CDF
+  of a float64 uniform; almost all are 0). The analyzer's count is invariant
+  under the shuffler's permutation, so no permutation is materialised (as in
+  jaxdistill's runner, which sums statistics).
   """
-  n = shape["n"]
+  n = prm["n"]
   d, y = shape["s"] * shape["y"], shape["y"]
   cdf_noise = _nb_table(1.0 / n, prm["p"])
   cdf_flood = _nb_table(prm["rho"] / n, prm["p_flood"])
@@ -237,9 +220,42 @@ def numpy_shuffle(buckets, labels, shape, prm, rng, chunk=4096):
   return (plus - minus).astype(np.float64), messages / len(buckets)
 
 
+def numpy_shuffle_events(buckets, labels, shape, prm, rng, chunk=65536):
+  """The same noise as compound-Poisson events, the algorithm jaxdistill uses, vectorised.
+
+  Independent NB(r_s, p_s) on each of d cells and 3 streams (Z1, Z2, Z3) are
+  one Poisson process: client i draws E_i ~ Poisson(d sum_s lambda_s),
+  lambda_s = r_s ln(1/(1 - p_s)), and each event a stream s (probability
+  lambda_s / sum lambda), a size L ~ Logarithmic(p_s) and a uniform cell
+  (Quenouille 1949). Message level: a client's messages are its events.
+  """
+  n = prm["n"]
+  d, y = shape["s"] * shape["y"], shape["y"]
+  probs = np.array([prm["p"], prm["p"], prm["p_flood"]])
+  lam = np.array([1.0 / n, 1.0 / n, prm["rho"] / n]) * -np.log1p(-probs)
+  plus = np.zeros(d, np.int64)
+  minus = np.zeros(d, np.int64)
+  messages = 0
+  for s in range(0, len(buckets), chunk):
+    ent = _entries(buckets[s:s + chunk], labels[s:s + chunk], y)
+    real = np.bincount(ent[ent >= 0], minlength=d)
+    events = rng.poisson(d * lam.sum(), size=len(ent))          # per client
+    total = int(events.sum())
+    stream = rng.choice(3, size=total, p=lam / lam.sum())
+    size = np.empty(total, np.int64)
+    for j in range(3):
+      pick = stream == j
+      size[pick] = rng.logseries(probs[j], size=int(pick.sum()))
+    cell = rng.integers(0, d, size=total)
+    plus += real + np.bincount(cell, weights=np.where(stream != 1, size, 0), minlength=d).astype(np.int64)
+    minus += np.bincount(cell, weights=np.where(stream != 0, size, 0), minlength=d).astype(np.int64)
+    messages += int(real.sum() + size.sum() + size[stream == 2].sum())
+  return (plus - minus).astype(np.float64), messages / len(buckets)
+
+
 def loop_shuffle(buckets, labels, shape, prm, rng):
   """Per record and per bucket, NumPy scalar draws (the protocol's natural loop)."""
-  n = shape["n"]
+  n = prm["n"]
   d, y = shape["s"] * shape["y"], shape["y"]
   r_noise, q_noise = 1.0 / n, 1 - prm["p"]
   r_flood, q_flood = prm["rho"] / n, 1 - prm["p_flood"]
@@ -261,7 +277,7 @@ def loop_shuffle(buckets, labels, shape, prm, rng):
 # Workers (one per subprocess) and the driver.
 # ---------------------------------------------------------------------------
 def _shape(args) -> dict:
-  """Sizes; ``n`` is the full population even when a loop times a subsample."""
+  """Sizes of the problem (``n`` is the full population even when a loop times a subsample)."""
   return {"s": args.buckets, "y": args.labels, "k": args.k, "r": 1, "n": args.clients}
 
 
@@ -269,14 +285,27 @@ def _rms(est, truth) -> float:
   return float(np.sqrt(np.mean((np.asarray(est, np.float64).reshape(-1) - truth.reshape(-1))**2)))
 
 
+def _truth(buckets: np.ndarray, labels: np.ndarray, shape: dict) -> np.ndarray:
+  """The exact A of these clients, float64 ``[s * |Y|]`` (independent of the library)."""
+  ent = _entries(buckets, labels, shape["y"])
+  return np.bincount(ent[ent >= 0], minlength=shape["s"] * shape["y"]).astype(np.float64)
+
+
+def _build(args, mechanism=None, clients=None):
+  from jaxdistill import mechanisms as M
+  from jaxdistill import simulation
+
+  shape = M.BsvsShape(args.buckets, args.labels, args.k)
+  return simulation.build_mechanism(mechanism or args.mechanism, shape, epsilon=args.epsilon,
+                                    delta=args.delta, num_clients=clients or args.clients)
+
+
 def worker_jax(args) -> dict:
   import jax
   from jaxdistill import mechanisms as M
   from jaxdistill import simulation
 
-  shape = M.BsvsShape(args.buckets, args.labels, args.k)
-  mech = simulation.build_mechanism(args.mechanism, shape, epsilon=args.epsilon, delta=args.delta,
-                                    num_clients=args.clients)
+  mech = _build(args)
   if args.source == "generator":
     clients = M.synthetic_workload(jax.random.key(args.seed), num_clients=args.clients,
                                    num_buckets=args.buckets, num_labels=args.labels, k=args.k)
@@ -293,33 +322,41 @@ def worker_jax(args) -> dict:
   out = {"seconds_first": times[0], "seconds": times[-1], "devices": res.num_devices}
   if args.source == "generator":
     out["rms"] = _rms(res.estimate, res.counts)
+    out["predicted_rms"] = float(np.sqrt(np.mean(mech.entry_mse(res.counts, args.clients))))
   else:
     out["rms"] = _rms(res.estimate, np.load(os.path.join(args.inputs, "truth.npy")))
   return out
 
 
+_BASELINES = {
+    "numpy": {"rr": numpy_rr, "collision": numpy_collision, "shuffle-multi": numpy_shuffle},
+    "numpy-events": {"shuffle-multi": numpy_shuffle_events},
+    "loop": {"rr": loop_rr, "collision": loop_collision, "shuffle-multi": loop_shuffle},
+}
+
+
+def _loop_clients(args) -> int:
+  return min(args.loop_clients_shuffle if args.mechanism == "shuffle-multi" else args.loop_clients,
+             args.clients)
+
+
 def worker_baseline(args) -> dict:
   b = np.load(os.path.join(args.inputs, "buckets.npy"))
   lab = np.load(os.path.join(args.inputs, "labels.npy"))
-  truth = np.load(os.path.join(args.inputs, "truth.npy"))
   prm = json.loads(args.params)
   shape = _shape(args)
   rng = np.random.default_rng(args.seed)
   n = len(b)
-  fn = {"numpy": {"rr": numpy_rr, "collision": numpy_collision, "shuffle-multi": numpy_shuffle},
-        "loop": {"rr": loop_rr, "collision": loop_collision, "shuffle-multi": loop_shuffle}}
-  fn = fn[args.worker][args.mechanism]
-  loop_n = args.loop_clients_shuffle if args.mechanism == "shuffle-multi" else args.loop_clients
-  m = n if args.worker == "numpy" else min(loop_n, n)
+  fn = _BASELINES[args.worker][args.mechanism]
+  m = _loop_clients(args) if args.worker == "loop" else n
   start = time.perf_counter()
   out = fn(b[:m], lab[:m], shape, prm, rng)
   seconds = time.perf_counter() - start
   est, per_client = out if isinstance(out, tuple) else (out, None)
-  result = {"seconds": seconds * n / m, "measured_clients": m, "measured_seconds": seconds}
+  result = {"seconds": seconds * n / m, "measured_clients": m, "measured_seconds": seconds,
+            "rms": _rms(est, _truth(b[:m], lab[:m], shape))}  # against the clients it ran
   if per_client is not None:
     result["messages_per_client"] = per_client
-  if m == n:
-    result["rms"] = _rms(est, truth)
   return result
 
 
@@ -347,75 +384,82 @@ def _run(cmd, env_extra=None, timeout=3600) -> dict:
   return out
 
 
+def _predicted_rms(mech, truth: np.ndarray, clients: int) -> float:
+  """sqrt of the mean closed-form MSE per entry of the library mechanism."""
+  counts = truth.reshape(mech.shape.num_buckets, mech.shape.num_labels)
+  return float(np.sqrt(np.mean(mech.entry_mse(counts, clients))))
+
+
 def driver(args) -> dict:
   import jax
   from jaxdistill import mechanisms as M
-  from jaxdistill import simulation
 
-  shape = M.BsvsShape(args.buckets, args.labels, args.k)
   work = M.synthetic_workload(jax.random.key(args.seed), num_clients=args.clients,
                               num_buckets=args.buckets, num_labels=args.labels, k=args.k)
   inp = work.materialize()
-  truth = np.asarray(M.bsvs_counts(inp, shape), np.float64)
+  b, lab = np.asarray(inp.buckets), np.asarray(inp.labels)
+  del inp
+  shape = _shape(args)
+  truth = _truth(b, lab, shape)
   report = {"clients": args.clients, "buckets": args.buckets, "labels": args.labels, "k": args.k,
             "epsilon": args.epsilon, "delta": args.delta, "loop_clients": args.loop_clients,
-            "host_devices": args.host_devices, "cpu_count": os.cpu_count(), "rows": []}
-  available = simulation.mechanism_names()
+            "host_devices": args.host_devices, "cpu_count": os.cpu_count(),
+            "load_average": os.getloadavg(), "rows": []}
+  print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+        f"({os.cpu_count()} CPUs)")
   with tempfile.TemporaryDirectory() as tmp:
-    np.save(os.path.join(tmp, "buckets.npy"), np.asarray(inp.buckets))
-    np.save(os.path.join(tmp, "labels.npy"), np.asarray(inp.labels))
+    np.save(os.path.join(tmp, "buckets.npy"), b)
+    np.save(os.path.join(tmp, "labels.npy"), lab)
     np.save(os.path.join(tmp, "truth.npy"), truth)
-    del inp
     for name in args.mechanisms.split(","):
-      mech = None
-      if name in available:
-        mech = simulation.build_mechanism(name, shape, epsilon=args.epsilon, delta=args.delta,
-                                          num_clients=args.clients)
-      sd = _shape(args)
-      if name == "rr":
-        params = rr_parameters(mech)
-      elif name == "collision":
-        params = collision_parameters(mech, sd, args.epsilon)
-      else:
-        params = shuffle_parameters(mech, sd, args.epsilon, args.delta, args.clients)
-      row = {"mechanism": name, "params": params}
-      if mech is None:
-        row["jaxdistill"] = {"error": f"not available in this checkout ({name})"}
-      else:
-        row["jaxdistill"] = _run(_worker_cmd(args, "jax", name, tmp, params))
-        if args.host_devices > 1:
-          flag = f"--xla_force_host_platform_device_count={args.host_devices}"
-          row[f"jaxdistill_{args.host_devices}dev"] = _run(
-              _worker_cmd(args, "jax", name, tmp, params),
-              {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()})
-      row["numpy"] = _run(_worker_cmd(args, "numpy", name, tmp, params))
-      row["loop"] = _run(_worker_cmd(args, "loop", name, tmp, params))
+      mech = _build(args, name)
+      params = {"rr": rr_parameters, "collision": collision_parameters,
+                "shuffle-multi": shuffle_parameters}[name](mech)
+      m = min(args.loop_clients_shuffle if name == "shuffle-multi" else args.loop_clients, args.clients)
+      row = {"mechanism": name, "params": params,
+             "predicted_rms": _predicted_rms(mech, truth, args.clients),
+             "predicted_rms_loop": _predicted_rms(mech, _truth(b[:m], lab[:m], shape), m),
+             "loop_clients": m}
+      row["jaxdistill"] = _run(_worker_cmd(args, "jax", name, tmp, params))
+      if args.host_devices > 1:
+        flag = f"--xla_force_host_platform_device_count={args.host_devices}"
+        row[f"jaxdistill_{args.host_devices}dev"] = _run(
+            _worker_cmd(args, "jax", name, tmp, params),
+            {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()})
+      for worker in ("numpy", "numpy-events", "loop"):
+        if name in _BASELINES[worker]:
+          row[worker] = _run(_worker_cmd(args, worker, name, tmp, params))
       report["rows"].append(row)
       _print_row(row, args)
   if args.big_clients:
-    big = {}
-    for n in sorted({args.clients, args.big_clients}):
-      big[str(n)] = _run(_worker_cmd(args, "jax", "rr", "-", {}, source="generator", clients=n))
-    report["big"] = big
-    for n, r in big.items():
-      print(f"jaxdistill rr, {int(n):,} clients from the chunked generator: "
-            + (f"{r['seconds']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MiB, RMS error {r['rms']:.4g}"
-               if "error" not in r else r["error"]))
+    report["big"] = {}
+    print(f"\n== peak memory vs n (jaxdistill, clients generated chunk by chunk; wall time includes "
+          f"compilation and summing the true A in the same pass)")
+    print(f"{'mechanism':<16}{'clients':>12}{'seconds':>10}{'peak MiB':>10}{'RMS err':>10}{'predicted':>11}")
+    for name in args.big_mechanisms.split(","):
+      for n in sorted({args.clients, args.big_clients}):
+        r = _run(_worker_cmd(args, "jax", name, "-", {}, source="generator", clients=n))
+        report["big"][f"{name}/{n}"] = r
+        if "error" in r:
+          print(f"{name:<16}{n:>12,}  {r['error']}")
+        else:
+          print(f"{name:<16}{n:>12,}{r['seconds']:>10.1f}{r['peak_rss_mb']:>10.0f}{r['rms']:>10.4g}"
+                f"{r['predicted_rms']:>11.4g}")
+  print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
   return report
-
-
-def _fmt_time(r: dict) -> str:
-  return "n/a" if "seconds" not in r else f"{r['seconds']:.2f}"
 
 
 def _print_row(row: dict, args) -> None:
   name = row["mechanism"]
   ref = row.get("jaxdistill", {})
+  prm = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in row["params"].items())
   print(f"\n== {name}: n={args.clients:,}, s={args.buckets}, |Y|={args.labels}, k={args.k}, "
-        f"eps={args.epsilon}")
+        f"eps={args.epsilon}; {prm}")
+  print(f"predicted RMS error (closed form): {row['predicted_rms']:.4g} at n; "
+        f"{row['predicted_rms_loop']:.4g} on the loop's {row['loop_clients']:,} clients")
   print(f"{'contender':<22}{'seconds':>10}{'1st run':>10}{'peak MiB':>10}{'RMS err':>10}"
         f"{'time / jaxdistill':>19}")
-  for label in [k for k in row if k not in ("mechanism", "params")]:
+  for label in [k for k in row if isinstance(row[k], dict) and k != "params"]:
     r = row[label]
     if "error" in r:
       print(f"{label:<22}{r['error']}")
@@ -423,10 +467,11 @@ def _print_row(row: dict, args) -> None:
     ratio = (f"{r['seconds'] / ref['seconds']:.2f}x" if "seconds" in ref and ref["seconds"] > 0
              else "n/a")
     first = f"{r['seconds_first']:.2f}" if "seconds_first" in r else ""
-    rms = f"{r['rms']:.4g}" if "rms" in r else "-"
-    note = " (extrapolated from %d clients)" % r["measured_clients"] \
+    note = " (extrapolated from %d clients; RMS on those)" % r["measured_clients"] \
         if r.get("measured_clients", args.clients) < args.clients else ""
-    print(f"{label:<22}{_fmt_time(r):>10}{first:>10}{r['peak_rss_mb']:>10.0f}{rms:>10}"
+    if "messages_per_client" in r:
+      note += f" [{r['messages_per_client']:.3f} messages/client]"
+    print(f"{label:<22}{r['seconds']:>10.2f}{first:>10}{r['peak_rss_mb']:>10.0f}{r['rms']:>10.4g}"
           f"{ratio:>19}{note}")
 
 
@@ -444,11 +489,13 @@ def main(argv=None) -> int:
   p.add_argument("--loop-clients-shuffle", type=int, default=1_000,
                  help="loop subsample for the shuffle (d negative-binomial draws x 3 per client)")
   p.add_argument("--big-clients", type=lambda s: int(float(s)), default=10_000_000)
+  p.add_argument("--big-mechanisms", default=",".join(MECHANISMS),
+                 help="mechanisms run at --clients and --big-clients from the generator")
   p.add_argument("--host-devices", type=int, default=os.cpu_count() or 1)
   p.add_argument("--mechanisms", default=",".join(MECHANISMS))
   p.add_argument("--json", default=None, help="also write the report to this file")
   # Worker mode (internal).
-  p.add_argument("--worker", choices=["jax", "numpy", "loop"], default=None)
+  p.add_argument("--worker", choices=["jax", "numpy", "numpy-events", "loop"], default=None)
   p.add_argument("--mechanism", default="rr")
   p.add_argument("--inputs", default="-")
   p.add_argument("--params", default="{}")

@@ -37,6 +37,8 @@ from jaxdistill.mechanisms._nb_sampler import sample_negative_binomial
 from jaxdistill.mechanisms._randomized_response import RandomizedResponse
 from jaxdistill.mechanisms._sampling import bernoulli_dyadic
 from jaxdistill.mechanisms._sampling import dyadic_ceil
+from jaxdistill.mechanisms._sampling import uniform_below
+from jaxdistill.mechanisms._sampling import uniform_index
 from jaxdistill.mechanisms._sampling import uniform_words
 from jaxdistill.mechanisms._shuffle_multi import MultiMessageTranscript
 from jaxdistill.mechanisms._shuffle_multi import ShuffleMultiMessage
@@ -54,5 +56,5 @@ __all__ = [
     "collision_labeling_error",
     "ShuffleMultiMessage", "MultiMessageTranscript", "shuffle_multi_message_protocol",
     "sample_negative_binomial", "ShuffleSingleMessage", "bernoulli_dyadic", "dyadic_ceil",
-    "uniform_words",
+    "uniform_words", "uniform_below", "uniform_index",
 ]

@@ -20,6 +20,17 @@ deployment has:
 * ``entry_bias(counts, num_clients) -> [s, |Y|] float64``: the closed-form
   bias E[estimate] - A (zero unless a mechanism documents otherwise), so the
   predicted error of a biased estimator is its MSE, not its variance.
+
+One optional hook serves speed, not semantics:
+
+* ``chunk_statistics(keys, buckets, labels, valid) -> stats``: the summed
+  statistics of a chunk of clients, i.e. the runner's inner step. The default
+  vmaps ``analyze(randomize(...))`` over the chunk and sums. A mechanism may
+  override it with a cheaper computation of the *same integers* (scatter-add
+  sparse events instead of summing dense per-client arrays, build a hash
+  table once instead of twice), subject to the rules in its docstring;
+  ``tests/simulation/test_runner.py`` checks every override against the
+  default, bitwise.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import abc
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxdistill.accounting import PrivacyStatement
@@ -62,6 +74,40 @@ class BsvsMechanism(abc.ABC):
   @abc.abstractmethod
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     """Closed-form variance of each estimated entry, float64 ``[s, |Y|]``."""
+
+  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
+                       valid: jax.Array) -> Any:
+    """Summed statistics of one chunk of C clients (what the runner adds up).
+
+    .. math:: S = \\sum_{i < C,\\ \\mathrm{valid}_i}
+              \\mathrm{analyze}(\\mathrm{randomize}(\\mathrm{keys}_i,
+              \\mathrm{buckets}_i, \\mathrm{labels}_i))
+
+    The default computes exactly this (vmap over the chunk, mask, sum). An
+    override must return the same integers bitwise for every chunk, which
+    holds when (1) client i's randomness comes only from ``keys[i]``, drawn
+    as the default would draw it, and (2) sums are integer (exact and
+    order-free). Then results stay independent of the chunk size and the
+    device count. Overrides must be jittable with fixed shapes; data-dependent
+    work (e.g. a number of events) goes into ``lax.while_loop`` rounds of a
+    fixed size.
+
+    Args:
+      keys: ``[C]`` PRNG keys, client i's key at row i.
+      buckets: int32 ``[C, k]`` (-1 pads).
+      labels: int32 ``[C, r]`` (-1 pads).
+      valid: bool ``[C]``; rows with False (padding past n) contribute nothing.
+
+    Returns:
+      The statistics pytree of :meth:`analyze`, summed over valid rows (same
+      shapes and dtypes as one client's statistics).
+    """
+    def one(key, b, lab, ok):
+      stats = self.analyze(self.randomize(key, b, lab))
+      return jax.tree.map(lambda x: jnp.where(ok, x, jnp.zeros_like(x)), stats)
+
+    stats = jax.vmap(one)(keys, buckets, labels, valid)
+    return jax.tree.map(lambda x: x.sum(axis=0, dtype=x.dtype), stats)
 
   def entry_bias(self, counts: Any, num_clients: int) -> np.ndarray:
     """Closed-form bias E[estimate] - A of each entry (unbiased mechanisms: 0)."""

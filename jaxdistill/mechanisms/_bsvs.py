@@ -160,13 +160,32 @@ def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> ja
   return jnp.where(valid, ent, -1).reshape(-1).astype(jnp.int32)
 
 
+def entry_histogram(buckets: jax.Array, labels: jax.Array, valid: jax.Array | None,
+                    num_buckets: int, num_labels: int) -> jax.Array:
+  """int32 ``[d]``: how many (valid) clients hold each flattened entry of A.
+
+  A scatter-add of the at most kr entries per client, O(n kr) work, never a
+  dense ``[n, d]`` array.
+
+  Args:
+    buckets: int32 ``[n, k]`` (-1 pads).
+    labels: int32 ``[n, r]`` (-1 pads).
+    valid: bool ``[n]`` (rows with False are skipped) or None (all rows).
+    num_buckets: s.
+    num_labels: |Y|.
+  """
+  ent = jax.vmap(client_entries, in_axes=(0, 0, None))(buckets, labels, num_labels)
+  d = num_buckets * num_labels
+  keep = ent >= 0 if valid is None else (ent >= 0) & valid[:, None]
+  # Padding and invalid rows go to a dropped overflow slot d.
+  flat = jnp.zeros(d + 1, jnp.int32).at[jnp.where(keep, ent, d).reshape(-1)].add(1)
+  return flat[:d]
+
+
 @functools.partial(jax.jit, static_argnames=("num_buckets", "num_labels"))
 def _counts(buckets, labels, num_buckets, num_labels):
-  ent = jax.vmap(client_entries, in_axes=(0, 0, None))(buckets, labels, num_labels).reshape(-1)
-  d = num_buckets * num_labels
-  # Padding (-1) goes to a dropped overflow slot d.
-  flat = jnp.zeros(d + 1, jnp.int32).at[jnp.where(ent >= 0, ent, d)].add(1)
-  return flat[:d].reshape(num_buckets, num_labels)
+  flat = entry_histogram(buckets, labels, None, num_buckets, num_labels)
+  return flat.reshape(num_buckets, num_labels)
 
 
 def bsvs_counts(inputs: BsvsInput, shape: BsvsShape) -> jax.Array:
@@ -243,10 +262,15 @@ class SyntheticWorkload:
     """All clients as a :class:`BsvsInput` (n x (k + r) int32 on the device)."""
     n = self.num_clients
     chunk = min(chunk_size, n)
-    num_chunks = -(-n // chunk)
-    idx = jnp.arange(num_chunks * chunk, dtype=jnp.uint32).reshape(num_chunks, chunk)
-    b, lab = jax.lax.map(jax.vmap(self.client), idx)
+    b, lab = _materialize(self, -(-n // chunk), chunk)
     return BsvsInput(b.reshape(-1, self.shape.k)[:n], lab.reshape(-1, self.shape.r)[:n])
+
+
+@functools.partial(jax.jit, static_argnames=("num_chunks", "chunk"))
+def _materialize(workload: SyntheticWorkload, num_chunks: int, chunk: int):
+  # Jitted at module level: one compilation per (sizes, chunking), whatever the key.
+  idx = jnp.arange(num_chunks * chunk, dtype=jnp.uint32).reshape(num_chunks, chunk)
+  return jax.lax.map(jax.vmap(workload.client), idx)
 
 
 def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, num_labels: int,

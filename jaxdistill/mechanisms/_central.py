@@ -30,7 +30,7 @@ from jaxdistill.accounting import discrete_laplace as discrete_laplace_account
 from jaxdistill.accounting import laplace as laplace_account
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsShape, bsvs_sensitivity, client_entries
+from jaxdistill.mechanisms._bsvs import BsvsShape, bsvs_sensitivity, client_entries, entry_histogram
 
 __all__ = ["CentralLaplace", "CentralDiscreteLaplace"]
 
@@ -41,8 +41,20 @@ def host_uniform(key: jax.Array, shape: tuple[int, ...]) -> np.ndarray:
   Two 32-bit words per draw come from ``jax.random.bits(key)`` (so the
   randomness is a pure function of the key); they are combined on the host
   into ``(m + 0.5) / 2^53`` with m uniform on [0, 2^53).
+
+  Args:
+    key: a PRNG key, or an array of keys ``[*batch]`` (independent draws per
+      key, the same values as one call per key).
+    shape: the draw's shape.
+
+  Returns:
+    float64 ``[*batch, *shape]``.
   """
-  words = np.asarray(jax.random.bits(key, (2,) + tuple(shape), jnp.uint32)).astype(np.uint64)
+  batch = tuple(jnp.shape(key))
+  draw = lambda k: jax.random.bits(k, (2,) + tuple(shape), jnp.uint32)
+  words = draw(key) if not batch else jax.vmap(draw)(jnp.reshape(key, (-1,)))
+  words = np.moveaxis(np.asarray(words).astype(np.uint64).reshape(batch + (2,) + tuple(shape)),
+                      len(batch), 0)
   mantissa = (words[0] >> np.uint64(5)) * np.uint64(1 << 26) + (words[1] >> np.uint64(6))
   return (mantissa.astype(np.float64) + 0.5) / float(1 << 53)
 
@@ -118,12 +130,22 @@ class CentralLaplace(BsvsMechanism):
   def analyze(self, message: jax.Array) -> jax.Array:
     return message.astype(jnp.int32)
 
+  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
+                       valid: jax.Array) -> jax.Array:
+    """int32 ``[d]``: the chunk's exact counts by a scatter-add of its entries (no dense rows)."""
+    del keys
+    return entry_histogram(buckets, labels, valid, self.shape.num_buckets, self.shape.num_labels)
+
   def noise(self, key: jax.Array) -> np.ndarray:
-    """float64 ``[s, |Y|]`` i.i.d. Laplace(b) noise, b * (E1 - E2), E ~ Exp(1)."""
+    """float64 ``[*batch, s, |Y|]`` i.i.d. Laplace(b) noise, b * (E1 - E2), E ~ Exp(1).
+
+    ``key`` may be an array of keys ``[*batch]`` (one independent draw each).
+    """
     u = host_uniform(key, (2, self.shape.num_buckets, self.shape.num_labels))
-    return self.scale * (np.log(u[1]) - np.log(u[0]))
+    return self.scale * (np.log(u[..., 1, :, :]) - np.log(u[..., 0, :, :]))
 
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
+    """A + noise, float64 ``[s, |Y|]`` (``[*batch, s, |Y|]`` for a batch of keys)."""
     del num_clients
     return _counts(stats, self.shape).astype(np.float64) + self.noise(key)
 
@@ -215,13 +237,20 @@ class CentralDiscreteLaplace(BsvsMechanism):
   def analyze(self, message: jax.Array) -> jax.Array:
     return message.astype(jnp.int32)
 
+  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
+                       valid: jax.Array) -> jax.Array:
+    """int32 ``[d]``: the chunk's exact counts by a scatter-add of its entries (no dense rows)."""
+    del keys
+    return entry_histogram(buckets, labels, valid, self.shape.num_buckets, self.shape.num_labels)
+
   def noise(self, key: jax.Array) -> np.ndarray:
-    """int64 ``[s, |Y|]`` i.i.d. discrete Laplace(a) noise."""
+    """int64 ``[*batch, s, |Y|]`` i.i.d. discrete Laplace(a) noise (batch: an array of keys)."""
     u = host_uniform(key, (2, self.shape.num_buckets, self.shape.num_labels))
     g = np.floor(-np.log(u) / self.parameter).astype(np.int64)
-    return g[0] - g[1]
+    return g[..., 0, :, :] - g[..., 1, :, :]
 
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
+    """A + noise, float64 ``[s, |Y|]`` (``[*batch, s, |Y|]`` for a batch of keys)."""
     del num_clients
     return (_counts(stats, self.shape) + self.noise(key)).astype(np.float64)
 

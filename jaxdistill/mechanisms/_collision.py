@@ -12,6 +12,9 @@ c = kr) and the product mechanisms (Separation, Concatenation).
 from __future__ import annotations
 
 import dataclasses
+import decimal
+import fractions
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -24,6 +27,7 @@ from jaxdistill.accounting import PrivacyStatement, Relation
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsShape, client_entries
+from jaxdistill.mechanisms._sampling import uniform_below, uniform_index, uniform_words
 
 __all__ = ["Collision", "CollisionMessage", "collision_rates", "default_bloom_length"]
 
@@ -62,30 +66,85 @@ def check_bloom_length(bloom_length: Any, cardinality: int) -> int:
   return _validate.integer("bloom_length", bloom_length, minimum=lo, maximum=_MAX_BLOOM)
 
 
+@functools.lru_cache(maxsize=256)
 def collision_rates(epsilon: float, cardinality: int, bloom_length: int) -> tuple[float, float, float]:
   """``(p, q, Omega)``: hit rates of a present / absent position, and Omega.
 
   .. math:: \\Omega = c e^{\\varepsilon} + l - c,\\quad p = e^{\\varepsilon}/\\Omega,
             \\quad q = 1/l.
+
+  p is the largest float64 not above e^eps / Omega (decided with 50-digit
+  arithmetic), and it is exactly the probability the sampler draws (see
+  :func:`collision_randomize`): rounding down can only lower the real
+  privacy loss, ln(p (l - c) / (1 - c p)) <= eps.
   """
+  with decimal.localcontext(decimal.Context(prec=50)):
+    e = decimal.Decimal(epsilon).exp()
+    exact = e / (cardinality * e + bloom_length - cardinality)
+  p = math.exp(epsilon) / (cardinality * math.exp(epsilon) + bloom_length - cardinality)
+  while decimal.Decimal(p) > exact:
+    p = math.nextafter(p, 0.0)
+  while decimal.Decimal(math.nextafter(p, 1.0)) <= exact:
+    p = math.nextafter(p, 1.0)
   omega = cardinality * math.exp(epsilon) + bloom_length - cardinality
-  return math.exp(epsilon) / omega, 1.0 / bloom_length, omega
+  return p, 1.0 / bloom_length, omega
+
+
+@functools.lru_cache(maxsize=256)
+def _coin_thresholds(p: float, cardinality: int) -> np.ndarray:
+  """uint32 ``[c + 1, W]``: the W-word integers m p 2^(32 W), m = 0..c (most significant word first).
+
+  A float64 p is a dyadic rational, so with W words enough for its
+  denominator these are integers and Pr[u < m p 2^(32 W)] = m p exactly
+  for u uniform on W words.
+  """
+  frac = fractions.Fraction(p)
+  width = max(1, -(-(frac.denominator.bit_length() - 1) // 32))
+  out = np.zeros((cardinality + 1, width), np.uint32)
+  for m in range(cardinality + 1):
+    value = m * frac * 2 ** (32 * width)
+    if value.denominator != 1 or not 0 <= value < 2 ** (32 * width):
+      raise ValueError(f"Expected m p < 1 for m <= c={cardinality}; got p={p!r}.")
+    v = int(value)
+    for w in range(width):
+      out[m, width - 1 - w] = (v >> (32 * w)) & 0xFFFFFFFF
+  return out
+
+
+def _words_below(u: jax.Array, t: jax.Array) -> jax.Array:
+  """u < t for multi-word integers ``[W]`` (most significant word first)."""
+  less = jnp.bool_(False)
+  equal = jnp.bool_(True)
+  for w in range(u.shape[-1]):
+    less = less | (equal & (u[w] < t[w]))
+    equal = equal & (u[w] == t[w])
+  return less
 
 
 def hash_table(seed: jax.Array, domain: int, bloom_length: int) -> jax.Array:
-  """int32 ``[domain]``: the fully random hash h(j), j in [domain], from ``seed``."""
-  return jax.random.randint(seed, (domain,), 0, bloom_length, dtype=jnp.int32)
+  """int32 ``[domain]``: the fully random hash h(j), j in [domain], from ``seed``.
+
+  Entries are i.i.d. exactly uniform on [0, l)
+  (:func:`~jaxdistill.mechanisms._sampling.uniform_below`: digits of
+  rejection-sampled words, a few threefry hashes for the whole table), so an
+  absent position is hit with probability exactly q = 1/l.
+  """
+  return uniform_below(seed, bloom_length, domain)
 
 
-def collision_randomize(key: jax.Array, entries: jax.Array, *, domain: int, bloom_length: int,
-                        epsilon: float, cardinality: int) -> CollisionMessage:
-  """Samples one Collision message for the set ``entries`` (int32 ``[<= c]``, -1 pads).
+def sample_collision_output(key: jax.Array, entries: jax.Array, *, domain: int, bloom_length: int,
+                            p: float, cardinality: int) -> tuple[CollisionMessage, jax.Array]:
+  """Samples z for a given hit probability p: ``(message, hash table int32 [domain])``.
 
-  Exact sampler of Pr[z = v] = e^eps/Omega for v in C and
-  (Omega - |C| e^eps)/((l - |C|) Omega) otherwise: with probability
-  |C| e^eps / Omega pick a uniform member of C, else a uniform member of
-  [l] minus C (a uniform index in [0, l - |C|) mapped past the sorted members
-  of C). Cost O(domain) for the hash plus O(c log c).
+  Exact sampler of Pr[z = v] = p for v in C = h(S) and (1 - |C| p)/(l - |C|)
+  otherwise: with probability |C| p (a multi-word integer comparison, exact
+  because a float64 p is dyadic) pick a uniform member of C, else a uniform
+  member of [l] minus C (a uniform index in [0, l - |C|) mapped past the
+  sorted members of C); both uniform draws are exact (rejection sampling).
+  Cost: the hash table plus O(c log c). :func:`collision_sample` calls it
+  with the mechanism's p; any other p (c p < 1) is sampled just as exactly,
+  which is how the auditor's planted-bug tests build a Collision with a
+  wrong p.
   """
   l = bloom_length
   k_hash, k_coin, k_in, k_out = jax.random.split(key, 4)
@@ -96,14 +155,37 @@ def collision_randomize(key: jax.Array, entries: jax.Array, *, domain: int, bloo
   distinct = (srt < l) & (srt != prev)
   size = distinct.sum()  # |C|
   members = jnp.sort(jnp.where(distinct, srt, l))  # C ascending, then sentinels l
-  p, _, _ = collision_rates(epsilon, cardinality, l)
-  inside = jax.random.uniform(k_coin, (), jnp.float32) < size.astype(jnp.float32) * jnp.float32(p)
-  z_in = members[jax.random.randint(k_in, (), 0, jnp.maximum(size, 1))]
-  z_out = jax.random.randint(k_out, (), 0, l - size)
+  thresholds = jnp.asarray(_coin_thresholds(float(p), cardinality))
+  inside = _words_below(uniform_words(k_coin, thresholds.shape[1]), thresholds[size])
+  z_in = members[uniform_index(k_in, jnp.maximum(size, 1))]
+  z_out = uniform_index(k_out, l - size)
   for j in range(members.shape[0]):  # static c: skip past each member of C in order
     z_out = z_out + (z_out >= members[j]).astype(z_out.dtype)
   z = jnp.where(inside, z_in, z_out).astype(jnp.int32)
-  return CollisionMessage(k_hash, z)
+  return CollisionMessage(k_hash, z), table
+
+
+def collision_sample(key: jax.Array, entries: jax.Array, *, domain: int, bloom_length: int,
+                     epsilon: float, cardinality: int) -> tuple[CollisionMessage, jax.Array]:
+  """One Collision message for the set ``entries`` and its hash table: ``(message, int32 [domain])``.
+
+  :func:`sample_collision_output` with p of :func:`collision_rates` (the
+  float64 just below e^eps/Omega), the p the estimator and the privacy
+  statement use.
+  """
+  p, _, _ = collision_rates(epsilon, cardinality, bloom_length)
+  return sample_collision_output(key, entries, domain=domain, bloom_length=bloom_length, p=p,
+                                 cardinality=cardinality)
+
+
+def collision_randomize(key: jax.Array, entries: jax.Array, *, domain: int, bloom_length: int,
+                        epsilon: float, cardinality: int) -> CollisionMessage:
+  """One Collision message (hash seed, z) for the set ``entries`` (int32 ``[<= c]``, -1 pads).
+
+  See :func:`collision_sample` for the sampler.
+  """
+  return collision_sample(key, entries, domain=domain, bloom_length=bloom_length, epsilon=epsilon,
+                          cardinality=cardinality)[0]
 
 
 def collision_hits(message: CollisionMessage, *, domain: int, bloom_length: int) -> jax.Array:
@@ -125,7 +207,10 @@ class Collision(BsvsMechanism):
      \\mathrm{Var}[\\hat a_j] = \\frac{a_j p(1-p) + (n - a_j) q(1-q)}{(p-q)^2},
 
   with p = e^eps/Omega (hit rate of a present position, whatever |C|) and
-  q = 1/l exactly (an absent position's hash is independent of z).
+  q = 1/l (an absent position's hash is independent of z). Both are the
+  sampler's exact rates: p is the float64 just below e^eps/Omega, drawn by an
+  exact integer comparison, and hash values and the uniform picks are
+  rejection-sampled, so exactly uniform.
 
   Formal guarantees:
     eps-LDP (pure, delta = 0) for any two inputs (replace-one, local model):
@@ -188,6 +273,22 @@ class Collision(BsvsMechanism):
   def analyze(self, message: CollisionMessage) -> jax.Array:
     """int32 ``[d]`` hits: 1 where the regenerated hash maps to z."""
     return collision_hits(message, domain=self.shape.d, bloom_length=self.bloom_length)
+
+  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
+                       valid: jax.Array) -> jax.Array:
+    """int32 ``[d]`` summed hits of a chunk; each hash table is built once, not twice.
+
+    The same integers as the default path: the client's table is the one its
+    message's seed regenerates on the server.
+    """
+    def one(key, b, lab):
+      ent = client_entries(b, lab, self.shape.num_labels)
+      msg, table = collision_sample(key, ent, domain=self.shape.d, bloom_length=self.bloom_length,
+                                    epsilon=self.epsilon, cardinality=self.cardinality)
+      return table == msg.output
+
+    hits = jax.vmap(one)(keys, buckets, labels) & valid[:, None]
+    return hits.sum(axis=0, dtype=jnp.int32)
 
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     del key  # no server-side randomness

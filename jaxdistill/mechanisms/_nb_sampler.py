@@ -57,6 +57,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry_2x32
 
 from jaxdistill import _validate
 
@@ -247,6 +248,86 @@ def compound_poisson_events(key: jax.Array,
   size = jnp.where(jnp.arange(e_cap) < events, jnp.asarray(tables.mark_size)[mark], 0)
   cell = count_below(words[1 + e_cap:], tables.cell)
   return cell, stream, size
+
+
+def random_access_supported(keys: jax.Array) -> bool:
+  """Whether :func:`bits_at` reproduces ``jax.random.bits`` for these keys (trace-time check).
+
+  True for threefry keys (key data ``[..., 2]`` uint32) under JAX's default
+  ``jax_threefry_partitionable`` layout.
+  """
+  data = jax.random.key_data(keys)
+  return (data.shape[-1:] == (2,) and data.dtype == jnp.uint32
+          and bool(jax.config.jax_threefry_partitionable))
+
+
+def bits_at(key_data: jax.Array, index: jax.Array) -> jax.Array:
+  """Words ``index`` of the stream ``jax.random.bits(key, shape, jnp.uint32).reshape(-1)``.
+
+  With partitionable threefry, word m of any ``jax.random.bits`` draw is the
+  XOR of the two output words of threefry-2x32 on the counter (0, m) (for
+  m < 2^32), so single words can be computed without the rest of the draw.
+
+  Args:
+    key_data: uint32 ``[2]`` threefry key data (``jax.random.key_data(key)``).
+    index: uint32 ``[...]`` flat word indices (< 2^32).
+
+  Returns:
+    uint32 ``[...]``.
+  """
+  flat = jnp.asarray(index, jnp.uint32).reshape(-1)
+  m = flat.shape[0]
+  out = threefry_2x32(key_data, jnp.concatenate([jnp.zeros_like(flat), flat]))
+  return (out[:m] ^ out[m:]).reshape(jnp.shape(index))
+
+
+def compound_poisson_event_counts(keys: jax.Array, tables: CompoundPoissonTables) -> jax.Array:
+  """int32 ``[C]``: the number of events of each key's draw (as :func:`compound_poisson_events`).
+
+  The count is #{k : u < t_k} for the draw's 96-bit uniform u (words 0-2 of
+  its stream) and the thresholds t_k. Comparing the most significant words
+  decides every comparison unless u's top word equals some t_k's (for a
+  chunk of C draws, probability <= C E_cap 2^-32), so one word per draw is
+  read and the full 96-bit search runs only for chunks where a tie occurs:
+  the result is bitwise that of the full comparison. Needs
+  :func:`random_access_supported` keys; not meant to be vmapped (the chunk
+  decides with ``lax.cond``).
+  """
+  data = jax.random.key_data(keys)
+  top = jax.vmap(bits_at, in_axes=(0, None))(data, jnp.zeros((1,), jnp.uint32))[:, 0]
+  tops = jnp.asarray(tables.count[:, 0])
+  below = jnp.sum(top[:, None] < tops[None, :], axis=1, dtype=jnp.int32)
+  tied = jnp.any(top[:, None] == tops[None, :])
+
+  def full():
+    words = jax.vmap(bits_at, in_axes=(0, None))(data, jnp.arange(_WORDS, dtype=jnp.uint32))
+    return count_below(words, tables.count)
+
+  return jax.lax.cond(tied, full, lambda: below)
+
+
+def compound_poisson_event_marks(key_data: jax.Array, slot: jax.Array,
+                                 tables: CompoundPoissonTables) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """``(cell, stream, size)`` of event slot ``slot`` of each draw, by random access.
+
+  Bitwise equal to row ``slot`` of :func:`compound_poisson_events` for the
+  same key (whose words are ``jax.random.bits(key, (1 + 2 E_cap, 3))``: row 0
+  the count, rows 1 .. E_cap the marks, the next E_cap rows the cells).
+
+  Args:
+    key_data: uint32 ``[B, 2]`` key data of the draw each slot belongs to.
+    slot: int32 ``[B]`` event slots in [0, E_cap).
+    tables: the sampler's tables.
+  """
+  e_cap = tables.count.shape[0]
+  col = jnp.arange(_WORDS, dtype=jnp.uint32)
+  row = slot.astype(jnp.uint32)
+  mark_idx = _WORDS * (1 + row)[:, None] + col
+  cell_idx = _WORDS * (1 + e_cap + row)[:, None] + col
+  words = jax.vmap(bits_at)(key_data, jnp.concatenate([mark_idx, cell_idx], axis=1))
+  mark = count_below(words[:, :_WORDS], tables.mark)
+  cell = count_below(words[:, _WORDS:], tables.cell)
+  return cell, jnp.asarray(tables.mark_stream)[mark], jnp.asarray(tables.mark_size)[mark]
 
 
 def compound_poisson_sample(key: jax.Array, tables: CompoundPoissonTables) -> jax.Array:

@@ -13,10 +13,17 @@ words of each hash, and b = 16 packs two draws per word, so one hash feeds
 four Bernoulli draws instead of one. The stream is a pure function of the
 key (threefry-2x32 in counter mode), so it is identical under ``vmap``, for
 any chunk size and on any device.
+
+Uniform integers get the same treatment: :func:`uniform_below` (a static
+bound, many values: hash tables) and :func:`uniform_index` (a traced bound,
+one value) are exactly uniform by rejection sampling, where
+``jax.random.randint`` is only approximately so, and
+:func:`uniform_below` packs several values into each 32-bit word.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -24,7 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
 
-__all__ = ["dyadic_ceil", "uniform_words", "bernoulli_dyadic"]
+_SPARE_TAIL = 2.0**-40  # spare fields: a while_loop fallback runs w.p. <= 2^-40 per call
+
+__all__ = ["dyadic_ceil", "uniform_words", "bernoulli_dyadic", "uniform_below", "uniform_index"]
 
 
 def dyadic_ceil(prob: float, bits: int) -> int:
@@ -72,3 +81,129 @@ def bernoulli_dyadic(key: jax.Array, threshold: int, bits: int, num: int) -> jax
   w = uniform_words(key, half)
   u = jnp.concatenate([w & np.uint32(0xFFFF), w >> np.uint32(16)])[:num]
   return u < np.uint32(threshold)
+
+
+# -- exact uniform integers --------------------------------------------------------------
+_PACK_LIMIT = 2**26  # pack digits while bound^g <= 2^26: a word is rejected w.p. < 2^-6
+
+
+@functools.lru_cache(maxsize=256)
+def uniform_plan(bound: int, num: int) -> tuple[int, int, int, int, int]:
+  """``(g, L, accept, words, spare)`` of :func:`uniform_below` (host integers).
+
+  Each accepted 32-bit word u < accept = floor(2^32 / L) L carries the
+  g base-``bound`` digits of u mod L, L = bound^g <= 2^26 (or g = 1, L =
+  bound for bounds above 2^26); ``words`` = ceil(num / g) accepted words are
+  needed and ``spare`` extra words make a shortfall (a second round) happen
+  with probability at most 2^-40.
+  """
+  if not 1 <= bound <= 2**31 - 1:
+    raise ValueError(f"Expected bound={bound!r} in [1, 2^31 - 1].")
+  g = 1
+  while bound ** (g + 1) <= _PACK_LIMIT:
+    g += 1
+  big = bound**g
+  accept = (2**32 // big) * big
+  words = -(-num // g)
+  reject = 1.0 - accept / 2.0**32
+  spare = 0
+  if reject > 0.0:
+    from scipy import stats  # host-side, once per (bound, num)
+    spare = max(1, int(words * reject))
+    while stats.binom.sf(spare, words + spare, reject) > _SPARE_TAIL:
+      spare += 1 + spare // 16
+  return g, big, accept, words, spare
+
+
+def _accepted_into(words: jax.Array, vals: jax.Array, filled: jax.Array, accept: int,
+                   big: int) -> tuple[jax.Array, jax.Array]:
+  """Writes the accepted words' values (u mod L, in stream order) into ``vals[filled:]``."""
+  need = vals.shape[0]
+  ok = jnp.ones(words.shape, jnp.bool_) if accept >= 2**32 else words < np.uint32(accept)
+  value = words % np.uint32(big)
+  csum = jnp.cumsum(ok.astype(jnp.int32))
+  pos = jnp.where(ok, filled + csum - 1, need)  # past the end: dropped
+  return vals.at[pos].set(value, mode="drop"), jnp.minimum(filled + csum[-1], need)
+
+
+def uniform_below(key: jax.Array, bound: int, num: int) -> jax.Array:
+  """``int32 [num]`` i.i.d. exactly uniform on {0, ..., bound - 1}.
+
+  Exact for every bound (not only powers of two), with few random bits: the
+  stream :func:`uniform_words` is cut into 32-bit words, a word u is accepted
+  iff u < floor(2^32 / L) L with L = bound^g (rejection sampling: u mod L is
+  then exactly uniform on [0, L)), and each accepted word yields its g
+  base-``bound`` digits, which are i.i.d. uniform. With bound = 3 one word
+  carries 16 values (a 2^-7 rejection rate), so 400 values cost 17 threefry
+  hashes (25 words + 9 spare) instead of the 800 of ``jax.random.randint`` (which draws 64 bits
+  per value and is only approximately uniform: ~bound / 2^64 off for small
+  bounds, and biased for bounds above 2^16, where its 32-bit products
+  overflow). A fixed number of spare words covers rejections except with
+  probability <= 2^-40; a ``lax.while_loop`` then draws further words from
+  ``fold_in(key, 1), fold_in(key, 2), ...``, so the result is exact, not
+  truncated. The values are a pure function of the key: identical under
+  ``vmap``, for any batch, on any device.
+
+  Args:
+    key: PRNG key.
+    bound: static Python int in [1, 2^31 - 1].
+    num: static number of values.
+  """
+  return _uniform_below(key, int(bound), int(num), uniform_plan(int(bound), int(num)))
+
+
+def _uniform_below(key: jax.Array, bound: int, num: int, plan: tuple[int, int, int, int, int]) -> jax.Array:
+  """:func:`uniform_below` for a given plan (tests pass ``spare = 0`` to force extra rounds)."""
+  g, big, accept, need, spare = plan
+  if bound == 1 or num == 0:
+    return jnp.zeros((num,), jnp.int32)
+  vals = jnp.zeros((need,), jnp.uint32)
+  vals, filled = _accepted_into(uniform_words(key, need + spare), vals, jnp.int32(0), accept, big)
+  if accept < 2**32:  # rejection possible: draw more words until `need` are accepted
+    block = max(spare, 8)
+
+    def more(state):
+      vals, filled, round_ = state
+      vals, filled = _accepted_into(uniform_words(jax.random.fold_in(key, round_), block), vals,
+                                    filled, accept, big)
+      return vals, filled, round_ + 1
+
+    vals, _, _ = jax.lax.while_loop(lambda st: st[1] < need, more, (vals, filled, jnp.uint32(1)))
+  if g == 1:
+    return vals[:num].astype(jnp.int32)
+  digits = []
+  rest = vals
+  for _ in range(g):  # constant divisor: compiled to a multiply-shift
+    quot = rest // np.uint32(bound)
+    digits.append(rest - quot * np.uint32(bound))
+    rest = quot
+  # Value t * words + f is digit t of accepted word f (any fixed bijection keeps them i.i.d.).
+  return jnp.concatenate(digits)[:num].astype(jnp.int32)
+
+
+def uniform_index(key: jax.Array, bound: jax.Array) -> jax.Array:
+  """``int32 []`` exactly uniform on {0, ..., bound - 1} for a traced ``bound`` in [1, 2^31 - 1].
+
+  Rejection sampling on 32-bit words: u is accepted iff u < 2^32 - (2^32 mod
+  bound), and then u mod bound is exactly uniform. Two words of the key's
+  stream are tried (both rejected with probability < (bound / 2^32)^2); a
+  ``lax.while_loop`` draws more from ``fold_in(key, 1), ...`` if needed.
+  """
+  b = jnp.asarray(bound).astype(jnp.uint32)
+  slack = (np.uint32(0xFFFFFFFF) % b + np.uint32(1)) % b  # 2^32 mod bound
+  top = np.uint32(0xFFFFFFFF) - slack  # accept u <= top
+
+  def pick(words):
+    ok = words <= top
+    first = jnp.argmax(ok)
+    return (words[first] % b).astype(jnp.int32), ok.any()
+
+  value, found = pick(uniform_words(key, 2))
+
+  def more(state):
+    _, _, round_ = state
+    value, found = pick(uniform_words(jax.random.fold_in(key, round_), 2))
+    return value, found, round_ + 1
+
+  value, _, _ = jax.lax.while_loop(lambda st: ~st[1], more, (value, found, jnp.uint32(1)))
+  return value

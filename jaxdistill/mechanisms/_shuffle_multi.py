@@ -49,8 +49,15 @@ from jaxdistill.accounting._multi_message import (
     multi_message_statement,
 )
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, client_entries
-from jaxdistill.mechanisms._nb_sampler import CompoundPoissonTables, compound_poisson_events, compound_poisson_tables
+from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, client_entries, entry_histogram
+from jaxdistill.mechanisms._nb_sampler import (
+    CompoundPoissonTables,
+    compound_poisson_event_counts,
+    compound_poisson_event_marks,
+    compound_poisson_events,
+    compound_poisson_tables,
+    random_access_supported,
+)
 
 __all__ = ["ShuffleMultiMessage", "MultiMessageTranscript", "shuffle_multi_message_protocol"]
 
@@ -164,6 +171,48 @@ class ShuffleMultiMessage(BsvsMechanism):
     """The counts pass through; the runner sums them over clients."""
     return message.astype(jnp.int32)
 
+  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
+                       valid: jax.Array) -> jax.Array:
+    """int32 ``[d, 2]`` summed counts of a chunk, by scatter-adding its few noise events.
+
+    A client's noise is a handful of compound-Poisson events (about
+    ``tables().rate`` per client, ~0.016 at n = 10^6, d = 400), so instead of
+    C dense ``[d, 2]`` arrays this draws every client's event count (3 words
+    of its key's stream), lists the chunk's events, and evaluates only those,
+    ``B`` at a time in a ``while_loop``; each event's words are read from the
+    same positions of the client's stream as :meth:`randomize` reads them
+    (:func:`~jaxdistill.mechanisms._nb_sampler.bits_at`), so the sums are
+    bitwise those of the default path. Keys without random access (non-threefry
+    implementations) take the default path.
+    """
+    if not random_access_supported(keys):
+      return super().chunk_statistics(keys, buckets, labels, valid)
+    tables = self.tables()
+    d, size = self.shape.d, keys.shape[0]
+    real = entry_histogram(buckets, labels, valid, self.shape.num_buckets, self.shape.num_labels)
+    # Flattened [d, 2] counts: slot 2j is (j, +), 2j + 1 is (j, -); slot 2d is dropped.
+    acc = jnp.zeros(2 * d + 1, jnp.int32).at[0:2 * d:2].set(real)
+    events = jnp.where(valid, compound_poisson_event_counts(keys, tables), 0)
+    ends = jnp.cumsum(events)
+    starts = ends - events
+    total = ends[-1]
+    data = jax.random.key_data(keys)
+    rounds = _event_buffer(size, tables.rate)
+
+    def body(state):
+      base, acc = state
+      slot = base + jnp.arange(rounds, dtype=jnp.int32)
+      live = slot < total
+      client = jnp.minimum(jnp.searchsorted(ends, slot, side="right"), size - 1)
+      cell, stream, count = compound_poisson_event_marks(data[client], slot - starts[client], tables)
+      count = jnp.where(live, count, 0)
+      plus = jnp.where(stream == 1, 2 * d, 2 * cell)  # Z1 and Z3 add (j, +)
+      minus = jnp.where(stream == 0, 2 * d, 2 * cell + 1)  # Z2 and Z3 add (j, -)
+      return base + rounds, acc.at[jnp.concatenate([plus, minus])].add(jnp.concatenate([count, count]))
+
+    _, acc = jax.lax.while_loop(lambda st: st[0] < total, body, (jnp.int32(0), acc))
+    return acc[:2 * d].reshape(d, 2)
+
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     """#(j,+) - #(j,-), float64 ``[s, |Y|]`` (unbiased for any number of clients)."""
     del key, num_clients  # no server-side randomness
@@ -186,6 +235,13 @@ class ShuffleMultiMessage(BsvsMechanism):
   def privacy(self) -> PrivacyStatement:
     return _statement(self.noise, self.epsilon, self.shape, self.num_clients, self.delta, self.dlap_fraction,
                       self.sampler_tv_bound())
+
+
+def _event_buffer(chunk: int, rate: float) -> int:
+  """Events evaluated per round: a power of two above the chunk's mean + 6 sd (>= 16)."""
+  mean = chunk * rate
+  want = max(16.0, mean + 6.0 * math.sqrt(mean) + 1.0)
+  return 1 << int(math.ceil(math.log2(want)))
 
 
 @functools.lru_cache(maxsize=64)

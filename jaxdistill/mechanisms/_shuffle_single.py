@@ -128,6 +128,10 @@ class ShuffleSingleMessage(BsvsMechanism):
   def analyze(self, message: Any) -> Any:
     return self.local_mechanism.analyze(message)
 
+  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
+                       valid: jax.Array) -> Any:
+    return self.local_mechanism.chunk_statistics(keys, buckets, labels, valid)
+
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     return self.local_mechanism.estimate(key, stats, num_clients)
 

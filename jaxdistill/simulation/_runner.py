@@ -13,8 +13,10 @@ Layout of the computation (P devices, chunks of C clients):
 
    clients 0 .. n-1  ->  chunks of C (the last one padded and masked)
    device p scans its contiguous block of ceil(#chunks / P) chunks:
-     per chunk: vmap over C clients of analyze(randomize(fold_in(key, i), x_i)),
-                summed to one integer pytree (memory O(C * d))
+     per chunk: mechanism.chunk_statistics(keys, buckets, labels, valid), by
+                default vmap over C clients of analyze(randomize(fold_in(key, i), x_i))
+                summed to one integer pytree (memory O(C * d)); mechanisms with
+                sparse messages override it with a scatter-add (same integers)
    integer totals are psum-ed across the 1-D device mesh (exact, order-free)
 
 Several hosts (``jax.distributed``; cannot be tested on one machine, so this
@@ -46,6 +48,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxdistill import _validate
 from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
+from jaxdistill.mechanisms._bsvs import entry_histogram
 
 __all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "CLIENT_AXIS",
            "MAX_CLIENTS"]
@@ -110,6 +113,12 @@ class _WithCounts(BsvsMechanism):
   def entry_variance(self, counts, num_clients):
     return self.inner.entry_variance(counts, num_clients)
 
+  def chunk_statistics(self, keys, buckets, labels, valid):
+    # The inner mechanism's (possibly fused) chunk path, plus the exact A of the chunk.
+    stats = self.inner.chunk_statistics(keys, buckets, labels, valid)
+    return stats, entry_histogram(buckets, labels, valid, self.shape.num_buckets,
+                                  self.shape.num_labels)
+
 
 # A source maps (source_args, global client indices [C], local row indices [C])
 # to (buckets [C, k], labels [C, r]). Module-level functions keep jit caches warm.
@@ -171,28 +180,25 @@ def _run(clients_key, source_args, num_clients, mechanism, source_fn, sharded_ro
          chunks_per_device, chunk_size, mesh):
   """Summed integer statistics; see the module docstring for the layout."""
 
-  def one(key, buckets, labels, valid):
-    stats = mechanism.analyze(mechanism.randomize(key, buckets, labels))
-    return jax.tree.map(lambda x: jnp.where(valid, x, jnp.zeros_like(x)), stats)
-
   def per_device(key, args, n):
     first_chunk = jax.lax.axis_index(CLIENT_AXIS).astype(jnp.uint32) * chunks_per_device
     lane = jnp.arange(chunk_size, dtype=jnp.uint32)
 
-    def body(carry, _):
-      total, j = carry
+    def chunk_stats(j):
       global_idx = (first_chunk + j) * chunk_size + lane
       valid = global_idx < n
       safe_idx = jnp.where(valid, global_idx, 0)
       buckets, labels = source_fn(args, safe_idx, j * chunk_size + lane)
       keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, safe_idx)
-      stats = jax.vmap(one)(keys, buckets, labels, valid)
-      total = jax.tree.map(lambda t, s: t + s.sum(axis=0, dtype=t.dtype), total, stats)
+      return mechanism.chunk_statistics(keys, buckets, labels, valid)
+
+    def body(carry, _):
+      total, j = carry
+      total = jax.tree.map(lambda t, s: t + s.astype(t.dtype), total, chunk_stats(j))
       return (total, j + 1), None
 
-    shapes = jax.eval_shape(lambda: jax.vmap(one, in_axes=(None, 0, 0, None))(
-        key, *source_fn(args, lane[:1], lane[:1]), True))
-    zero = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)
+    shapes = jax.eval_shape(chunk_stats, jnp.uint32(0))
+    zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
     # The chunk counter rides in the carry (no [num_chunks] index array: O(1) in n).
     (total, _), _ = jax.lax.scan(body, (zero, jnp.uint32(0)), None, length=chunks_per_device)
     return jax.lax.psum(total, CLIENT_AXIS)

@@ -2,14 +2,18 @@
 
 Each is a pure function (key, x) -> output, vmappable over keys, with the
 neighbouring inputs and the statistic the audit uses. The correct versions
-follow the definitions (spec/REVERSE_KNN.md §1.4, §1.6, §1.7) directly.
+follow the definitions (spec/REVERSE_KNN.md §1.4, §1.6, §1.7) directly. The
+last section holds pairs, statistics and one planted bug (a subclass) for
+the library's own Collision and central mechanisms.
 """
 
 import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdistill import mechanisms as M
 
@@ -153,3 +157,81 @@ def leaky_rr(key, bit):
   out = jnp.where(keep, bit, 1 - bit)
   revealed = jax.random.bernoulli(k_leak, LEAK)
   return jnp.where(revealed, 2 + bit, out).astype(jnp.int32)
+
+
+# --- The library's own mechanisms ---------------------------------------------------
+# Collision with c = kr = 2: shape (3 buckets, 1 label, k = 2), so a client's entries are
+# its buckets; the worst pair swaps one of two items, as COLLISION_C2_PAIR does.
+LIB_COLLISION_SHAPE = M.BsvsShape(3, 1, 2)
+LIB_COLLISION_PAIR = ((jnp.array([0, 2], jnp.int32), jnp.array([0], jnp.int32)),
+                      (jnp.array([1, 2], jnp.int32), jnp.array([0], jnp.int32)))
+
+
+@dataclasses.dataclass(frozen=True)
+class CollisionOmegaOfC1(M.Collision):
+  """Planted bug in the library Collision: its sampler's p uses Omega with c = 1.
+
+  p = e^eps / (e^eps + l - 1) instead of e^eps / (2 e^eps + l - 2) for c = 2
+  (l, the estimator and the privacy statement unchanged), sampled exactly by
+  the library's own sampler; true epsilon ~1.338 at eps = 1.
+  """
+
+  def randomize(self, key, buckets, labels):
+    from jaxdistill.mechanisms import _collision
+    wrong_p, _, _ = _collision.collision_rates(self.epsilon, 1, self.bloom_length)
+    entries = M.client_entries(buckets, labels, self.shape.num_labels)
+    return _collision.sample_collision_output(key, entries, domain=self.shape.d,
+                                              bloom_length=self.bloom_length, p=wrong_p,
+                                              cardinality=self.cardinality)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def library_collision_statistic(mech):
+  """Hits of z on items 0, 1, 2 and their hash collisions, the table regenerated from the seed.
+
+  Sufficient for LIB_COLLISION_PAIR (as collision_c2_statistic is for the test's own
+  Collision). One function object per mechanism, so audits compile once.
+  """
+  from jaxdistill.mechanisms import _collision
+
+  def statistic(message):
+    table = _collision.hash_table(message.seed, mech.shape.d, mech.bloom_length)
+    return _hits_and_collisions((message.output, table), (0, 1, 2))
+
+  return statistic
+
+
+# Central mechanisms: k = r = 1, replace-one, so one record moves from entry B to entry A
+# of the counts and the sensitivity is 2. The release is the library's estimate(), whose
+# noise is drawn on the host: audited as a batched mechanism (an array of keys at once).
+CENTRAL_SHAPE = M.BsvsShape(2, 2, 1)
+CENTRAL_N = 10
+CENTRAL_A, CENTRAL_B = (0, 0), (1, 1)  # the record's entry in D1 and in D0
+CENTRAL_COUNTS_0 = np.array([[3, 2], [1, 4]])  # A of D0 (n = 10 clients)
+CENTRAL_COUNTS_1 = CENTRAL_COUNTS_0 + np.array([[1, 0], [0, -1]])
+
+
+def central_release(mech):
+  """``(keys [m], counts) -> float64 [m, s, |Y|]``: m independent releases of the library."""
+  return lambda keys, counts: mech.estimate(keys, counts, CENTRAL_N)
+
+
+def discrete_laplace_statistic(releases):
+  """#coordinates where the release sits on D1's side: sufficient for a discrete Laplace pair.
+
+  Per coordinate the log-likelihood ratio of D1 vs D0 is +a if the released count is
+  beyond D0's count towards D1's, else -a; so this code (0, 1, 2) carries the whole
+  privacy loss, 2a = eps at the extremes.
+  """
+  towards_a = releases[:, CENTRAL_A[0], CENTRAL_A[1]] >= CENTRAL_COUNTS_0[CENTRAL_A] + 1
+  towards_b = releases[:, CENTRAL_B[0], CENTRAL_B[1]] <= CENTRAL_COUNTS_0[CENTRAL_B] - 1
+  return towards_a.astype(np.int64) + towards_b.astype(np.int64)
+
+
+def laplace_llr_statistic(scale):
+  """The log-likelihood ratio log f_D1(x) / f_D0(x) of a Laplace(scale) release (optimal)."""
+  def statistic(releases):
+    xa = releases[:, CENTRAL_A[0], CENTRAL_A[1]] - CENTRAL_COUNTS_0[CENTRAL_A]
+    xb = releases[:, CENTRAL_B[0], CENTRAL_B[1]] - CENTRAL_COUNTS_0[CENTRAL_B]
+    return ((np.abs(xa) - np.abs(xa - 1)) + (np.abs(xb) - np.abs(xb + 1))) / scale
+  return statistic

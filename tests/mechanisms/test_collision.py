@@ -195,3 +195,31 @@ def test_bad_input():
   with pytest.raises(ValueError, match="r"):
     M.Collision(M.BsvsShape(2, 2, 1, 0), 1.0)
   assert M.Collision(shape, 1.0, bloom_length=3).bloom_length == 3
+
+
+def test_coin_thresholds_are_exactly_m_times_p():
+  # The sampler draws z in C with probability |C| p by comparing W uniform words with
+  # round-free integers m p 2^(32 W): p is a float64, hence dyadic, so this is exact.
+  from fractions import Fraction
+  for eps, c, l in [(1.0, 1, 3), (0.5, 2, 6), (2.0, 3, 30), (0.01, 1, 2**31 - 1)]:
+    p, q, omega = _collision.collision_rates(eps, c, l)
+    table = _collision._coin_thresholds(p, c)
+    width = table.shape[1]
+    for m in range(c + 1):
+      value = sum(int(w) << (32 * (width - 1 - i)) for i, w in enumerate(table[m]))
+      assert Fraction(value, 2 ** (32 * width)) == m * Fraction(p)
+    # p is the float64 just below e^eps / Omega (50 digits): the real ratio is <= e^eps.
+    import decimal
+    with decimal.localcontext(decimal.Context(prec=50)):
+      e = decimal.Decimal(eps).exp()
+      exact = e / (c * e + l - c)
+      assert decimal.Decimal(p) <= exact < decimal.Decimal(math.nextafter(p, 1.0))
+    assert q == 1.0 / l and omega == pytest.approx(c * math.exp(eps) + l - c)
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=2, max_size=2))
+def test_multiword_comparison(pair):
+  u, t = pair
+  words = lambda v: jnp.array([v >> 32, v & 0xFFFFFFFF], jnp.uint32)
+  assert bool(_collision._words_below(words(u), words(t))) == (u < t)
+  assert not bool(_collision._words_below(words(u), words(u)))

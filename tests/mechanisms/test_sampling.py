@@ -56,3 +56,86 @@ def test_other_key_implementations_fall_back():
   key = jax.random.key(0, impl="rbg")
   x = M.bernoulli_dyadic(key, 2**15, 16, 10)
   assert x.shape == (10,) and x.dtype == jnp.bool_
+
+
+# -- exact uniform integers -------------------------------------------------------------
+def _binned_expected(bound, bins):
+  """Exact probabilities of floor(v * bins / bound) for v uniform on [0, bound)."""
+  edges = -(-np.arange(bins + 1) * bound // bins)  # smallest v in each bin
+  return np.diff(np.minimum(edges, bound)) / bound
+
+
+@pytest.mark.parametrize("bound", [3, 7, 8, 70_000, 2**31 - 1])
+def test_uniform_below_is_uniform(bound):
+  # 3: 16 digits per word (rejection 2^-7); 7: rejection; 8: a power of two (none);
+  # 70_000: above 2^16, where jax.random.randint's 32-bit products overflow; 2^31 - 1: the
+  # largest bound, one value per word. Chi-square over <= 64 bins of 400k values:
+  # false-failure rate 1e-4 per case.
+  keys = jax.random.split(jax.random.key(bound % 1000), 1000)
+  x = np.asarray(jax.jit(jax.vmap(lambda k: M.uniform_below(k, bound, 400)))(keys)).reshape(-1)
+  assert x.dtype == np.int32 and x.min() >= 0 and x.max() < bound
+  bins = min(bound, 64)
+  observed = np.bincount((x.astype(np.int64) * bins // bound), minlength=bins)
+  assert stats.chisquare(observed, _binned_expected(bound, bins) * x.size).pvalue > 1e-4
+  # A pure function of the key, batched or not.
+  np.testing.assert_array_equal(np.asarray(M.uniform_below(keys[3], bound, 400)), x[1200:1600])
+
+
+def test_uniform_below_extra_rounds_are_exact():
+  # Without spare words, every rejection among the first words forces while_loop rounds
+  # (bound 2^26 + 1: one value per word, rejection ~1/64, so ~94% of the 200-value draws
+  # need them). The values stay exactly uniform: chi-square over 64 bins of 400k values,
+  # false-failure rate 1e-4; and draws without a rejection equal the spare-word plan's.
+  from jaxdistill.mechanisms import _sampling
+  bound, num = 2**26 + 1, 200
+  plan = _sampling.uniform_plan(bound, num)
+  assert plan[0] == 1 and plan[4] > 0
+  no_spare = plan[:4] + (0,)
+  keys = jax.random.split(jax.random.key(5), 2000)
+  x = np.asarray(jax.jit(jax.vmap(lambda k: _sampling._uniform_below(k, bound, num, no_spare)))(keys))
+  words = np.asarray(jax.vmap(lambda k: M.uniform_words(k, num))(keys))
+  rejected = (words >= plan[2]).any(axis=1)
+  assert rejected.mean() > 0.9
+  observed = np.bincount(x.reshape(-1).astype(np.int64) * 64 // bound, minlength=64)
+  assert stats.chisquare(observed, _binned_expected(bound, 64) * x.size).pvalue > 1e-4
+  with_spare = np.asarray(jax.jit(jax.vmap(lambda k: M.uniform_below(k, bound, num)))(keys))
+  np.testing.assert_array_equal(x[~rejected], with_spare[~rejected])
+  np.testing.assert_array_equal(x[~rejected], words[~rejected] % bound)
+
+
+def test_uniform_below_edges():
+  key = jax.random.key(0)
+  assert np.asarray(M.uniform_below(key, 1, 5)).tolist() == [0] * 5
+  assert M.uniform_below(key, 3, 0).shape == (0,)
+  with pytest.raises(ValueError, match="bound"):
+    M.uniform_below(key, 2**31, 3)
+
+
+@pytest.mark.parametrize("bound", [1, 3, 1000, 2**31 - 1])
+def test_uniform_index_is_uniform_for_traced_bounds(bound):
+  # 200k draws; chi-square over <= 50 bins, false-failure rate 1e-4 per case.
+  keys = jax.random.split(jax.random.key(7), 200_000)
+  x = np.asarray(jax.jit(jax.vmap(M.uniform_index, in_axes=(0, None)))(keys, np.int32(bound)))
+  assert x.min() >= 0 and x.max() < bound
+  if bound > 1:
+    bins = min(bound, 50)
+    observed = np.bincount(x.astype(np.int64) * bins // bound, minlength=bins)
+    assert stats.chisquare(observed, _binned_expected(bound, bins) * x.size).pvalue > 1e-4
+
+
+def test_uniform_index_falls_back_to_more_words(monkeypatch):
+  # Force both first words to be rejected (0xFFFFFFFF is rejected for bound 3, since
+  # 2^32 mod 3 = 1): the value must then come from the first word of fold_in(key, 1).
+  from jaxdistill.mechanisms import _sampling
+  real = _sampling.uniform_words
+  calls = []
+
+  def first_call_rejects(key, num):
+    calls.append(num)
+    return jnp.full((num,), 0xFFFFFFFF, jnp.uint32) if len(calls) == 1 else real(key, num)
+
+  monkeypatch.setattr(_sampling, "uniform_words", first_call_rejects)
+  key = jax.random.key(9)
+  got = int(_sampling.uniform_index(key, jnp.int32(3)))
+  assert len(calls) == 2
+  assert got == int(real(jax.random.fold_in(key, 1), 2)[0]) % 3

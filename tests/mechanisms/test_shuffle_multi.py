@@ -398,3 +398,35 @@ def test_bad_accounting_and_sampler_input():
     M.sample_negative_binomial(jax.random.key(0), 0.0, 0.5, (3,))
   with pytest.raises(ValueError, match="p"):
     M.sample_negative_binomial(jax.random.key(0), 1.0, 1.5, (3,))
+
+
+# -- the runner's fast path: random access into a draw's words -------------------------------
+def test_bits_at_reads_jax_random_bits_words():
+  key = jax.random.key(4)
+  assert nbs.random_access_supported(jax.random.split(key, 3))
+  words = np.asarray(jax.random.bits(key, (23, 3), jnp.uint32)).reshape(-1)
+  idx = np.array([0, 1, 2, 40, 68], np.uint32)
+  np.testing.assert_array_equal(np.asarray(nbs.bits_at(jax.random.key_data(key), idx)), words[idx])
+  assert not nbs.random_access_supported(jax.random.key(0, impl="rbg"))
+
+
+def test_event_counts_fast_path_equals_the_96_bit_search_on_ties():
+  # The fast path compares only the top word of each client's 96-bit uniform with the
+  # thresholds' top words and falls back to the full search when they tie. Thresholds
+  # built from the clients' own words force ties (both ways on the lower words).
+  import dataclasses
+  keys = jax.random.split(jax.random.key(8), 64)
+  words = np.asarray(jax.vmap(lambda k: jax.random.bits(k, (3,), jnp.uint32))(keys))
+  values = [int(w[0]) << 64 | int(w[1]) << 32 | int(w[2]) for w in words[:6]]
+  values = sorted({v + d for v, d in zip(values, (1, 0, -1, 1, 0, -1))}, reverse=True)
+  tables = dataclasses.replace(nbs.compound_poisson_tables((0.5,), (0.5,), 1),
+                               count=nbs._words(values))
+  fast = np.asarray(jax.jit(nbs.compound_poisson_event_counts, static_argnums=1)(keys, tables))
+  full = np.asarray(nbs.count_below(jnp.asarray(words), tables.count))
+  np.testing.assert_array_equal(fast, full)
+  assert set(fast[:6]) != {fast[0]}  # the ties were decided by the lower words
+  # Without ties the fast path answers from the top words alone; same integers.
+  plain = nbs.compound_poisson_tables((0.5,), (0.5,), 1)
+  np.testing.assert_array_equal(
+      np.asarray(jax.jit(nbs.compound_poisson_event_counts, static_argnums=1)(keys, plain)),
+      np.asarray(nbs.count_below(jnp.asarray(words), plain.count)))

@@ -2,7 +2,9 @@
 
 Prints one JSON object: for every case and every (devices, chunk_size), the
 summed statistics and the estimate as nested lists (exact integers; floats
-via float.hex so equality is bitwise).
+via float.hex so equality is bitwise). A run ``[devices, chunk, "default"]``
+wraps the mechanism in ``_toy.DefaultPath`` (the contract's default
+``chunk_statistics`` instead of the mechanism's fast path).
 """
 
 import json
@@ -30,14 +32,15 @@ def main():
     mech, work = _toy.build(case)
     source = work.materialize() if case["source"] == "arrays" else work
     runs = {}
-    for dev, chunk in case["runs"]:
-      if True:
-        res = simulation.simulate(jax.random.key(case["seed"]), mech, source, chunk_size=chunk,
-                                  devices=dev, with_counts=True)
-        runs[f"{dev}/{chunk}"] = {
-            "stats": [encode(leaf) for leaf in jax.tree.leaves(res.stats)],
-            "estimate": encode(res.estimate), "counts": encode(res.counts),
-            "num_devices": res.num_devices}
+    for dev, chunk, *path in case["runs"]:
+      default = path == ["default"]
+      run_mech = _toy.DefaultPath(mech) if default else mech
+      res = simulation.simulate(jax.random.key(case["seed"]), run_mech, source, chunk_size=chunk,
+                                devices=dev, with_counts=True)
+      runs["/".join(map(str, [dev, chunk, *path]))] = {
+          "stats": [encode(leaf) for leaf in jax.tree.leaves(res.stats)],
+          "estimate": encode(res.estimate), "counts": encode(res.counts),
+          "num_devices": res.num_devices, "default_path": default}
     out["cases"][case["name"]] = runs
   print(json.dumps(out))
 

@@ -8,6 +8,7 @@ import pytest
 
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
+from tests.simulation import _toy
 
 
 def test_statistics_equal_a_plain_loop():
@@ -99,3 +100,74 @@ def test_rejects_bad_chunk_size_and_too_many_clients():
   huge = M.synthetic_workload(jax.random.key(0), num_clients=2**31, num_buckets=2, num_labels=2, k=1)
   with pytest.raises(ValueError, match="num_clients"):
     simulation.simulate(jax.random.key(0), mech, huge)
+
+
+# --- mechanisms: the chunk_statistics fast path and any chunking give the definition ------
+# The families' representatives (laplace, collision, separation, shuffle-multi) run the
+# same comparison across 1 and 8 devices in test_sharding.py; rr is the mechanism of the
+# chunk-size tests above; the rest run here, on one device (cheaper: no subprocess).
+IN_PROCESS = ("discrete-laplace", "concatenation", "shuffle-single")
+
+
+def _case(name):
+  spec = simulation.mechanism_spec(name)
+  return {"n": 301, "s": 5, "y": 3, "k": 2, "epsilon": 1.0, "seed": 7, "mechanism": name,
+          "delta": 1e-6 if spec.needs_delta else None}
+
+
+@pytest.fixture(scope="module")
+def shared_clients():
+  # One workload for every mechanism below (same sizes: materialised once).
+  _, work = _toy.build(_case("rr"))
+  return work.materialize()
+
+
+def test_every_registered_mechanism_is_covered():
+  from tests.simulation.test_sharding import REPRESENTATIVES
+  covered = set(IN_PROCESS) | set(REPRESENTATIVES) | {"rr", "concatenation-literal"}
+  assert covered == set(simulation.mechanism_names())
+  # concatenation-literal differs from concatenation only in the host-side estimate.
+  for method in ("randomize", "analyze", "chunk_statistics"):
+    assert getattr(M.ConcatenationLiteral, method) is getattr(M.Concatenation, method)
+
+
+@pytest.mark.parametrize("name", IN_PROCESS)
+def test_fast_path_and_any_chunking_give_the_definition_bitwise(name, shared_clients):
+  # A: the mechanism's own chunk_statistics (a scatter-add fast path where it overrides the
+  # hook), all 301 clients in one chunk. B: the contract's default, vmap of
+  # analyze(randomize(fold_in(key, i), x_i)) summed, in chunks of 13 (the last one padded).
+  # Same integers, so the same estimate, bit for bit.
+  mech, _ = _toy.build(_case(name))
+  key = jax.random.key(11)
+  fast = simulation.simulate(key, mech, shared_clients, chunk_size=4096, with_counts=True)
+  slow = simulation.simulate(key, _toy.DefaultPath(mech), shared_clients, chunk_size=13,
+                             with_counts=True)
+  assert fast.chunk_size == 301 and slow.chunk_size == 13
+  leaves_fast, leaves_slow = jax.tree.leaves(fast.stats), jax.tree.leaves(slow.stats)
+  assert len(leaves_fast) == len(leaves_slow) >= 1
+  for a, b in zip(leaves_fast, leaves_slow):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(fast.estimate, slow.estimate)
+  np.testing.assert_array_equal(fast.counts, slow.counts)
+  assert np.abs(np.asarray(leaves_fast[0])).sum() > 0  # not vacuous
+
+
+def test_shuffle_fast_path_with_many_event_rounds(monkeypatch, shared_clients):
+  # The multi-message fast path evaluates a chunk's noise events B at a time in a
+  # while_loop; with B = 16 (instead of ~mean + 6 sd) a chunk of 301 clients (~450
+  # events at n = 301) takes ~30 rounds. Same integers as the default path.
+  from jaxdistill.mechanisms import _shuffle_multi
+  from jaxdistill.mechanisms._base import BsvsMechanism
+  monkeypatch.setattr(_shuffle_multi, "_event_buffer", lambda chunk, rate: 16)
+  mech, _ = _toy.build(_case("shuffle-multi"))
+  n = shared_clients.num_clients
+  keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(jax.random.key(2), np.arange(n, dtype=np.uint32))
+  valid = np.arange(n) < n - 5
+  fast = jax.jit(mech.chunk_statistics)(keys, shared_clients.buckets, shared_clients.labels, valid)
+  slow = jax.jit(lambda *a: BsvsMechanism.chunk_statistics(mech, *a))(
+      keys, shared_clients.buckets, shared_clients.labels, valid)
+  np.testing.assert_array_equal(np.asarray(fast), np.asarray(slow))
+  from jaxdistill.mechanisms._nb_sampler import compound_poisson_event_counts
+  events = np.asarray(compound_poisson_event_counts(keys, mech.tables()))[valid].sum()
+  assert events > 16 * 10  # more than 10 rounds were needed

@@ -3,8 +3,14 @@
 The device counts run in a subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=8``
 (the flag only works if set before jax is imported, so it cannot be set in
 the pytest process). The subprocess compares 1, 2 and 8 devices and several
-chunk sizes; this process (one device) recomputes the reference. Every
-mechanism the registry can build in this checkout is included.
+chunk sizes on two test mechanisms (array and generator sources, pytree
+statistics; this process recomputes their reference), and one library
+mechanism per family (``REPRESENTATIVES``: central, local hashing, product,
+shuffle), each once with its own ``chunk_statistics`` fast path on one
+device and once with the contract's default path on 8 devices in chunks of
+13. Every compilation costs a second or two, so the other registered
+mechanisms run the same fast-vs-default, chunk-size comparison on one
+device in test_runner.py.
 """
 
 import functools
@@ -25,23 +31,30 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 N = 301  # not a multiple of any chunk size or device count used
 
 
+#: One library mechanism per family, with its client source in the subprocess.
+REPRESENTATIVES = {"laplace": "arrays", "collision": "arrays", "separation": "arrays",
+                   "shuffle-multi": "generator"}
+
+
 def _cases():
   base = {"n": N, "s": 5, "y": 3, "k": 2, "epsilon": 1.0}
   cases = [
-      # (devices, chunk size) pairs; the first is the reference. Each pair compiles
-      # once (~1 s), so they cover every device count and several chunk sizes
-      # without the full product.
+      # (devices, chunk size[, "default"]) runs; the first is the reference. Each run
+      # compiles once (~1-2 s), so they cover every device count and several chunk
+      # sizes without the full product.
       {**base, "name": "toy-arrays", "mechanism": "toy", "source": "arrays", "seed": 1,
        # None = the default, all devices (8 in the subprocess).
        "runs": [[1, 4096], [1, 7], [2, 64], [None, 7]]},
       {**base, "name": "toy-generator", "mechanism": "toy", "source": "generator", "seed": 2,
        "runs": [[1, 4096], [2, 1], [8, 50]]},
   ]
-  for i, name in enumerate(simulation.mechanism_names()):
+  for i, (name, source) in enumerate(REPRESENTATIVES.items()):
     spec = simulation.mechanism_spec(name)
-    cases.append({**base, "name": name, "mechanism": name, "source": "generator", "seed": 10 + i,
+    # "default": the run uses tests.simulation._toy.DefaultPath (the contract's default
+    # chunk_statistics), so it also checks the mechanism's fast path, bitwise.
+    cases.append({**base, "name": name, "mechanism": name, "source": source, "seed": 10 + i,
                   "delta": 1e-6 if spec.needs_delta else None,
-                  "runs": [[1, 4096], [8, 13]]})
+                  "runs": [[1, 4096], [8, 13, "default"]]})
   return cases
 
 
@@ -68,6 +81,7 @@ def test_bitwise_identical_across_devices_and_chunks(case):
   ref_key = "{}/{}".format(*case["runs"][0])
   for label, run in runs.items():
     dev = label.split("/")[0]
+    assert run["default_path"] == label.endswith("/default")
     assert run["num_devices"] == (8 if dev == "None" else int(dev))
     assert run["stats"] == runs[ref_key]["stats"], label
     assert run["estimate"] == runs[ref_key]["estimate"], label
