@@ -37,6 +37,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Sequence
 
@@ -46,7 +47,7 @@ from jaxdistill import _validate
 from jaxdistill import accounting
 
 __all__ = ["analytic_gaussian_delta", "gaussian_sigma_for_flat_delta", "ldp_sigma_table",
-           "DEFAULT_LDP_EPSILONS"]
+           "calibrate_ldp_sigma", "DEFAULT_LDP_EPSILONS"]
 
 DEFAULT_LDP_EPSILONS = (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0)
 
@@ -72,6 +73,28 @@ def gaussian_sigma_for_flat_delta(delta: Any, *, sensitivity: Any, count: Any = 
   count = _validate.integer("count", count, minimum=1)
   s = delta_2 / (2 * stats.norm.ppf((1 + d) / 2))
   return float(s * math.sqrt(count))
+
+
+def calibrate_ldp_sigma(epsilon: Any, delta: Any, *, sensitivity: Any, count: Any,
+                        relation: Any = accounting.Relation.ADD_OR_REMOVE) -> float:
+  """Least sigma per release with T Gaussian releases (eps, delta)-DP (dp-accounting PLD).
+
+  The PLD grid step is at most eps/1000: at small eps the default 1e-4 step
+  is so pessimistic that no sigma verifies.
+  """
+  eps = _validate.positive("epsilon", epsilon)
+  d = _validate.open_unit("delta", delta)
+  sens = _validate.positive("sensitivity", sensitivity)
+  count = _validate.integer("count", count, minimum=1)
+  return _calibrated(eps, d, sens, count, accounting.Relation.parse(relation))
+
+
+@functools.lru_cache(maxsize=512)
+def _calibrated(eps: float, delta: float, sens: float, count: int, relation: accounting.Relation) -> float:
+  # Calibration is deterministic; sweeps ask for the same (eps, delta, T) many times.
+  return accounting.calibrate("gaussian", target_epsilon=eps, target_delta=delta, relation=relation,
+                              sensitivity=sens, count=count,
+                              value_discretization_interval=min(1e-4, eps / 1000)).parameter
 
 
 def ldp_sigma_table(delta: Any, *, sensitivity: Any, count: Any,
@@ -100,8 +123,7 @@ def ldp_sigma_table(delta: Any, *, sensitivity: Any, count: Any,
       sigma = gaussian_sigma_for_flat_delta(d, sensitivity=sensitivity, count=count)
       method = "closed-form"
     else:
-      sigma = accounting.calibrate("gaussian", target_epsilon=eps, target_delta=d, relation=relation,
-                                   sensitivity=sensitivity, count=count).parameter
+      sigma = calibrate_ldp_sigma(eps, d, sensitivity=sensitivity, count=count, relation=relation)
       method = "pld-calibrated"
     rows.append({
         "epsilon": eps, "delta": d, "sigma": sigma, "sigma_effective": sigma / math.sqrt(count),

@@ -65,7 +65,7 @@ from jaxdistill.fedmd._aggregation import (aggregate, clip_rows, project_to_simp
                                            release_sensitivity)
 from jaxdistill.fedmd._config import FedMDConfig
 from jaxdistill.fedmd._data import FedMDData
-from jaxdistill.fedmd._privacy import ldp_sigma_table
+from jaxdistill.fedmd._privacy import calibrate_ldp_sigma, ldp_sigma_table
 from jaxdistill.fedmd._sampling import NfdpSampler, SampleOracle
 
 __all__ = ["FedMDResult", "run_fedmd", "CHECKPOINT_NAME"]
@@ -121,7 +121,7 @@ class FedMDResult:
   accuracy: np.ndarray
   eval_rounds: list[int]
   privacy: list[dict]
-  ldp_sigma_table: list[dict] | None
+  ldp_sigma_table: dict | None
   timings: dict
   samples: list[list[np.ndarray]]
   public_subsets: np.ndarray
@@ -462,9 +462,8 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     for n in data.party_sizes:
       d = _ldp_delta(config, n)
       if d not in cache:
-        cache[d] = accounting.calibrate("gaussian", target_epsilon=config.ldp_epsilon, target_delta=d,
-                                        relation=config.relation, sensitivity=sens,
-                                        count=max(q * config.rounds, 1)).parameter
+        cache[d] = calibrate_ldp_sigma(config.ldp_epsilon, d, sensitivity=sens,
+                                       count=max(q * config.rounds, 1), relation=config.relation)
       ldp_sigmas.append(cache[d])
 
   acc_rows: list[np.ndarray] = []
@@ -586,8 +585,8 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
         _save_checkpoint(ckpt, groups, meta, arrays)
         timings["checkpoint"] += time.perf_counter() - t
       if bar is not None:
+        bar.set_postfix(acc=f"{info['mean_accuracy']:.3f}", refresh=False)
         bar.update(1)
-        bar.set_postfix(acc=f"{info['mean_accuracy']:.3f}")
       if on_round_end is not None:
         on_round_end(r, info)
   finally:
@@ -601,15 +600,18 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
   table = None
   if config.method in ("nfdp", "ldp") and config.rounds > 0:
     n0 = data.party_sizes[0]
-    eps_list = ldp_table_epsilons if ldp_table_epsilons is not None else None
-    kwargs = {} if eps_list is None else {"epsilons": tuple(eps_list)}
-    table = ldp_sigma_table(_ldp_delta(config, n0), sensitivity=release_sensitivity(config.aggregation,
-                                                                                    config.ldp_clip),
-                            count=q * config.rounds, relation=config.relation, **kwargs)
-    for row in table:
-      row["matched_to"] = (f"party 0's NFDP delta p (n={n0}, k={config.k}, "
-                           f"{'WR' if config.with_replacement else 'WOR'}) at the given epsilon; "
-                           "epsilon=0 means below p at every epsilon")
+    kwargs = {} if ldp_table_epsilons is None else {"epsilons": tuple(ldp_table_epsilons)}
+    sens = release_sensitivity(config.aggregation, config.ldp_clip)
+    p0 = _ldp_delta(config, n0)
+    table = {
+        "matched_to": (f"delta = party 0's NFDP delta p = {p0:.6g} (n={n0}, k={config.k}, "
+                       f"{'WR' if config.with_replacement else 'WOR'}, {config.relation}); NFDP is (eps, p)-DP "
+                       "for every eps >= 0, so each row gives the Gaussian sigma per release for FedMD-LDP "
+                       "to be (eps, p)-DP; eps = 0 is the sigma whose whole profile lies below p"),
+        "delta": p0, "count": q * config.rounds, "sensitivity": sens,
+        "rows": ldp_sigma_table(p0, sensitivity=sens, count=q * config.rounds, relation=config.relation,
+                                **kwargs),
+    }
   q_rows = len(subsets)
   return FedMDResult(
       config=config, data_description=data.description, accuracy=np.stack(acc_rows),

@@ -119,16 +119,26 @@ def create(model: nnx.Module, tx: optax.GradientTransformation) -> tuple[Classif
   return Classifier(graphdef, tx), TrainState(params, rest, tx.init(params), jnp.zeros((), jnp.int32))
 
 
+@jax.jit
+def _stack(states):
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+
+@jax.jit
+def _take(stacked, index):
+  return jax.tree.map(lambda x: x[index], stacked)
+
+
 def stack_states(states: Sequence[TrainState]) -> TrainState:
   """Stacks same-architecture states along a new leading model axis."""
   if not states:
     raise ValueError("Expected at least one state to stack.")
-  return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+  return _stack(list(states))
 
 
 def unstack_state(stacked: TrainState, index: int) -> TrainState:
   """Model ``index`` of a stacked state."""
-  return jax.tree.map(lambda x: x[index], stacked)
+  return _take(stacked, jnp.int32(index))
 
 
 def _per_example_loss(loss: str, logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -152,7 +162,7 @@ def _train_step(clf: Classifier, loss: str, state: TrainState, x: jax.Array, y: 
     model = nnx.merge(clf.graphdef, params, jax.tree.map(lambda v: v, rest))
     logits = model(x, train=True, key=key, mask=mask)
     per = _per_example_loss(loss, logits, y)
-    value = jnp.sum(per * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+    value = jnp.sum(jnp.where(mask, per, 0.0) * weight) / jnp.maximum(jnp.sum(weight), 1.0)
     reg = getattr(model, "regularization", None)
     if reg is not None:
       value = value + reg()
@@ -173,8 +183,12 @@ def _epoch_plan(key: jax.Array, n: int, b: int, size: jax.Array) -> tuple[jax.Ar
   perm = jax.random.permutation(pkey, n)
   # Valid records first, in uniformly random order; padding rows after.
   order = perm[jnp.argsort(perm >= size, stable=True)]
-  order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)]).reshape(steps, b)
-  weight = (jnp.arange(steps * b) < size).astype(jnp.float32).reshape(steps, b)
+  order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)])
+  valid = jnp.arange(steps * b) < size
+  # Padding positions point at a valid record (weight 0): rows beyond ``size``
+  # are never gathered, so their content (even NaN) cannot reach any step.
+  order = jnp.where(valid, order, order[0]).reshape(steps, b)
+  weight = valid.astype(jnp.float32).reshape(steps, b)
   return order, weight, jax.random.split(dkey, steps)
 
 
@@ -349,8 +363,7 @@ def _forward_stacked_jit(states, x, *, clf, shared):
   return jax.vmap(fn, in_axes=(0, None if shared else 0))(states, x)
 
 
-def _chunks(n: int, chunk: int) -> list[tuple[int, int]]:
-  c = min(chunk, n)
+def _chunks(n: int, c: int) -> list[tuple[int, int]]:
   return [(i, min(i + c, n)) for i in range(0, n, c)]
 
 
@@ -369,8 +382,8 @@ def predict_logits(clf: Classifier, state: TrainState, images: Any, *, chunk: in
   if images.ndim != 4 or images.shape[0] < 1:
     raise ValueError(f"Expected images of shape [n >= 1, H, W, C]; got {images.shape}.")
   n = images.shape[0]
-  c = min(_validate.integer("chunk", chunk, minimum=1), n)
-  # Every chunk is padded to c rows, so one compiled forward serves all.
+  c = _validate.integer("chunk", chunk, minimum=1)
+  # Every chunk is padded to c rows, so one compiled forward serves every n.
   out = [_forward_jit(state, _pad_to(images[a:b], c, 0), clf=clf)[:b - a] for a, b in _chunks(n, c)]
   return jnp.concatenate(out)
 
@@ -391,7 +404,7 @@ def predict_logits_stacked(clf: Classifier, states: TrainState, images: Any, *, 
     raise ValueError(f"Expected images of rank {4 if shared else 5}; got shape {images.shape}.")
   axis = 0 if shared else 1
   n = images.shape[axis]
-  c = min(_validate.integer("chunk", chunk, minimum=1), n)
+  c = _validate.integer("chunk", chunk, minimum=1)
   out = []
   for a, b in _chunks(n, c):
     x = images[a:b] if shared else images[:, a:b]
