@@ -6,8 +6,12 @@ Public subpackages:
   wrappers, shuffle amplification and the FedMD-NFDP sampling guarantee.
 * :mod:`jaxdistill.data` -- real image data offline (embedded MNIST, IDX
   folders, tfds), splits and client partitions.
+* :mod:`jaxdistill.fedmd` -- FedMD-NFDP and its baselines (NP, LDP, local,
+  centralized) with per-party privacy reports and resumable checkpoints.
 * :mod:`jaxdistill.mechanisms` -- BSVS inputs and mechanisms (central,
   local, shuffle) as pure JAX functions.
+* :mod:`jaxdistill.models` -- FedMD's CNN family in flax nnx and optax
+  trainers (hard or soft targets, vmapped stacks of same-architecture models).
 * :mod:`jaxdistill.simulation` -- one streaming runner for every mechanism.
 
 Modules whose names start with an underscore are private and may change
@@ -16,9 +20,11 @@ without notice; import from the subpackages instead.
 
 from jaxdistill import accounting
 from jaxdistill import data
+from jaxdistill import fedmd
 from jaxdistill import mechanisms
+from jaxdistill import models
 from jaxdistill import simulation
 
 __version__ = "0.1.0"
 
-__all__ = ["accounting", "data", "mechanisms", "simulation", "__version__"]
+__all__ = ["accounting", "data", "fedmd", "mechanisms", "models", "simulation", "__version__"]

@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--digest-epochs", type=int, default=2, help="T2: epochs on the consensus per round")
   a("--revisit-epochs", type=int, default=1, help="T3: epochs on the private view per round")
   a("--lr", type=float, default=1e-3, help="Adam learning rate")
-  a("--private-batch-size", type=int, default=16)
+  a("--private-batch-size", type=int, default=5, help="FedMD: 5")
   a("--public-batch-size", type=int, default=256)
   a("--width-multiplier", type=float, default=0.125, help="scales FedMD's conv widths (1 = paper)")
   a("--architectures", default="fedmd",
@@ -49,6 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--ldp-epsilon", type=float, default=1.0, help="FedMD-LDP target epsilon")
   a("--ldp-delta", type=float, default=None, help="FedMD-LDP target delta (default: NFDP's p)")
   a("--ldp-clip", type=float, default=10.0, help="L2 clip of logits releases under LDP")
+  a("--ldp-table-epsilons", default="0,0.1,0.5,1,2,4,8",
+    help="epsilons of the report's FedMD-LDP sigma table at NFDP's delta ('' for none)")
   a("--partition", default="iid", help="iid, dirichlet or classes")
   a("--alpha", type=float, default=0.5, help="Dirichlet concentration")
   a("--classes-per-party", type=int, default=2)
@@ -105,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
   if args.method not in ("nfdp", "local-sample") and (len(ks) > 1 or len(samplings) > 1):
     raise ValueError(f"Expected one --k and one --sampling for --method {args.method}.")
   configs = [(k, wr, _config(args, k, wr)) for wr in samplings for k in ks]  # validates all first
+  try:
+    table_eps = tuple(float(x) for x in args.ldp_table_epsilons.split(",") if x.strip())
+  except ValueError:
+    raise ValueError(f"Expected --ldp-table-epsilons to be numbers; got {args.ldp_table_epsilons!r}.") from None
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
       private_dataset=args.private_dataset, data_dir=args.data_dir,
@@ -126,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     name = f"{args.method}-k{k}-{'wr' if wr else 'wor'}"
     try:
       res = fedmd.run_fedmd(key, cfg, data, checkpoint_dir=out / "checkpoints" / name, resume=args.resume,
-                            progress=not args.no_progress, on_round_end=stopper)
+                            progress=not args.no_progress, on_round_end=stopper,
+                            ldp_table_epsilons=table_eps)
     except _Stop:
       stopped = True
       break

@@ -77,7 +77,7 @@ class FedMDConfig:
   digest_epochs: int = 2
   revisit_epochs: int = 1
   learning_rate: float = 1e-3
-  private_batch_size: int = 16
+  private_batch_size: int = 5
   public_batch_size: int = 256
   ldp_epsilon: float = 1.0
   ldp_delta: float | None = None
