@@ -212,13 +212,15 @@ def _plan_stacked_jit(keys, sizes, *, n, b):
 
 # Steps take the gathered batch, not the data set: one compiled step serves
 # every data set size (the gather is a cheap host-side numpy take).
+# Keys travel as raw key data (host numpy) so a step costs one dispatch.
 @functools.partial(jax.jit, static_argnames=("clf", "loss"), donate_argnums=(0,))
-def _step_jit(state, x, y, weight, key, *, clf, loss):
-  return _masked_step(clf, loss, state, x, y, weight, key)
+def _step_jit(state, x, y, weight, key_data, *, clf, loss):
+  return _masked_step(clf, loss, state, x, y, weight, jax.random.wrap_key_data(key_data))
 
 
 @functools.partial(jax.jit, static_argnames=("clf", "loss"), donate_argnums=(0,))
-def _step_stacked_jit(states, x, y, weight, keys, *, clf, loss):
+def _step_stacked_jit(states, x, y, weight, key_data, *, clf, loss):
+  keys = jax.vmap(jax.random.wrap_key_data)(key_data)
   return jax.vmap(functools.partial(_masked_step, clf, loss))(states, x, y, weight, keys)
 
 
@@ -284,7 +286,7 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
   state = _copy(state)
   for ekey in jax.random.split(key, epochs):
     order, weight, skeys = _plan_jit(ekey, jnp.int32(size), n=n, b=b)
-    order = np.asarray(order)
+    order, weight, skeys = np.asarray(order), np.asarray(weight), np.asarray(jax.random.key_data(skeys))
     # A Python loop over jitted steps: XLA:CPU runs convolutions inside a
     # lax.scan/while body about 10x slower than the same step dispatched
     # from Python (measured on jax 0.10.2), and dispatch costs ~0.1 ms.
@@ -343,7 +345,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
   rows = np.arange(m)[:, None]
   for e in range(epochs):
     order, weight, skeys = _plan_stacked_jit(ekeys[:, e], sizes, n=n, b=b)
-    order = np.asarray(order)
+    order, weight, skeys = np.asarray(order), np.asarray(weight), np.asarray(jax.random.key_data(skeys))
     for s in range(order.shape[1]):
       idx = order[:, s]
       x = images[idx] if shared else images[rows, idx]
