@@ -45,7 +45,7 @@ from jaxdistill.fedmd._sampling import nfdp_sample
 __all__ = [
     "RELEASE_MODES", "aggregate", "clip_rows", "project_to_simplex", "release", "release_sensitivity",
     "METHODS", "VMAP_MODES", "FedMDConfig", "PARTITIONS", "FedMDData", "load_fedmd_data",
-    "make_fedmd_data", "plot_accuracy_per_round", "plot_accuracy_vs_k", "DEFAULT_LDP_EPSILONS", "analytic_gaussian_delta", "calibrate_ldp_sigma",
-    "gaussian_sigma_for_flat_delta", "ldp_sigma_table", "CHECKPOINT_NAME", "FedMDResult", "run_fedmd",
-    "NfdpSampler", "SampleOracle", "nfdp_sample",
+    "make_fedmd_data", "plot_accuracy_per_round", "plot_accuracy_vs_k", "DEFAULT_LDP_EPSILONS",
+    "analytic_gaussian_delta", "calibrate_ldp_sigma", "gaussian_sigma_for_flat_delta", "ldp_sigma_table",
+    "CHECKPOINT_NAME", "FedMDResult", "run_fedmd", "NfdpSampler", "SampleOracle", "nfdp_sample",
 ]

@@ -68,9 +68,9 @@ def aggregate(released: Any, weights: Any = None) -> jax.Array:
   Raises:
     ValueError: on bad shapes or weights.
 
-  >>> y = jnp.array([[[1., 0.]], [[0., 1.]], [[0., 1.]]])
-  >>> aggregate(y).tolist(), aggregate(y, [2, 1, 1]).tolist()
-  ([[0.3333333432674408, 0.6666666865348389]], [[0.5, 0.5]])
+  >>> y = jnp.array([[[1., 0.]], [[0., 1.]], [[0., 1.]]])   # 3 parties' one-hot votes
+  >>> aggregate(y, [2, 1, 1]).tolist()
+  [[0.5, 0.5]]
   """
   y = jnp.asarray(released, jnp.float32)
   if y.ndim != 3:

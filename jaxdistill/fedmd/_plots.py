@@ -67,7 +67,11 @@ def plot_accuracy_vs_k(results: Sequence[Any], path: Any, *, baselines: dict | N
                 label="with replacement" if wr else "without replacement")
   for j, (label, value) in enumerate((baselines or {}).items()):
     ax.axhline(value, ls="--", lw=1, color=f"C{j + 2}", label=label)
+  ks = sorted({r.config.k for r in results})
   ax.set_xscale("log")
+  ax.minorticks_off()
+  ax.set_xticks(ks)
+  ax.set_xticklabels([str(k) for k in ks])
   ax.set_xlabel("k (records sampled per party)")
   ax.set_ylabel("final test accuracy (mean; bars: min-max)")
   ax.set_ylim(0, 1)

@@ -47,7 +47,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import math
 import os
 import pathlib
 import time

@@ -140,8 +140,8 @@ def forward_flops(spec: CNNSpec, *, num_classes: int = 16, input_shape: Sequence
 
   Counts convolutions and the dense layer (BN, ReLU, pooling are lower order).
 
-  >>> forward_flops(FEDMD_SPECS[0]) // 10**6   # (128, 256): about 103 MFLOPs
-  103
+  >>> forward_flops(FEDMD_SPECS[0])   # (128, 256): about 103 MFLOPs
+  102871040
   """
   sizes = _spatial(spec, input_shape)
   cin = int(input_shape[2])

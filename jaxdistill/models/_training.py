@@ -3,18 +3,27 @@
 A model is handled functionally: :func:`create` splits an ``nnx.Module``
 into a static :class:`Classifier` (graph definition + optax optimiser) and a
 :class:`TrainState` pytree (parameters, other state such as batch
-statistics, optimiser state). Every trainer is a pure, jitted function of
-``(key, state, data)``; the same per-model kernel runs either once per model
+statistics, optimiser state). Training is a pure function of
+``(key, state, data)``: the same per-model step runs either once per model
 or under ``jax.vmap`` over *stacked* states (leading axis = model), so
 several models of one architecture train as one batch.
 
+Execution: one jitted step per batch, dispatched from a Python loop over the
+epoch's batches (the batch is gathered on the host, so one compiled step
+serves every data set size). XLA:CPU runs convolutions inside a
+``lax.scan``/``while`` body about 10x slower than the same step dispatched
+from Python (jax 0.10.2), and dispatch costs ~1 ms. On CPU the vmapped
+stack is *slower* than a loop (grouped convolutions; see
+``benchmarks/fedmd_vmap.py``); on accelerators it is the fast path.
+
 One epoch over ``size`` valid records draws a uniform permutation from the
-epoch key, cuts it into ``ceil(n / batch_size)`` batches and pads the last
-one; padded rows have weight 0 in the loss and are masked out of the batch
-statistics. Records beyond ``size`` (padding of a ragged stack) are never
-read into a batch's loss, and a model whose epoch has fewer batches than its
-neighbours in the stack skips the extra steps (parameters, batch statistics
-and optimiser state are left exactly unchanged).
+epoch key and cuts it into ``ceil(n / batch_size)`` batches; positions past
+``size`` point at a valid record with weight 0 in the loss and are masked
+out of the batch statistics, so records beyond ``size`` (padding of a
+ragged stack) are never read at all. A model whose epoch has fewer batches
+than its neighbours in the stack skips the extra steps (parameters, batch
+statistics and optimiser state are left exactly unchanged). Model i of a
+stack uses exactly the keys :func:`fit` would give it.
 
 Losses (``loss=``):
 
@@ -39,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import flax
 import jax
