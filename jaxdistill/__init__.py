@@ -10,8 +10,12 @@ Public subpackages:
   rules (reverse k-NN, k-NN labeling, balanced) with their privacy statements.
 * :mod:`jaxdistill.data` -- real image data offline (embedded MNIST, IDX
   folders, tfds), splits and client partitions.
+* :mod:`jaxdistill.fedmd` -- FedMD-NFDP and its baselines (NP, LDP, local,
+  centralized) with per-party privacy reports and resumable checkpoints.
 * :mod:`jaxdistill.mechanisms` -- BSVS inputs and mechanisms (central,
   local, shuffle) as pure JAX functions.
+* :mod:`jaxdistill.models` -- FedMD's CNN family in flax nnx and optax
+  trainers (hard or soft targets, vmapped stacks of same-architecture models).
 * :mod:`jaxdistill.representations` -- features fitted on public data only
   (raw, PCA, HOG, a contrastive CNN) and re-embedding with any model.
 * :mod:`jaxdistill.simulation` -- one streaming runner for every mechanism.
@@ -24,11 +28,13 @@ from jaxdistill import accounting
 from jaxdistill import audit
 from jaxdistill import connection
 from jaxdistill import data
+from jaxdistill import fedmd
 from jaxdistill import mechanisms
+from jaxdistill import models
 from jaxdistill import representations
 from jaxdistill import simulation
 
 __version__ = "0.1.0"
 
-__all__ = ["accounting", "audit", "connection", "data", "mechanisms", "representations",
-           "simulation", "__version__"]
+__all__ = ["accounting", "audit", "connection", "data", "fedmd", "mechanisms", "models",
+           "representations", "simulation", "__version__"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from jaxdistill.cli import _fedmd
 from jaxdistill.cli import _privacy
 from jaxdistill.cli import _simulate
 from jaxdistill.cli._common import CliError, Parser
@@ -15,6 +16,7 @@ def build_parser() -> Parser:
   sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
   _privacy.add_parser(sub)
   _simulate.add_parser(sub)
+  _fedmd.add_parser(sub)
   return parser
 
 

@@ -1,0 +1,159 @@
+"""``jaxdistill fedmd``: run FedMD-NFDP or a baseline; write report.json and PNG plots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+from jaxdistill.cli._common import _clean, print_table
+
+# Literal copies (checked against the library by tests/fedmd/test_cli.py) so
+# that ``jaxdistill --help`` does not import jax and flax.
+METHODS = ("nfdp", "np", "ldp", "local", "local-sample", "centralized")
+RELEASE_MODES = ("argmax", "softmax", "logits")
+VMAP_MODES = ("auto", "on", "off")
+
+
+def _ints(text: str, name: str) -> list[int]:
+  try:
+    return [int(x) for x in text.split(",") if x.strip()]
+  except ValueError:
+    raise ValueError(f"Expected --{name} to be comma-separated integers; got {text!r}.") from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+  p = sub.add_parser("fedmd", help="FedMD-NFDP and baselines (report.json + plots)")
+  a = p.add_argument
+  a("--method", default="nfdp", choices=METHODS, help="algorithm or baseline")
+  a("--parties", type=int, default=10, help="number of parties N")
+  a("--k", default="16", help="sample size per party; a comma list runs one NFDP run per value")
+  a("--sampling", default="wor", choices=["wor", "wr", "both"], help="without / with replacement")
+  a("--resample-each-round", action="store_true", help="fresh sample every round (composed privacy)")
+  a("--rounds", type=int, default=20, help="collaboration rounds R")
+  a("--public-subset", type=int, default=5000, help="public images queried per round")
+  a("--aggregation", default="argmax", choices=RELEASE_MODES, help="what parties release")
+  a("--weighting", default="equal", help="'equal', 'size' or N comma-separated weights")
+  a("--pretrain-epochs", type=int, default=2, help="public pre-training epochs (0: none)")
+  a("--init-epochs", type=int, default=20, help="T1: epochs on the private view first")
+  a("--digest-epochs", type=int, default=2, help="T2: epochs on the consensus per round")
+  a("--revisit-epochs", type=int, default=1, help="T3: epochs on the private view per round")
+  a("--lr", type=float, default=1e-3, help="Adam learning rate")
+  a("--private-batch-size", type=int, default=5, help="FedMD: 5")
+  a("--public-batch-size", type=int, default=256)
+  a("--width-multiplier", type=float, default=0.125, help="scales FedMD's conv widths (1 = paper)")
+  a("--architectures", default="fedmd",
+    help="'fedmd' (the ten FedMD CNNs, cycled) or ';'-separated specs like '128,256:0.2;64,128,256:0.2'")
+  a("--ldp-epsilon", type=float, default=1.0, help="FedMD-LDP target epsilon")
+  a("--ldp-delta", type=float, default=None, help="FedMD-LDP target delta (default: NFDP's p)")
+  a("--ldp-clip", type=float, default=10.0, help="L2 clip of logits releases under LDP")
+  a("--ldp-table-epsilons", default="0,0.1,0.5,1,2,4,8",
+    help="epsilons of the report's FedMD-LDP sigma table at NFDP's delta ('' for none)")
+  a("--partition", default="iid", help="iid, dirichlet or classes")
+  a("--alpha", type=float, default=0.5, help="Dirichlet concentration")
+  a("--classes-per-party", type=int, default=2)
+  a("--public-dataset", default="mnist-embedded")
+  a("--private-dataset", default="fashion-mnist")
+  a("--data-dir", default=None, help="IDX folder of the private data set")
+  a("--private-classes", default="0,1,2,3,4,5", help="source classes of the private task")
+  a("--private-per-class", type=int, default=500, help="private training images per class (0: all)")
+  a("--test-per-class", type=int, default=500, help="test images per class (0: all)")
+  a("--public-size", type=int, default=0, help="keep this many public images (0: all)")
+  a("--seed", type=int, default=0)
+  a("--vmap", default="auto", choices=VMAP_MODES, help="vmapped same-architecture parties")
+  a("--eval-every", type=int, default=1)
+  a("--out", default="runs/fedmd", help="output folder (report.json, plots, checkpoints)")
+  a("--resume", action="store_true", help="continue from the checkpoints in --out")
+  a("--stop-after-round", type=int, default=None, help="stop this session after this round (resume later)")
+  a("--no-progress", action="store_true", help="no progress bars")
+  p.set_defaults(func=run)
+
+
+class _Stop(Exception):
+  pass
+
+
+def _config(args: argparse.Namespace, k: int, wr: bool):
+  from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
+  from jaxdistill.models import parse_spec  # pylint: disable=import-outside-toplevel
+  specs = None
+  if args.architectures != "fedmd":
+    specs = tuple(parse_spec(s) for s in args.architectures.split(";") if s.strip())
+  weighting = args.weighting
+  if weighting not in ("equal", "size"):
+    try:
+      weighting = tuple(float(x) for x in weighting.split(","))
+    except ValueError:
+      raise ValueError(f"Expected --weighting to be equal, size or numbers; got {args.weighting!r}.") from None
+  return fedmd.FedMDConfig(
+      method=args.method, num_parties=args.parties, specs=specs, width_multiplier=args.width_multiplier,
+      k=k, with_replacement=wr, resample_each_round=args.resample_each_round, rounds=args.rounds,
+      public_subset=args.public_subset, aggregation=args.aggregation, weighting=weighting,
+      pretrain_epochs=args.pretrain_epochs, init_epochs=args.init_epochs, digest_epochs=args.digest_epochs,
+      revisit_epochs=args.revisit_epochs, learning_rate=args.lr, private_batch_size=args.private_batch_size,
+      public_batch_size=args.public_batch_size, ldp_epsilon=args.ldp_epsilon, ldp_delta=args.ldp_delta,
+      ldp_clip=args.ldp_clip, vmap=args.vmap, eval_every=args.eval_every)
+
+
+def run(args: argparse.Namespace) -> int:
+  import jax  # pylint: disable=import-outside-toplevel
+  from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
+  ks = _ints(args.k, "k")
+  if not ks:
+    raise ValueError("Expected at least one --k.")
+  samplings = {"wor": [False], "wr": [True], "both": [False, True]}[args.sampling]
+  if args.method not in ("nfdp", "local-sample") and (len(ks) > 1 or len(samplings) > 1):
+    raise ValueError(f"Expected one --k and one --sampling for --method {args.method}.")
+  configs = [(k, wr, _config(args, k, wr)) for wr in samplings for k in ks]  # validates all first
+  try:
+    table_eps = tuple(float(x) for x in args.ldp_table_epsilons.split(",") if x.strip())
+  except ValueError:
+    raise ValueError(f"Expected --ldp-table-epsilons to be numbers; got {args.ldp_table_epsilons!r}.") from None
+  data = fedmd.load_fedmd_data(
+      num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
+      private_dataset=args.private_dataset, data_dir=args.data_dir,
+      private_classes=_ints(args.private_classes, "private-classes"),
+      private_per_class=args.private_per_class or None, test_per_class=args.test_per_class or None,
+      partition=args.partition, alpha=args.alpha, classes_per_party=args.classes_per_party,
+      public_size=args.public_size or None)
+  out = pathlib.Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  key = jax.random.key(args.seed)
+  results, stopped = [], False
+
+  def stopper(r: int, info: dict) -> None:
+    if args.stop_after_round is not None and r >= args.stop_after_round:
+      raise _Stop()
+
+  t0 = time.perf_counter()
+  for k, wr, cfg in configs:
+    name = f"{args.method}-k{k}-{'wr' if wr else 'wor'}"
+    try:
+      res = fedmd.run_fedmd(key, cfg, data, checkpoint_dir=out / "checkpoints" / name, resume=args.resume,
+                            progress=not args.no_progress, on_round_end=stopper,
+                            ldp_table_epsilons=table_eps)
+    except _Stop:
+      stopped = True
+      break
+    results.append((name, res))
+    fedmd.plot_accuracy_per_round(res, out / f"accuracy_per_round_{name}.png")
+  if stopped:
+    sys.stderr.write(f"jaxdistill: stopped after round {args.stop_after_round}; rerun with --resume\n")
+    return 0
+  if args.method in ("nfdp", "local-sample"):
+    fedmd.plot_accuracy_vs_k([r for _, r in results], out / "accuracy_vs_k.png")
+  report = {"command": "jaxdistill " + " ".join(sys.argv[1:]) if sys.argv else "jaxdistill fedmd",
+            "wall_time_s": time.perf_counter() - t0, "backend": jax.default_backend(),
+            "runs": [{"name": n, **r.to_report()} for n, r in results]}
+  (out / "report.json").write_text(json.dumps(_clean(report), indent=1))
+  rows = []
+  for n, r in results:
+    p = r.privacy[0]
+    delta = p.get("exact", {}).get("delta_for_every_epsilon", p.get("calibrated_to", {}).get("delta", "-"))
+    rows.append([n, float(r.final_accuracy.mean()), float(r.final_accuracy.min()),
+                 float(r.final_accuracy.max()), delta, r.timings["total_this_session"]])
+  print_table(["run", "mean acc", "min", "max", "party-0 delta", "seconds"], rows)
+  print(f"wrote {out / 'report.json'} and plots")
+  return 0

@@ -1,0 +1,134 @@
+"""What a party releases on each public query, and how the server aggregates it.
+
+Release modes (``g`` applied to a party's logits ``z`` on one public image):
+
+=========  ===============================  ======================================
+mode       released ``Y = g(z)``              L2 diameter of the release range
+=========  ===============================  ======================================
+argmax     one-hot of ``argmax_c z_c``        sqrt(2)
+softmax    ``softmax(z)``                     sqrt(2) (probability simplex)
+logits     ``z`` (clipped to norm ``clip``    2 * clip (only when clipped; raw
+           for FedMD-LDP)                     logits are unbounded)
+=========  ===============================  ======================================
+
+Server aggregation, equal or weighted:
+
+.. math::
+
+   \\bar Y(x) = \\frac{\\sum_i w_i Y_i(x)}{\\sum_i w_i}, \\qquad w_i = 1 \\text{ (equal)}.
+
+With argmax releases, ``Ybar`` is the (weighted) vote share of each class.
+
+References:
+  Sun & Lyu 2021, Algorithm 1 and §5 (argmax / softmax / logits);
+  Li & Wang 2019 (FedMD), §3. https://arxiv.org/abs/2009.05537
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdistill import _validate
+
+__all__ = ["RELEASE_MODES", "release", "aggregate", "clip_rows", "project_to_simplex",
+           "release_sensitivity"]
+
+RELEASE_MODES = ("argmax", "softmax", "logits")
+
+
+def release(logits: Any, mode: str) -> jax.Array:
+  """The released vectors ``[..., q, C] float32`` for logits ``[..., q, C]``.
+
+  Raises:
+    ValueError: on an unknown mode or logits of rank < 2.
+  """
+  mode = _validate.choice("aggregation", mode, RELEASE_MODES)
+  z = jnp.asarray(logits, jnp.float32)
+  if z.ndim < 2:
+    raise ValueError(f"Expected logits of shape [..., q, C]; got {z.shape}.")
+  if mode == "argmax":
+    return jax.nn.one_hot(jnp.argmax(z, axis=-1), z.shape[-1], dtype=jnp.float32)
+  if mode == "softmax":
+    return jax.nn.softmax(z, axis=-1)
+  return z
+
+
+def aggregate(released: Any, weights: Any = None) -> jax.Array:
+  """Server consensus ``[q, C] float32`` of ``released: [m, q, C]``.
+
+  Args:
+    released: the m parties' releases.
+    weights: ``[m]`` nonnegative weights, not all zero; None for equal.
+
+  Raises:
+    ValueError: on bad shapes or weights.
+
+  >>> y = jnp.array([[[1., 0.]], [[0., 1.]], [[0., 1.]]])   # 3 parties' one-hot votes
+  >>> aggregate(y, [2, 1, 1]).tolist()
+  [[0.5, 0.5]]
+  """
+  y = jnp.asarray(released, jnp.float32)
+  if y.ndim != 3:
+    raise ValueError(f"Expected released of shape [m, q, C]; got {y.shape}.")
+  m = y.shape[0]
+  if weights is None:
+    return jnp.mean(y, axis=0)
+  w = np.asarray(weights, np.float64)
+  if w.shape != (m,) or not np.all(np.isfinite(w)) or w.min() < 0 or w.sum() <= 0:
+    raise ValueError(f"Expected {m} finite nonnegative weights, not all zero; got {np.asarray(weights).tolist()}.")
+  w = jnp.asarray(w / w.sum(), jnp.float32)
+  return jnp.tensordot(w, y, axes=1)
+
+
+def clip_rows(x: Any, clip: float) -> jax.Array:
+  """Scales each row ``[..., C]`` down to L2 norm at most ``clip``."""
+  clip = _validate.positive("clip", clip)
+  x = jnp.asarray(x, jnp.float32)
+  norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
+  return x * jnp.minimum(1.0, clip / jnp.maximum(norm, 1e-30))
+
+
+def project_to_simplex(y: Any) -> jax.Array:
+  """Euclidean projection of each row ``[..., C]`` onto the probability simplex.
+
+  Used to post-process FedMD-LDP's noisy consensus into valid soft targets
+  (post-processing costs no privacy).
+
+  .. math:: \\Pi(y) = \\max(y - \\tau, 0),\\ \\tau \\text{ such that the result sums to } 1.
+
+  References:
+    Duchi, Shalev-Shwartz, Singer, Chandra, "Efficient projections onto the
+    l1-ball", ICML 2008, Fig. 1.
+  """
+  y = jnp.asarray(y, jnp.float32)
+  c = y.shape[-1]
+  u = -jnp.sort(-y, axis=-1)
+  css = jnp.cumsum(u, axis=-1) - 1.0
+  ind = jnp.arange(1, c + 1, dtype=y.dtype)
+  cond = u - css / ind > 0
+  rho = jnp.sum(cond, axis=-1, keepdims=True)
+  tau = jnp.take_along_axis(css, rho - 1, axis=-1) / rho.astype(y.dtype)
+  return jnp.maximum(y - tau, 0.0)
+
+
+def release_sensitivity(mode: str, clip: float | None = None) -> float:
+  """L2 diameter of the release range: the Gaussian sensitivity of one release.
+
+  Any change of a party's data (add, remove or replace a record) can move
+  its release anywhere in the range, so the diameter bounds the change
+  under every neighbouring relation.
+
+  Raises:
+    ValueError: for ``logits`` without a clip norm (unbounded range).
+  """
+  mode = _validate.choice("aggregation", mode, RELEASE_MODES)
+  if mode in ("argmax", "softmax"):
+    return math.sqrt(2.0)
+  if clip is None:
+    raise ValueError("Expected a clip norm for logits releases: raw logits have unbounded sensitivity.")
+  return 2.0 * _validate.positive("clip", clip)

@@ -1,0 +1,85 @@
+"""PNG plots of FedMD runs (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["plot_accuracy_per_round", "plot_accuracy_vs_k"]
+
+
+def _plt():
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  return plt
+
+
+def plot_accuracy_per_round(result: Any, path: Any, *, title: str | None = None) -> pathlib.Path:
+  """Test accuracy of every party after each evaluated round (thin lines) and their mean (bold)."""
+  plt = _plt()
+  acc = np.asarray(result.accuracy)
+  rounds = list(result.eval_rounds)
+  fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+  for i in range(acc.shape[1]):
+    ax.plot(rounds, acc[:, i], lw=0.8, alpha=0.6, label=f"party {i}" if acc.shape[1] <= 10 else None)
+  ax.plot(rounds, acc.mean(axis=1), color="black", lw=2.2, label="mean (16-way argmax)")
+  priv = getattr(result, "accuracy_private", None)
+  if priv is not None:
+    ax.plot(rounds, np.asarray(priv).mean(axis=1), color="black", lw=1.6, ls="--",
+            label="mean (private classes only)")
+  ax.set_xlabel("round (0 = before collaboration)")
+  ax.set_ylabel("private-task test accuracy")
+  ax.set_ylim(0, 1)
+  ax.grid(alpha=0.3)
+  cfg = result.config
+  ax.set_title(title or f"FedMD-{cfg.method.upper()}  N={cfg.num_parties} k={cfg.k} "
+               f"{'WR' if cfg.with_replacement else 'WOR'} {cfg.aggregation}", fontsize=10)
+  ax.legend(fontsize=7, ncol=2, loc="lower right")
+  fig.tight_layout()
+  out = pathlib.Path(path)
+  fig.savefig(out)
+  plt.close(fig)
+  return out
+
+
+def plot_accuracy_vs_k(results: Sequence[Any], path: Any, *, baselines: dict | None = None) -> pathlib.Path:
+  """Final mean accuracy (bars: min-max over parties) against k, one line per WR / WOR.
+
+  Args:
+    results: NFDP results (any mix of k and sampling).
+    path: output PNG.
+    baselines: optional ``{label: accuracy}`` drawn as horizontal lines.
+  """
+  plt = _plt()
+  fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+  for wr, marker in ((False, "o"), (True, "s")):
+    rs = sorted((r for r in results if r.config.with_replacement == wr), key=lambda r: r.config.k)
+    if not rs:
+      continue
+    ks = [r.config.k for r in rs]
+    mean = np.array([r.final_accuracy.mean() for r in rs])
+    lo = mean - np.array([r.final_accuracy.min() for r in rs])
+    hi = np.array([r.final_accuracy.max() for r in rs]) - mean
+    ax.errorbar(ks, mean, yerr=[lo, hi], marker=marker, capsize=3,
+                label="with replacement" if wr else "without replacement")
+  for j, (label, value) in enumerate((baselines or {}).items()):
+    ax.axhline(value, ls="--", lw=1, color=f"C{j + 2}", label=label)
+  ks = sorted({r.config.k for r in results})
+  ax.set_xscale("log")
+  ax.minorticks_off()
+  ax.set_xticks(ks)
+  ax.set_xticklabels([str(k) for k in ks])
+  ax.set_xlabel("k (records sampled per party)")
+  ax.set_ylabel("final test accuracy (mean; bars: min-max)")
+  ax.set_ylim(0, 1)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  ax.set_title("FedMD-NFDP: accuracy against k", fontsize=10)
+  fig.tight_layout()
+  out = pathlib.Path(path)
+  fig.savefig(out)
+  plt.close(fig)
+  return out

@@ -1,0 +1,660 @@
+"""FedMD-NFDP (Algorithm 1) and its baselines in one runner, with checkpoints.
+
+Algorithm 1 (Sun & Lyu 2021), for parties i = 1..N with private D_i:
+
+.. code-block:: text
+
+   f_i <- init (optionally pre-trained on the public labels)
+   S_i <- k records of D_i, drawn ONCE (WR or WOR)      # the only access to D_i
+   train f_i on S_i for T1 epochs
+   for r = 1..R:
+     P_r   <- fresh random public subset (|P_r| = public_subset)
+     Y_i   <- g(f_i(P_r))             g in {argmax one-hot, softmax, logits}
+     Ybar  <- sum_i w_i Y_i / sum_i w_i                    # server
+     Digest : train f_i on (P_r, Ybar) for T2 epochs
+     Revisit: train f_i on S_i for T3 epochs
+
+Baselines run through the same loop with a different *private view* and
+collaboration switch: FedMD-NP and FedMD-LDP see all of D_i (LDP adds
+Gaussian noise to every release), local-only skips Digest, centralized
+trains every architecture on the pooled private data.
+
+Data access: in ``nfdp`` and ``local-sample`` the runner holds each party's
+records only inside a :class:`~jaxdistill.fedmd.SampleOracle`; the sample it
+returns is the only private data any training step sees, and the privacy
+report is computed from the oracle's recorded draws.
+
+Randomness: every phase key is ``fold_in(fold_in(root, phase), round)`` and
+each party gets ``fold_in(., party)``, so a run is a pure function of the
+root key, the configuration and the data, whether same-architecture parties
+are vmapped or looped and whether the run was interrupted and resumed.
+
+Checkpoints: after every round one ``.npz`` file (written atomically) holds
+the model states, the samples drawn, the public subsets and consensus
+released so far, the accuracy history, the round number and the root key;
+``resume=True`` continues from it without drawing a new sample or releasing
+any round twice.
+
+References:
+  Sun & Lyu, "Federated Model Distillation with Noise-Free Differential
+  Privacy", IJCAI 2021, Algorithm 1. https://arxiv.org/abs/2009.05537
+  Li & Wang, "FedMD", 2019. https://arxiv.org/abs/1910.03581
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import pathlib
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxdistill import accounting
+from jaxdistill import models as M
+from jaxdistill.data import ImageData
+from jaxdistill.fedmd._aggregation import (aggregate, clip_rows, project_to_simplex, release,
+                                           release_sensitivity)
+from jaxdistill.fedmd._config import FedMDConfig
+from jaxdistill.fedmd._data import FedMDData
+from jaxdistill.fedmd._privacy import calibrate_ldp_sigma, ldp_sigma_table
+from jaxdistill.fedmd._sampling import NfdpSampler, SampleOracle
+
+__all__ = ["FedMDResult", "run_fedmd", "CHECKPOINT_NAME"]
+
+CHECKPOINT_NAME = "fedmd_checkpoint.npz"
+
+# Phase tags for fold_in.
+_INIT, _PRETRAIN, _SAMPLE, _TRAIN1, _PUBLIC, _NOISE, _DIGEST, _REVISIT = range(8)
+
+
+def _phase(root: jax.Array, tag: int, r: int = 0) -> jax.Array:
+  return jax.random.fold_in(jax.random.fold_in(root, tag), r)
+
+
+def _party_keys(key: jax.Array, parties: list[int]) -> jax.Array:
+  return jnp.stack([jax.random.fold_in(key, i) for i in parties])
+
+
+@dataclasses.dataclass
+class _Group:
+  """Parties sharing one architecture; ``state`` is stacked over ``parties``."""
+
+  spec: M.CNNSpec
+  parties: list[int]
+  clf: M.Classifier
+  state: M.TrainState
+
+
+@dataclasses.dataclass
+class FedMDResult:
+  """Outcome of :func:`run_fedmd`.
+
+  Attributes:
+    config: the run's configuration.
+    accuracy: ``[E, N] float64`` test accuracy of each party after each
+      evaluated round (row 0: before collaboration), argmax over all C
+      outputs as in FedMD.
+    accuracy_private: the same with the argmax restricted to the private
+      task's classes (a 6-way task instead of 16-way).
+    eval_rounds: the round number of each row of ``accuracy``.
+    privacy: per-party privacy report dicts.
+    ldp_sigma_table: sigma FedMD-LDP needs at the NFDP delta for several eps
+      (nfdp and ldp runs).
+    timings: seconds per phase.
+    samples: per party, the list of sample index arrays drawn (nfdp /
+      local-sample).
+    public_subsets: ``[R, q] int`` public indices queried per round.
+    consensus: ``[R, q, C] float32`` consensus broadcast per round.
+    releases: ``[R, N, q, C]`` per-party releases (only if requested).
+    groups: final models, as ``(spec, parties, classifier, stacked state)``.
+    resumed_from: round a resumed run started after (None: fresh run).
+  """
+
+  config: FedMDConfig
+  data_description: dict
+  accuracy: np.ndarray
+  accuracy_private: np.ndarray
+  eval_rounds: list[int]
+  privacy: list[dict]
+  ldp_sigma_table: dict | None
+  timings: dict
+  samples: list[list[np.ndarray]]
+  public_subsets: np.ndarray
+  consensus: np.ndarray
+  releases: np.ndarray | None
+  groups: list[tuple[M.CNNSpec, list[int], M.Classifier, M.TrainState]]
+  resumed_from: int | None = None
+
+  @property
+  def final_accuracy(self) -> np.ndarray:
+    """``[N]`` test accuracy of each party's final model."""
+    return self.accuracy[-1]
+
+  def party_state(self, party: int) -> tuple[M.Classifier, M.TrainState]:
+    """The final (classifier, unstacked state) of ``party``."""
+    for _, parties, clf, state in self.groups:
+      if party in parties:
+        return clf, M.unstack_state(state, parties.index(party))
+    raise ValueError(f"Expected a party index in [0, {self.config.num_parties}); got {party}.")
+
+  def to_report(self) -> dict:
+    """A JSON-ready summary (no arrays of data)."""
+    acc = self.accuracy
+    return {
+        "config": self.config.to_dict(),
+        "data": self.data_description,
+        "architectures": [{"party": i, "spec": s.name}
+                          for s, ps, _, _ in self.groups for i in ps],
+        "accuracy": {
+            "eval_rounds": list(self.eval_rounds),
+            "per_round_per_party": acc.tolist(),
+            "per_round_mean": acc.mean(axis=1).tolist(),
+            "final_per_party": acc[-1].tolist(),
+            "final_mean": float(acc[-1].mean()),
+            "final_min": float(acc[-1].min()),
+            "final_max": float(acc[-1].max()),
+            "private_classes_only": {
+                "per_round_per_party": self.accuracy_private.tolist(),
+                "final_per_party": self.accuracy_private[-1].tolist(),
+                "final_mean": float(self.accuracy_private[-1].mean()),
+            },
+        },
+        "privacy": self.privacy,
+        "ldp_sigma_table": self.ldp_sigma_table,
+        "samples": [[d.tolist() for d in draws] for draws in self.samples],
+        "timings_s": self.timings,
+        "resumed_from_round": self.resumed_from,
+    }
+
+
+# -- party-wise training over groups ---------------------------------------------------
+
+_CLASSIFIERS: dict[tuple, M.Classifier] = {}
+_PRETRAINED: dict[tuple, M.TrainState] = {}
+_PRETRAINED_MAX = 64
+
+
+def _public_fingerprint(d: ImageData) -> str:
+  h = hashlib.sha256()
+  h.update(np.ascontiguousarray(d.images).tobytes())
+  h.update(np.ascontiguousarray(d.labels).tobytes())
+  return h.hexdigest()
+
+
+def _classifier(spec: M.CNNSpec, num_classes: int, input_shape: tuple, lr: float) -> M.Classifier:
+  """One Classifier per architecture and step size, reused across runs so that
+  jitted steps compile once per process (sweeps run many configurations)."""
+  k = (spec, num_classes, tuple(input_shape), lr)
+  if k not in _CLASSIFIERS:
+    model = M.FedMDCNN(spec, num_classes, input_shape=input_shape, rngs=nnx.Rngs(params=0))
+    _CLASSIFIERS[k] = M.create(model, optax.adam(lr))[0]
+  return _CLASSIFIERS[k]
+
+
+
+def _use_vmap(config: FedMDConfig) -> bool:
+  if config.vmap == "auto":
+    return jax.default_backend() != "cpu"
+  return config.vmap == "on"
+
+
+def _fit_group(g: _Group, keys: jax.Array, images: Any, targets: Any, sizes: np.ndarray | None, *,
+               epochs: int, batch_size: int, loss: str, shared: bool, vmap: bool) -> None:
+  if epochs == 0:
+    return
+  m = len(g.parties)
+  if vmap and m > 1:
+    g.state = M.fit_stacked(keys, g.clf, g.state, images, targets, epochs=epochs, batch_size=batch_size,
+                            loss=loss, sizes=sizes, shared=shared)
+    return
+  out = []
+  for j in range(m):
+    x = images if shared else images[j]
+    y = targets if shared else targets[j]
+    size = None if sizes is None else int(sizes[j])
+    out.append(M.fit(keys[j], g.clf, M.unstack_state(g.state, j), x, y, epochs=epochs,
+                     batch_size=batch_size, loss=loss, size=size))
+  g.state = M.stack_states(out)
+
+
+def _predict_groups(groups: list[_Group], images: jax.Array, n_parties: int, vmap: bool) -> jax.Array:
+  """``[N, q, C]`` eval-mode logits of every party on shared ``images``."""
+  out: list[Any] = [None] * n_parties
+  for g in groups:
+    if vmap and len(g.parties) > 1:
+      logits = M.predict_logits_stacked(g.clf, g.state, images)
+      for j, i in enumerate(g.parties):
+        out[i] = logits[j]
+    else:
+      for j, i in enumerate(g.parties):
+        out[i] = M.predict_logits(g.clf, M.unstack_state(g.state, j), images)
+  return jnp.stack(out)
+
+
+def _stack_views(views: list[ImageData], parties: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Pads the parties' private views to one shape: images, labels, sizes."""
+  sizes = np.array([len(views[i]) for i in parties])
+  n = int(sizes.max())
+  shape = views[parties[0]].images.shape[1:]
+  images = np.zeros((len(parties), n) + shape, np.float32)
+  labels = np.zeros((len(parties), n), np.int32)
+  for j, i in enumerate(parties):
+    images[j, :sizes[j]] = views[i].images
+    labels[j, :sizes[j]] = views[i].labels
+  return images, labels, sizes
+
+
+def _train_private(groups: list[_Group], views: list[ImageData] | ImageData, key: jax.Array, *,
+                   epochs: int, config: FedMDConfig, vmap: bool) -> None:
+  """Every party trains on its private view (or all on one shared view)."""
+  for g in groups:
+    keys = _party_keys(key, g.parties)
+    if isinstance(views, ImageData):
+      _fit_group(g, keys, views.images, views.labels, None, epochs=epochs,
+                 batch_size=config.private_batch_size, loss="cross_entropy", shared=True, vmap=vmap)
+    else:
+      images, labels, sizes = _stack_views(views, g.parties)
+      _fit_group(g, keys, images, labels, sizes, epochs=epochs, batch_size=config.private_batch_size,
+                 loss="cross_entropy", shared=False, vmap=vmap)
+
+
+def _evaluate(groups: list[_Group], test: ImageData, n_parties: int, vmap: bool,
+              num_public: int) -> np.ndarray:
+  """``[2, N]`` test accuracy: row 0 argmax over all C outputs (FedMD's metric), row 1
+  argmax over the private task's classes only."""
+  logits = np.asarray(_predict_groups(groups, jnp.asarray(test.images), n_parties, vmap))
+  full = np.mean(np.argmax(logits, -1) == test.labels[None, :], axis=1, dtype=np.float64)
+  private = np.mean(np.argmax(logits[..., num_public:], -1) + num_public == test.labels[None, :], axis=1,
+                    dtype=np.float64)
+  return np.stack([full, private])
+
+
+# -- checkpoints ----------------------------------------------------------------------
+
+
+def _save_checkpoint(path: pathlib.Path, groups: list[_Group], meta: dict, arrays: dict) -> None:
+  payload = {"meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
+  for gi, g in enumerate(groups):
+    for li, leaf in enumerate(jax.tree.leaves(g.state)):
+      payload[f"g{gi}_{li}"] = np.asarray(leaf)
+  payload.update(arrays)
+  buf = io.BytesIO()
+  np.savez(buf, **payload)
+  tmp = path.with_suffix(".tmp")
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(tmp, "wb") as f:
+    f.write(buf.getvalue())
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def _load_checkpoint(path: pathlib.Path, groups: list[_Group]) -> tuple[dict, dict]:
+  with np.load(path, allow_pickle=False) as z:
+    files = {k: z[k] for k in z.files}
+  meta = json.loads(bytes(files.pop("meta")).decode())
+  for gi, g in enumerate(groups):
+    leaves, treedef = jax.tree.flatten(g.state)
+    new = []
+    for li, leaf in enumerate(leaves):
+      arr = files.pop(f"g{gi}_{li}", None)
+      if arr is None or arr.shape != np.shape(leaf) or arr.dtype != np.asarray(leaf).dtype:
+        raise ValueError(f"Checkpoint {path} does not match the models of this configuration.")
+      new.append(jnp.asarray(arr))
+    g.state = jax.tree.unflatten(treedef, new)
+  return meta, files
+
+
+# -- the runner -----------------------------------------------------------------------
+
+
+def _check(config: FedMDConfig, data: FedMDData) -> None:
+  if data.num_parties != config.num_parties:
+    raise ValueError(f"Expected data for num_parties={config.num_parties}; got {data.num_parties} parties.")
+  if config.public_subset > len(data.public) and config.collaborates:
+    raise ValueError(f"Expected public_subset={config.public_subset} <= {len(data.public)} public images.")
+  if config.uses_sample and not config.with_replacement:
+    for i, n in enumerate(data.party_sizes):
+      if config.k > n:
+        raise ValueError(f"Expected k={config.k} <= n={n} (party {i}) for sampling without replacement.")
+  # Fail before any training if the privacy of this schedule cannot be stated.
+  if config.uses_sample:
+    for n in set(data.party_sizes):
+      NfdpSampler(n, config.k, config.with_replacement).privacy(
+          rounds=max(config.rounds, 1), resample_each_round=config.resample_each_round,
+          relation=config.relation)
+  if config.method == "ldp":
+    for n in set(data.party_sizes):
+      _ldp_delta(config, n)
+    if config.rounds == 0:
+      raise ValueError("Expected rounds >= 1 for method='ldp'.")
+
+
+def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleOracle] | None,
+                     ldp_sigmas: list[float] | None, q: int) -> list[dict]:
+  reports = []
+  weights_warning = None
+  if config.weighting == "size" and config.method in ("nfdp", "ldp"):
+    weights_warning = {
+        "code": "weights_depend_on_local_size",
+        "message": ("weighting='size' makes every release depend on n_i, which the NFDP/LDP analysis "
+                    "does not cover (add/remove changes n_i); use 'equal' or fixed public weights.")}
+  for i, n in enumerate(data.party_sizes):
+    if config.uses_sample:
+      rep = oracles[i].privacy(rounds=max(config.rounds, 1), relation=config.relation).to_dict()
+      rep["method"] = config.method
+      rep["draws"] = len(oracles[i].draws)
+      rep["sample"] = "resampled each round" if len(oracles[i].draws) > 1 else "drawn once, reused"
+      rep["released"] = ("public-set predictions every round and the final model" if config.method == "nfdp"
+                         else "nothing but the final model")
+    elif config.method == "ldp":
+      sens = release_sensitivity(config.aggregation, config.ldp_clip)
+      count = q * config.rounds
+      acct = accounting.gaussian(ldp_sigmas[i], sensitivity=sens, relation=config.relation, count=count)
+      target_delta = _ldp_delta(config, n)
+      rep = {
+          "method": "ldp", "n": n, "mechanism": "gaussian", "sigma": ldp_sigmas[i],
+          "sensitivity": sens, "count": count, "relation": config.relation,
+          "calibrated_to": {"epsilon": config.ldp_epsilon, "delta": target_delta},
+          "epsilon_at_target_delta": acct.epsilon(target_delta),
+          "delta_at_epsilon": {str(e): acct.delta(e) for e in (0.1, 1.0, config.ldp_epsilon, 8.0)},
+          "note": ("Each party's Q x R noisy releases compose to one Gaussian with sigma/sqrt(QR). The "
+                   "local model itself (trained on all of D_i) is not private; only releases are."),
+      }
+    else:
+      rep = {"method": config.method, "n": n, "guarantee": "none",
+             "note": {"np": "FedMD without privacy: releases computed from all local data.",
+                      "local": "nothing released; the local model is trained on all local data.",
+                      "centralized": "the private data is pooled (no privacy at all)."}[config.method]}
+    if weights_warning:
+      rep.setdefault("warnings", []).append(weights_warning)
+    reports.append(rep)
+  return reports
+
+
+def _ldp_delta(config: FedMDConfig, n: int) -> float:
+  """FedMD-LDP's target delta: ``ldp_delta`` or NFDP's p for the same n, k, sampling."""
+  if config.ldp_delta is not None:
+    return config.ldp_delta
+  return accounting.nfdp_inclusion_probability(n, config.k, with_replacement=config.with_replacement,
+                                               relation=config.relation)
+
+
+def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
+              checkpoint_dir: Any = None, resume: bool = False, progress: bool = False,
+              record_releases: bool = False, ldp_table_epsilons: Any = None,
+              on_round_end: Callable[[int, dict], None] | None = None) -> FedMDResult:
+  """Runs FedMD-NFDP or one of its baselines (``config.method``).
+
+  Formal guarantees:
+    ``nfdp``: every release and every final model depends on party i's
+    records only through its sample(s), so party i is (eps, p_i)-DP for
+    every eps >= 0 (one reused sample) or (eps, 1 - (1 - p_i)^R)-DP
+    (resampled each round), p_i = k/n_i (WOR) or 1 - (1 - 1/n_i)^k (WR),
+    and for no smaller delta; see ``result.privacy``. ``ldp``: the Q x R
+    noisy releases of party i are (ldp_epsilon, ldp_delta)-DP (PLD
+    accounting); its local model is not. ``np``, ``local``,
+    ``centralized``: no guarantee.
+
+  Args:
+    key: root PRNG key.
+    config: :class:`FedMDConfig`.
+    data: :class:`FedMDData` with ``config.num_parties`` parties.
+    checkpoint_dir: folder for the per-round checkpoint (None: none).
+    resume: continue from the checkpoint in ``checkpoint_dir``.
+    progress: show a tqdm progress bar over rounds.
+    record_releases: keep every party's releases in ``result.releases``.
+    ldp_table_epsilons: epsilons of ``result.ldp_sigma_table`` (default
+      :data:`~jaxdistill.fedmd.DEFAULT_LDP_EPSILONS`).
+    on_round_end: ``callback(round, info)`` after each round's checkpoint.
+
+  Returns:
+    A :class:`FedMDResult`.
+
+  Raises:
+    ValueError: on a mismatch between config and data (N, k > n_i without
+      replacement, public subset too large), an existing checkpoint without
+      ``resume=True``, or a checkpoint from a different run.
+  """
+  _check(config, data)
+  vmap = _use_vmap(config)
+  n_parties = config.num_parties
+  q = min(config.public_subset, len(data.public))
+  ckpt = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / CHECKPOINT_NAME
+  if ckpt is not None and ckpt.exists() and not resume:
+    raise ValueError(f"Checkpoint {ckpt} exists: pass resume=True (--resume) to continue it, or delete it "
+                     "(a fresh run would release everything again).")
+  fingerprint = config.fingerprint(data.description)
+  key_data = np.asarray(jax.random.key_data(key)).tolist()
+  timings: dict[str, float] = {"pretrain": 0.0, "init_train": 0.0, "predict": 0.0, "digest": 0.0,
+                               "revisit": 0.0, "evaluate": 0.0, "checkpoint": 0.0}
+  t_start = time.perf_counter()
+
+  # Models: one classifier per architecture; party i initialised from fold_in(init, i).
+  specs = config.party_specs()
+  groups: list[_Group] = []
+  by_spec: dict[M.CNNSpec, list[int]] = {}
+  for i, s in enumerate(specs):
+    by_spec.setdefault(s, []).append(i)
+  init_key = _phase(key, _INIT)
+  for spec, parties in by_spec.items():
+    clf = _classifier(spec, data.num_classes, data.input_shape, config.learning_rate)
+    states = []
+    for i in parties:
+      model = M.FedMDCNN(spec, data.num_classes, input_shape=data.input_shape,
+                         rngs=nnx.Rngs(params=jax.random.fold_in(init_key, i)))
+      states.append(M.create(model, clf.tx)[1])
+    groups.append(_Group(spec, parties, clf, M.stack_states(states)))
+
+  # Private views.
+  oracles: list[SampleOracle] | None = None
+  views: list[ImageData] | ImageData
+  if config.uses_sample:
+    oracles = [SampleOracle(p, NfdpSampler(len(p), config.k, config.with_replacement)) for p in data.parties]
+  elif config.method == "centralized":
+    views = ImageData(np.concatenate([p.images for p in data.parties]),
+                      np.concatenate([p.labels for p in data.parties]), data.num_classes, "pooled")
+  else:
+    views = list(data.parties)
+
+  def sample_views(r: int) -> list[ImageData]:
+    """Round r's samples: draw 1 (r <= 1 or reused) or a fresh one per round."""
+    out = []
+    for i, o in enumerate(oracles):
+      d = r - 1 if config.resample_each_round and r >= 1 else 0
+      if len(o.draws) > d:
+        out.append(o.replay(o.draws[d]))
+      else:
+        out.append(o.draw(jax.random.fold_in(_phase(key, _SAMPLE, d + 1), i)))
+    return out
+
+  # LDP calibration (once per distinct n_i).
+  ldp_sigmas = None
+  if config.method == "ldp":
+    sens = release_sensitivity(config.aggregation, config.ldp_clip)
+    cache: dict[float, float] = {}
+    ldp_sigmas = []
+    for n in data.party_sizes:
+      d = _ldp_delta(config, n)
+      if d not in cache:
+        cache[d] = calibrate_ldp_sigma(config.ldp_epsilon, d, sensitivity=sens,
+                                       count=max(q * config.rounds, 1), relation=config.relation)
+      ldp_sigmas.append(cache[d])
+
+  acc_rows: list[np.ndarray] = []
+  eval_rounds: list[int] = []
+  subsets: list[np.ndarray] = []
+  consensus: list[np.ndarray] = []
+  releases: list[np.ndarray] = []
+  start_round = 0
+  resumed_from = None
+
+  if ckpt is not None and resume and ckpt.exists():
+    meta, arrays = _load_checkpoint(ckpt, groups)
+    if meta["fingerprint"] != fingerprint or meta["key"] != key_data:
+      raise ValueError(f"Checkpoint {ckpt} belongs to a different run (configuration, data or seed differ).")
+    start_round = resumed_from = int(meta["round"])
+    if oracles is not None:
+      for i, o in enumerate(oracles):
+        o.restore([arrays[f"sample_{i}_{d}"] for d in range(meta["draws"][i])])
+    acc_rows = list(arrays["accuracy"])
+    eval_rounds = list(meta["eval_rounds"])
+    subsets = list(arrays["subsets"]) if start_round > 0 and config.collaborates else []
+    consensus = list(arrays["consensus"]) if start_round > 0 and config.collaborates else []
+    if record_releases and "releases" in arrays:
+      releases = list(arrays["releases"])
+    for name, v in meta["timings"].items():
+      timings[name] = v
+  else:
+    # Pre-training on the public labels (transfer learning), then T1 epochs on the private view.
+    t = time.perf_counter()
+    pub = data.public
+    pub_id = _public_fingerprint(pub)
+    for g in groups:
+      # Pre-training sees only public data, so its result is a pure function of this tuple:
+      # sweeps over k, methods or sampling reuse it instead of recomputing it.
+      memo = (tuple(key_data), g.spec, tuple(g.parties), data.num_classes, config.learning_rate,
+              config.pretrain_epochs, config.public_batch_size, vmap and len(g.parties) > 1, pub_id)
+      if config.pretrain_epochs and memo in _PRETRAINED:
+        g.state = _PRETRAINED[memo]
+        continue
+      _fit_group(g, _party_keys(_phase(key, _PRETRAIN), g.parties), pub.images, pub.labels, None,
+                 epochs=config.pretrain_epochs, batch_size=config.public_batch_size, loss="cross_entropy",
+                 shared=True, vmap=vmap)
+      if config.pretrain_epochs:
+        if len(_PRETRAINED) >= _PRETRAINED_MAX:
+          _PRETRAINED.pop(next(iter(_PRETRAINED)))
+        _PRETRAINED[memo] = g.state
+    jax.block_until_ready([g.state for g in groups])
+    timings["pretrain"] = time.perf_counter() - t
+    t = time.perf_counter()
+    if config.uses_sample:
+      views = sample_views(1 if config.rounds >= 1 else 0)
+    _train_private(groups, views, _phase(key, _TRAIN1), epochs=config.init_epochs, config=config, vmap=vmap)
+    jax.block_until_ready([g.state for g in groups])
+    timings["init_train"] = time.perf_counter() - t
+    t = time.perf_counter()
+    acc_rows.append(_evaluate(groups, data.test, n_parties, vmap, data.num_public_classes))
+    eval_rounds.append(0)
+    timings["evaluate"] += time.perf_counter() - t
+
+  # Privacy: computed (and any accounting error raised) before anything is released.
+  weights = None
+  if config.weighting == "size":
+    weights = np.asarray(data.party_sizes, np.float64)
+  elif not isinstance(config.weighting, str):
+    weights = np.asarray(config.weighting, np.float64)
+
+  bar = None
+  if progress:
+    from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+    bar = tqdm(total=config.rounds, initial=start_round, desc=f"fedmd[{config.method}]", unit="round")
+  try:
+    for r in range(start_round + 1, config.rounds + 1):
+      if config.uses_sample:
+        views = sample_views(r)
+      if config.collaborates:
+        t = time.perf_counter()
+        idx = np.sort(np.asarray(jax.random.choice(_phase(key, _PUBLIC, r), len(data.public), (q,),
+                                                   replace=False)))
+        x_pub = jnp.asarray(data.public.images[idx])
+        logits = _predict_groups(groups, x_pub, n_parties, vmap)
+        rel = release(logits, config.aggregation)
+        if config.method == "ldp":
+          if config.aggregation == "logits":
+            rel = clip_rows(rel, config.ldp_clip)
+          noise_key = _phase(key, _NOISE, r)
+          rel = jnp.stack([rel[i] + ldp_sigmas[i] * jax.random.normal(jax.random.fold_in(noise_key, i),
+                                                                       rel.shape[1:]) for i in range(n_parties)])
+        cons = aggregate(rel, weights)
+        if config.method == "ldp" and config.aggregation != "logits":
+          cons = project_to_simplex(cons)  # post-processing: valid soft targets
+        cons = jax.block_until_ready(cons)
+        timings["predict"] += time.perf_counter() - t
+        subsets.append(idx)
+        consensus.append(np.asarray(cons))
+        if record_releases:
+          releases.append(np.asarray(rel))
+        t = time.perf_counter()
+        loss = "mae" if config.aggregation == "logits" else "cross_entropy"
+        for g in groups:
+          _fit_group(g, _party_keys(_phase(key, _DIGEST, r), g.parties), x_pub, cons, None,
+                     epochs=config.digest_epochs, batch_size=config.public_batch_size, loss=loss,
+                     shared=True, vmap=vmap)
+        jax.block_until_ready([g.state for g in groups])
+        timings["digest"] += time.perf_counter() - t
+      t = time.perf_counter()
+      _train_private(groups, views, _phase(key, _REVISIT, r), epochs=config.revisit_epochs, config=config,
+                     vmap=vmap)
+      jax.block_until_ready([g.state for g in groups])
+      timings["revisit"] += time.perf_counter() - t
+      if r % config.eval_every == 0 or r == config.rounds:
+        t = time.perf_counter()
+        acc_rows.append(_evaluate(groups, data.test, n_parties, vmap, data.num_public_classes))
+        eval_rounds.append(r)
+        timings["evaluate"] += time.perf_counter() - t
+      info = {"round": r, "mean_accuracy": float(acc_rows[-1][0].mean()), "eval_round": eval_rounds[-1]}
+      if ckpt is not None:
+        t = time.perf_counter()
+        meta = {"fingerprint": fingerprint, "key": key_data, "round": r, "eval_rounds": eval_rounds,
+                "draws": [len(o.draws) for o in oracles] if oracles else [], "timings": timings,
+                "config": config.to_dict()}
+        arrays = {"accuracy": np.stack(acc_rows)}
+        if config.collaborates:
+          arrays["subsets"] = np.stack(subsets)
+          arrays["consensus"] = np.stack(consensus)
+          if record_releases:
+            arrays["releases"] = np.stack(releases)
+        if oracles:
+          for i, o in enumerate(oracles):
+            for d, s in enumerate(o.draws):
+              arrays[f"sample_{i}_{d}"] = s
+        _save_checkpoint(ckpt, groups, meta, arrays)
+        timings["checkpoint"] += time.perf_counter() - t
+      if bar is not None:
+        bar.set_postfix(acc=f"{info['mean_accuracy']:.3f}", refresh=False)
+        bar.update(1)
+      if on_round_end is not None:
+        on_round_end(r, info)
+  finally:
+    if bar is not None:
+      bar.close()
+
+  timings["total_this_session"] = time.perf_counter() - t_start
+  timings["train_total"] = sum(timings[k] for k in ("pretrain", "init_train", "digest", "revisit"))
+  timings["vmap"] = vmap
+  privacy = _privacy_reports(config, data, oracles, ldp_sigmas, q)
+  table = None
+  if config.method in ("nfdp", "ldp") and config.rounds > 0:
+    n0 = data.party_sizes[0]
+    kwargs = {} if ldp_table_epsilons is None else {"epsilons": tuple(ldp_table_epsilons)}
+    sens = release_sensitivity(config.aggregation, config.ldp_clip)
+    p0 = _ldp_delta(config, n0)
+    table = {
+        "matched_to": (f"delta = party 0's NFDP delta p = {p0:.6g} (n={n0}, k={config.k}, "
+                       f"{'WR' if config.with_replacement else 'WOR'}, {config.relation}); NFDP is (eps, p)-DP "
+                       "for every eps >= 0, so each row gives the Gaussian sigma per release for FedMD-LDP "
+                       "to be (eps, p)-DP; eps = 0 is the sigma whose whole profile lies below p"),
+        "delta": p0, "count": q * config.rounds, "sensitivity": sens,
+        "rows": ldp_sigma_table(p0, sensitivity=sens, count=q * config.rounds, relation=config.relation,
+                                **kwargs),
+    }
+  q_rows = len(subsets)
+  return FedMDResult(
+      config=config, data_description=data.description, accuracy=np.stack(acc_rows)[:, 0],
+      accuracy_private=np.stack(acc_rows)[:, 1],
+      eval_rounds=eval_rounds, privacy=privacy, ldp_sigma_table=table, timings=timings,
+      samples=[list(o.draws) for o in oracles] if oracles else [[] for _ in range(n_parties)],
+      public_subsets=np.stack(subsets) if q_rows else np.zeros((0, q), np.int64),
+      consensus=np.stack(consensus) if q_rows else np.zeros((0, q, data.num_classes), np.float32),
+      releases=np.stack(releases) if record_releases and releases else None,
+      groups=[(g.spec, g.parties, g.clf, g.state) for g in groups], resumed_from=resumed_from)

@@ -1,0 +1,191 @@
+"""NFDP's sampler: k of a party's n records, once, with or without replacement.
+
+The sampler and its privacy description are built from the same three
+numbers ``(n, k, with_replacement)``:
+
+* without replacement (WOR): a uniform k-subset; every record is in the
+  sample with probability p = k/n;
+* with replacement (WR): k i.i.d. uniform draws; record j appears
+  ``Binomial(k, 1/n)`` times and is in the sample with probability
+  p = 1 - (1 - 1/n)^k.
+
+Released quantities that depend on the private data only through the sample
+have the flat privacy profile delta(eps) = p for every eps >= 0 (see
+:func:`jaxdistill.accounting.nfdp_privacy`).
+
+:class:`SampleOracle` is the *only* handle the FedMD runner has on a party's
+private records in NFDP mode: it hands out samples and counts the draws, and
+the privacy report is computed from that count (one draw reused for all
+rounds, or a fresh draw per round, composed).
+
+References:
+  Sun & Lyu, "Federated Model Distillation with Noise-Free Differential
+  Privacy", IJCAI 2021, Algorithm 1, Theorems 1-2. https://arxiv.org/abs/2009.05537
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdistill import _validate
+from jaxdistill import accounting
+from jaxdistill.data import ImageData
+
+__all__ = ["NfdpSampler", "SampleOracle", "nfdp_sample"]
+
+
+@functools.partial(jax.jit, static_argnames=("n", "k", "with_replacement"))
+def _sample(key: jax.Array, *, n: int, k: int, with_replacement: bool) -> jax.Array:
+  if with_replacement:
+    return jax.random.randint(key, (k,), 0, n, dtype=jnp.int32)
+  return jax.random.choice(key, n, (k,), replace=False).astype(jnp.int32)
+
+
+def nfdp_sample(key: jax.Array, n: int, k: int, *, with_replacement: bool = False) -> jax.Array:
+  """Indices ``[k] int32`` of NFDP's sample from a party with n records.
+
+  .. math::
+
+     \\text{WOR: } S \\sim \\mathrm{Unif}\\binom{[n]}{k}, \\qquad
+     \\text{WR: } S = (s_1, \\dots, s_k),\\ s_j \\overset{iid}{\\sim} \\mathrm{Unif}[n].
+
+  Formal guarantees:
+    Anything computed from the records ``S`` (and independent randomness)
+    is (eps, p)-DP for every eps >= 0 under add/remove-one, with p = k/n
+    (WOR) or 1 - (1 - 1/n)^k (WR), and for no smaller delta at any eps.
+
+  References:
+    Sun & Lyu 2021, Theorems 1-2 (arXiv:2009.05537); spec/NFDP.md §1.1 for
+    the exact flat profile.
+
+  Args:
+    key: PRNG key.
+    n: number of records (>= 1).
+    k: sample size (>= 1; <= n without replacement).
+    with_replacement: WR if True, else WOR.
+
+  Returns:
+    ``[k] int32`` indices into the party's records (WOR: distinct).
+
+  Raises:
+    ValueError: if k > n without replacement, or n, k < 1.
+
+  >>> idx = nfdp_sample(jax.random.key(0), 10, 3)
+  >>> idx.shape, len(set(idx.tolist()))
+  ((3,), 3)
+  """
+  n = _validate.integer("n", n, minimum=1)
+  k = _validate.integer("k", k, minimum=1)
+  if not isinstance(with_replacement, (bool, np.bool_)):
+    raise ValueError(f"Expected with_replacement to be a bool; got {with_replacement!r}.")
+  if not with_replacement and k > n:
+    raise ValueError(f"Expected k={k} <= n={n} for sampling without replacement.")
+  return _sample(key, n=n, k=k, with_replacement=bool(with_replacement))
+
+
+@dataclasses.dataclass(frozen=True)
+class NfdpSampler:
+  """NFDP's sampler with its privacy description, from the same parameters.
+
+  Attributes:
+    n: the party's number of records.
+    k: sample size.
+    with_replacement: WR or WOR.
+  """
+
+  n: int
+  k: int
+  with_replacement: bool = False
+
+  def __post_init__(self):
+    n = _validate.integer("n", self.n, minimum=1)
+    k = _validate.integer("k", self.k, minimum=1)
+    if not self.with_replacement and k > n:
+      raise ValueError(f"Expected k={k} <= n={n} for sampling without replacement.")
+    object.__setattr__(self, "n", n)
+    object.__setattr__(self, "k", k)
+
+  def sample(self, key: jax.Array) -> jax.Array:
+    """``[k] int32`` indices (see :func:`nfdp_sample`)."""
+    return nfdp_sample(key, self.n, self.k, with_replacement=self.with_replacement)
+
+  def privacy(self, *, rounds: int = 1, resample_each_round: bool = False,
+              relation: Any = accounting.Relation.ADD_OR_REMOVE) -> accounting.NfdpPrivacy:
+    """The exact privacy of releases computed from this sampler's output(s)."""
+    return accounting.nfdp_privacy(self.n, self.k, with_replacement=self.with_replacement,
+                                   relation=relation, rounds=rounds,
+                                   resample_each_round=resample_each_round)
+
+
+class SampleOracle:
+  """A party's private records behind NFDP's sampler: the only access path.
+
+  ``draw(key)`` returns the sampled records and records the indices; the
+  records themselves are never returned otherwise. :meth:`privacy` accounts
+  for the draws actually made: one draw reused for R rounds gives
+  delta = p, d fresh draws give 1 - (1 - p)^d.
+
+  Args:
+    records: the party's private :class:`ImageData` (n records).
+    sampler: an :class:`NfdpSampler` with ``sampler.n == len(records)``.
+  """
+
+  def __init__(self, records: ImageData, sampler: NfdpSampler):
+    if sampler.n != len(records):
+      raise ValueError(f"Expected sampler.n={sampler.n} to equal the party's {len(records)} records.")
+    self._records = records
+    self.sampler = sampler
+    self.draws: list[np.ndarray] = []
+
+  @property
+  def n(self) -> int:
+    return self.sampler.n
+
+  def draw(self, key: jax.Array) -> ImageData:
+    """Draws a fresh sample, records it, and returns its records."""
+    idx = np.asarray(self.sampler.sample(key))
+    self.draws.append(idx)
+    return self._records.take(idx)
+
+  def replay(self, indices: Any) -> ImageData:
+    """Re-materialises a sample drawn earlier (e.g. restored from a checkpoint).
+
+    Costs no privacy: the indices must already be among the recorded draws
+    (or are restored as such by :meth:`restore`).
+    """
+    idx = np.asarray(indices, np.int64)
+    if not any(d.shape == idx.shape and np.array_equal(d, idx) for d in self.draws):
+      raise ValueError("replay() only re-materialises a sample that was already drawn.")
+    return self._records.take(idx)
+
+  def restore(self, draws: list[Any]) -> None:
+    """Restores the draw history from a checkpoint (no new draws)."""
+    if self.draws:
+      raise ValueError("restore() needs an oracle that has not drawn yet.")
+    for d in draws:
+      d = np.asarray(d, np.int64)
+      if d.shape != (self.sampler.k,) or d.min() < 0 or d.max() >= self.n:
+        raise ValueError(f"Checkpointed sample of shape {d.shape} does not fit n={self.n}, k={self.sampler.k}.")
+      if not self.sampler.with_replacement and len(np.unique(d)) != d.size:
+        raise ValueError("Checkpointed WOR sample has repeated indices.")
+      self.draws.append(d)
+
+  def privacy(self, *, rounds: int, relation: Any = accounting.Relation.ADD_OR_REMOVE) -> accounting.NfdpPrivacy:
+    """Exact privacy of everything released over ``rounds`` rounds, from the draws made.
+
+    Raises:
+      ValueError: if more than one draw was made but fewer than ``rounds``
+        (a schedule this report does not describe).
+    """
+    d = len(self.draws)
+    if d <= 1:
+      return self.sampler.privacy(rounds=rounds, resample_each_round=False, relation=relation)
+    if d != rounds:
+      raise ValueError(f"Made {d} draws over rounds={rounds}: expected 1 (reused) or one per round.")
+    return self.sampler.privacy(rounds=rounds, resample_each_round=True, relation=relation)

@@ -1,0 +1,441 @@
+"""Training utilities for flax nnx classifiers, single and vmapped (stacked).
+
+A model is handled functionally: :func:`create` splits an ``nnx.Module``
+into a static :class:`Classifier` (graph definition + optax optimiser) and a
+:class:`TrainState` pytree (parameters, other state such as batch
+statistics, optimiser state). Training is a pure function of
+``(key, state, data)``: the same per-model step runs either once per model
+or under ``jax.vmap`` over *stacked* states (leading axis = model), so
+several models of one architecture train as one batch.
+
+Execution: one jitted step per batch, dispatched from a Python loop over the
+epoch's batches (the batch is gathered on the host, so one compiled step
+serves every data set size). XLA:CPU runs convolutions inside a
+``lax.scan``/``while`` body about 10x slower than the same step dispatched
+from Python (jax 0.10.2), and dispatch costs ~1 ms. On CPU the vmapped
+stack is *slower* than a loop (grouped convolutions; see
+``benchmarks/fedmd_vmap.py``); on accelerators it is the fast path.
+
+One epoch over ``size`` valid records draws a uniform permutation from the
+epoch key and cuts it into ``ceil(n / batch_size)`` batches; positions past
+``size`` point at a valid record with weight 0 in the loss and are masked
+out of the batch statistics, so records beyond ``size`` (padding of a
+ragged stack) are never read at all. A model whose epoch has fewer batches
+than its neighbours in the stack skips the extra steps (parameters, batch
+statistics and optimiser state are left exactly unchanged). Model i of a
+stack uses exactly the keys :func:`fit` would give it.
+
+Losses (``loss=``):
+
+* ``cross_entropy``: targets ``[n] int`` (hard labels) or ``[n, C] float``
+  (soft labels, each row a distribution).
+
+  .. math:: \\ell(z, y) = -\\sum_c y_c \\log \\mathrm{softmax}(z)_c
+
+* ``mae`` / ``mse``: logit matching, targets ``[n, C] float``
+  (FedMD's Digest in logits mode uses MAE).
+
+  .. math:: \\ell(z, y) = \\tfrac1C \\sum_c |z_c - y_c| \\quad / \\quad \\tfrac1C \\sum_c (z_c - y_c)^2
+
+plus ``model.regularization()`` if the model defines it.
+
+Models follow the protocol
+``model(x, *, train, key, mask) -> logits [B, C]`` (see
+:class:`jaxdistill.models.FedMDCNN`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxdistill import _validate
+
+__all__ = [
+    "Classifier",
+    "TrainState",
+    "LOSSES",
+    "create",
+    "stack_states",
+    "unstack_state",
+    "fit",
+    "fit_stacked",
+    "predict_logits",
+    "predict_logits_stacked",
+    "predict_proba",
+    "accuracy",
+]
+
+LOSSES = ("cross_entropy", "mae", "mse")
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything that changes during training, as one pytree.
+
+  Attributes:
+    params: ``nnx.State`` of the ``nnx.Param`` variables.
+    rest: ``nnx.State`` of every other variable (batch statistics).
+    opt_state: optax state of ``params``.
+    step: ``[] int32`` number of optimiser updates applied.
+
+  A *stacked* state has a leading model axis ``[m, ...]`` on every leaf.
+  """
+
+  params: Any
+  rest: Any
+  opt_state: Any
+  step: jax.Array
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Classifier:
+  """The static half of a model: graph definition and optimiser.
+
+  Hashable by identity, so it can be a static argument of ``jax.jit``:
+  create it once per architecture and reuse it.
+
+  Attributes:
+    graphdef: ``nnx.GraphDef`` of the module.
+    tx: the optax optimiser.
+  """
+
+  graphdef: Any
+  tx: optax.GradientTransformation
+
+  def module(self, state: TrainState) -> nnx.Module:
+    """The ``nnx.Module`` holding ``state`` (unstacked)."""
+    return nnx.merge(self.graphdef, state.params, state.rest)
+
+
+def create(model: nnx.Module, tx: optax.GradientTransformation) -> tuple[Classifier, TrainState]:
+  """Splits ``model`` into a :class:`Classifier` and its :class:`TrainState`.
+
+  >>> from jaxdistill.models import FedMDCNN, CNNSpec
+  >>> clf, st = create(FedMDCNN(CNNSpec((4, 8), 0.2), 16, rngs=nnx.Rngs(params=0)), optax.adam(1e-3))
+  >>> int(st.step)
+  0
+  """
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  return Classifier(graphdef, tx), TrainState(params, rest, tx.init(params), jnp.zeros((), jnp.int32))
+
+
+@jax.jit
+def _stack(states):
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+
+@jax.jit
+def _take(stacked, index):
+  return jax.tree.map(lambda x: x[index], stacked)
+
+
+def stack_states(states: Sequence[TrainState]) -> TrainState:
+  """Stacks same-architecture states along a new leading model axis."""
+  if not states:
+    raise ValueError("Expected at least one state to stack.")
+  return _stack(list(states))
+
+
+def unstack_state(stacked: TrainState, index: int) -> TrainState:
+  """Model ``index`` of a stacked state."""
+  return _take(stacked, jnp.int32(index))
+
+
+def _per_example_loss(loss: str, logits: jax.Array, targets: jax.Array) -> jax.Array:
+  if loss == "cross_entropy":
+    if jnp.issubdtype(targets.dtype, jnp.integer):
+      return optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    return optax.softmax_cross_entropy(logits, targets)
+  diff = logits - targets
+  if loss == "mae":
+    return jnp.mean(jnp.abs(diff), axis=-1)
+  return jnp.mean(jnp.square(diff), axis=-1)
+
+
+def _train_step(clf: Classifier, loss: str, state: TrainState, x: jax.Array, y: jax.Array,
+                weight: jax.Array, key: jax.Array) -> TrainState:
+  mask = weight > 0
+
+  def loss_fn(params, rest):
+    # Fresh Variable objects at this trace level (nnx refuses to mutate a
+    # Variable created under an outer trace).
+    model = nnx.merge(clf.graphdef, params, jax.tree.map(lambda v: v, rest))
+    logits = model(x, train=True, key=key, mask=mask)
+    per = _per_example_loss(loss, logits, y)
+    value = jnp.sum(jnp.where(mask, per, 0.0) * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+    reg = getattr(model, "regularization", None)
+    if reg is not None:
+      value = value + reg()
+    _, _, rest = nnx.split(model, nnx.Param, ...)
+    return value, rest
+
+  grads, rest = jax.grad(loss_fn, has_aux=True)(state.params, state.rest)
+  updates, opt_state = clf.tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  return TrainState(params, rest, opt_state, state.step + 1)
+
+
+def _epoch_plan(key: jax.Array, n: int, b: int, size: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Batches of one epoch: ``order [steps, b] int32``, ``weight [steps, b]``, ``keys [steps]``."""
+  steps = -(-n // b)
+  pad = steps * b - n
+  pkey, dkey = jax.random.split(key)
+  perm = jax.random.permutation(pkey, n)
+  # Valid records first, in uniformly random order; padding rows after.
+  order = perm[jnp.argsort(perm >= size, stable=True)]
+  order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)])
+  valid = jnp.arange(steps * b) < size
+  # Padding positions point at a valid record (weight 0): rows beyond ``size``
+  # are never gathered, so their content (even NaN) cannot reach any step.
+  order = jnp.where(valid, order, order[0]).reshape(steps, b)
+  weight = valid.astype(jnp.float32).reshape(steps, b)
+  return order, weight, jax.random.split(dkey, steps)
+
+
+def _masked_step(clf: Classifier, loss: str, state: TrainState, x: jax.Array, y: jax.Array,
+                 weight: jax.Array, key: jax.Array) -> TrainState:
+  new = _train_step(clf, loss, state, x, y, weight, key)
+  active = jnp.any(weight > 0)
+  # A model with no valid row in this batch (ragged stacks) is left exactly unchanged.
+  return jax.tree.map(lambda a, c: jnp.where(active, a, c), new, state)
+
+
+@functools.partial(jax.jit, static_argnames=("n", "b"))
+def _plan_jit(key, size, *, n, b):
+  return _epoch_plan(key, n, b, size)
+
+
+@functools.partial(jax.jit, static_argnames=("n", "b"))
+def _plan_stacked_jit(keys, sizes, *, n, b):
+  return jax.vmap(lambda k, s: _epoch_plan(k, n, b, s))(keys, sizes)
+
+
+# Steps take the gathered batch, not the data set: one compiled step serves
+# every data set size (the gather is a cheap host-side numpy take).
+# Keys travel as raw key data (host numpy) so a step costs one dispatch.
+@functools.partial(jax.jit, static_argnames=("clf", "loss"), donate_argnums=(0,))
+def _step_jit(state, x, y, weight, key_data, *, clf, loss):
+  return _masked_step(clf, loss, state, x, y, weight, jax.random.wrap_key_data(key_data))
+
+
+@functools.partial(jax.jit, static_argnames=("clf", "loss"), donate_argnums=(0,))
+def _step_stacked_jit(states, x, y, weight, key_data, *, clf, loss):
+  keys = jax.vmap(jax.random.wrap_key_data)(key_data)
+  return jax.vmap(functools.partial(_masked_step, clf, loss))(states, x, y, weight, keys)
+
+
+def _copy(tree: Any) -> Any:
+  # The step functions donate their state buffers; never donate the caller's.
+  return jax.tree.map(jnp.copy, tree)
+
+
+def _check_fit(images: Any, targets: Any, loss: str, batch_size: Any, epochs: Any,
+               lead: int) -> tuple[np.ndarray, np.ndarray, str, int, int]:
+  loss = _validate.choice("loss", loss, LOSSES)
+  batch_size = _validate.integer("batch_size", batch_size, minimum=1)
+  epochs = _validate.integer("epochs", epochs, minimum=0)
+  images = np.asarray(images, np.float32)
+  targets = np.asarray(targets)
+  if images.ndim != 4 + lead:
+    raise ValueError(f"Expected images of rank {4 + lead} ([{'m, ' * lead}n, H, W, C]); "
+                     f"got shape {images.shape}.")
+  if targets.shape[:lead + 1] != images.shape[:lead + 1] or targets.ndim not in (lead + 1, lead + 2):
+    raise ValueError(f"Expected targets of shape {images.shape[:lead + 1]} (labels) or "
+                     f"{images.shape[:lead + 1]} + (C,) (soft targets); got {targets.shape}.")
+  if targets.ndim == lead + 1:
+    if loss != "cross_entropy":
+      raise ValueError(f"Expected soft targets [n, C] for loss={loss!r}; got integer labels.")
+    if not np.issubdtype(targets.dtype, np.integer):
+      raise ValueError(f"Expected integer labels; got dtype {targets.dtype}.")
+    targets = targets.astype(np.int32)
+  else:
+    targets = targets.astype(np.float32)
+  if images.shape[lead] < 1:
+    raise ValueError("Expected at least one training record.")
+  return images, targets, loss, batch_size, epochs
+
+
+def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets: Any, *,
+        epochs: int, batch_size: int, loss: str = "cross_entropy", size: Any = None) -> TrainState:
+  """Trains one model for ``epochs`` epochs (Adam or whatever ``clf.tx`` is).
+
+  Args:
+    key: PRNG key (shuffling and dropout).
+    clf: the model's :class:`Classifier`.
+    state: its :class:`TrainState`.
+    images: ``[n, H, W, C] float32``.
+    targets: ``[n] int`` labels or ``[n, C] float32`` soft targets / logits.
+    epochs: E >= 0.
+    batch_size: B >= 1 (capped at n).
+    loss: one of :data:`LOSSES`.
+    size: use only the first ``size`` records (default n).
+
+  Returns:
+    The trained state.
+
+  Raises:
+    ValueError: on bad shapes, an unknown loss or a bad size.
+  """
+  images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs, 0)
+  n = images.shape[0]
+  size = n if size is None else _validate.integer("size", size, minimum=1, maximum=n)
+  if epochs == 0:
+    return state
+  n = images.shape[0]
+  b = min(batch_size, n)
+  state = _copy(state)
+  for ekey in jax.random.split(key, epochs):
+    order, weight, skeys = _plan_jit(ekey, jnp.int32(size), n=n, b=b)
+    order, weight, skeys = np.asarray(order), np.asarray(weight), np.asarray(jax.random.key_data(skeys))
+    # A Python loop over jitted steps: XLA:CPU runs convolutions inside a
+    # lax.scan/while body about 10x slower than the same step dispatched
+    # from Python (measured on jax 0.10.2), and dispatch costs ~0.1 ms.
+    for s in range(order.shape[0]):
+      state = _step_jit(state, images[order[s]], targets[order[s]], weight[s], skeys[s], clf=clf, loss=loss)
+  return state
+
+
+def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: Any, targets: Any, *,
+                epochs: int, batch_size: int, loss: str = "cross_entropy", sizes: Any = None,
+                shared: bool = False) -> TrainState:
+  """Trains m same-architecture models at once under ``jax.vmap``.
+
+  Model i gets key ``keys[i]`` and its own data ``images[i][:sizes[i]]``
+  (or, with ``shared=True``, the same ``images`` for all). The result equals
+  calling :func:`fit` on each model in turn, up to float rounding (vmapped
+  convolutions may sum in a different order).
+
+  Args:
+    keys: ``[m]`` PRNG keys.
+    clf: the shared :class:`Classifier`.
+    states: stacked :class:`TrainState` (leading axis m).
+    images: ``[m, n, H, W, C]`` or, if ``shared``, ``[n, H, W, C]``.
+    targets: ``[m, n]`` / ``[m, n, C]`` or, if ``shared``, ``[n]`` / ``[n, C]``.
+    epochs: E >= 0.
+    batch_size: B >= 1.
+    loss: one of :data:`LOSSES`.
+    sizes: ``[m] int`` valid records per model (ragged data padded to n);
+      default n for all.
+    shared: whether all models train on the same data.
+
+  Returns:
+    The stacked trained states.
+  """
+  images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs,
+                                                         0 if shared else 1)
+  m = int(jax.tree.leaves(states.step)[0].shape[0])
+  n = images.shape[0 if shared else 1]
+  if not shared and images.shape[0] != m:
+    raise ValueError(f"Expected data for m={m} models; got images of shape {images.shape}.")
+  if sizes is None:
+    sizes = np.full(m, n)
+  sizes = np.asarray(sizes)
+  if sizes.shape != (m,) or sizes.min() < 1 or sizes.max() > n:
+    raise ValueError(f"Expected sizes of shape ({m},) in [1, {n}]; got {sizes.tolist()}.")
+  keys = jnp.asarray(keys)
+  if keys.shape[0] != m:
+    raise ValueError(f"Expected {m} keys; got {keys.shape[0]}.")
+  if epochs == 0:
+    return states
+  b = min(batch_size, n)
+  sizes = jnp.asarray(sizes, jnp.int32)
+  states = _copy(states)
+  # Model i's epoch keys are split(keys[i], epochs), exactly as in fit().
+  ekeys = jax.vmap(lambda k: jax.random.split(k, epochs))(keys)
+  rows = np.arange(m)[:, None]
+  for e in range(epochs):
+    order, weight, skeys = _plan_stacked_jit(ekeys[:, e], sizes, n=n, b=b)
+    order, weight, skeys = np.asarray(order), np.asarray(weight), np.asarray(jax.random.key_data(skeys))
+    for s in range(order.shape[1]):
+      idx = order[:, s]
+      x = images[idx] if shared else images[rows, idx]
+      y = targets[idx] if shared else targets[rows, idx]
+      states = _step_stacked_jit(states, x, y, weight[:, s], skeys[:, s], clf=clf, loss=loss)
+  return states
+
+
+@functools.partial(jax.jit, static_argnames=("clf",))
+def _forward_jit(state, x, *, clf):
+  return nnx.merge(clf.graphdef, state.params, state.rest)(x, train=False)
+
+
+@functools.partial(jax.jit, static_argnames=("clf", "shared"))
+def _forward_stacked_jit(states, x, *, clf, shared):
+  fn = lambda st, xb: nnx.merge(clf.graphdef, st.params, st.rest)(xb, train=False)
+  return jax.vmap(fn, in_axes=(0, None if shared else 0))(states, x)
+
+
+def _chunks(n: int, c: int) -> list[tuple[int, int]]:
+  return [(i, min(i + c, n)) for i in range(0, n, c)]
+
+
+def _pad_to(x: jax.Array, c: int, axis: int) -> jax.Array:
+  pad = c - x.shape[axis]
+  if pad == 0:
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, pad)
+  return jnp.pad(x, widths)
+
+
+def predict_logits(clf: Classifier, state: TrainState, images: Any, *, chunk: int = 512) -> jax.Array:
+  """Eval-mode logits ``[n, C] float32`` of ``images: [n, H, W, C]``, in chunks."""
+  images = jnp.asarray(images, jnp.float32)
+  if images.ndim != 4 or images.shape[0] < 1:
+    raise ValueError(f"Expected images of shape [n >= 1, H, W, C]; got {images.shape}.")
+  n = images.shape[0]
+  c = _validate.integer("chunk", chunk, minimum=1)
+  # Every chunk is padded to c rows, so one compiled forward serves every n.
+  out = [_forward_jit(state, _pad_to(images[a:b], c, 0), clf=clf)[:b - a] for a, b in _chunks(n, c)]
+  return jnp.concatenate(out)
+
+
+def predict_logits_stacked(clf: Classifier, states: TrainState, images: Any, *, shared: bool = True,
+                           chunk: int = 512) -> jax.Array:
+  """Eval-mode logits ``[m, n, C]`` of m stacked models (vmapped).
+
+  Args:
+    clf: shared classifier.
+    states: stacked states (leading axis m).
+    images: ``[n, H, W, C]`` if ``shared`` else ``[m, n, H, W, C]``.
+    shared: whether all models see the same images.
+    chunk: images per forward pass.
+  """
+  images = jnp.asarray(images, jnp.float32)
+  if images.ndim != (4 if shared else 5):
+    raise ValueError(f"Expected images of rank {4 if shared else 5}; got shape {images.shape}.")
+  axis = 0 if shared else 1
+  n = images.shape[axis]
+  c = _validate.integer("chunk", chunk, minimum=1)
+  out = []
+  for a, b in _chunks(n, c):
+    x = images[a:b] if shared else images[:, a:b]
+    out.append(_forward_stacked_jit(states, _pad_to(x, c, axis), clf=clf, shared=shared)[:, :b - a])
+  return jnp.concatenate(out, axis=1)
+
+
+def predict_proba(clf: Classifier, state: TrainState, images: Any, *, chunk: int = 512) -> jax.Array:
+  """Eval-mode class probabilities ``[n, C] float32``."""
+  return jax.nn.softmax(predict_logits(clf, state, images, chunk=chunk), axis=-1)
+
+
+def accuracy(logits: Any, labels: Any) -> float:
+  """Top-1 accuracy (float64 on the host) of ``logits: [..., n, C]`` against ``labels: [n]``.
+
+  For stacked logits ``[m, n, C]`` returns the mean over models; use
+  ``accuracies`` via numpy for per-model values.
+  """
+  logits = np.asarray(logits)
+  labels = np.asarray(labels)
+  if logits.shape[-2] != labels.shape[0]:
+    raise ValueError(f"Expected logits [..., {labels.shape[0]}, C]; got {logits.shape}.")
+  return float(np.mean(np.argmax(logits, axis=-1) == labels, dtype=np.float64))

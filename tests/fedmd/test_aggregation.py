@@ -1,0 +1,82 @@
+"""Release modes and server aggregation against hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxdistill import fedmd
+
+# Two parties, two public queries, three classes.
+LOGITS = np.array([[[2.0, 1.0, 0.0], [0.0, 0.0, 5.0]],
+                   [[0.0, 3.0, 1.0], [1.0, 0.0, 0.0]]], np.float32)
+
+
+def softmax_by_hand(z):
+  e = [math.exp(v) for v in z]
+  return [v / sum(e) for v in e]
+
+
+def test_argmax_votes_equal_and_weighted():
+  rel = np.asarray(fedmd.release(LOGITS, "argmax"))
+  np.testing.assert_array_equal(rel, [[[1, 0, 0], [0, 0, 1]], [[0, 1, 0], [1, 0, 0]]])
+  np.testing.assert_allclose(fedmd.aggregate(rel), [[.5, .5, 0], [.5, 0, .5]])
+  # Weights 3:1 -> vote shares 3/4, 1/4.
+  np.testing.assert_allclose(fedmd.aggregate(rel, [3, 1]), [[.75, .25, 0], [.25, 0, .75]])
+
+
+def test_softmax_equal_and_weighted():
+  rel = np.asarray(fedmd.release(LOGITS, "softmax"))
+  for i in range(2):
+    for q in range(2):
+      np.testing.assert_allclose(rel[i, q], softmax_by_hand(LOGITS[i, q].tolist()), rtol=1e-6)
+  want = [[(a + b) / 2 for a, b in zip(softmax_by_hand([2, 1, 0]), softmax_by_hand([0, 3, 1]))],
+          [(a + b) / 2 for a, b in zip(softmax_by_hand([0, 0, 5]), softmax_by_hand([1, 0, 0]))]]
+  np.testing.assert_allclose(fedmd.aggregate(rel), want, rtol=1e-6)
+  w = [[(1 * a + 4 * b) / 5 for a, b in zip(softmax_by_hand([2, 1, 0]), softmax_by_hand([0, 3, 1]))]]
+  np.testing.assert_allclose(fedmd.aggregate(rel, [1, 4])[0:1], w, rtol=1e-6)
+
+
+def test_logits_equal_and_weighted():
+  rel = np.asarray(fedmd.release(LOGITS, "logits"))
+  np.testing.assert_array_equal(rel, LOGITS)
+  np.testing.assert_allclose(fedmd.aggregate(rel), [[1, 2, .5], [.5, 0, 2.5]])
+  # A zero weight drops a party.
+  np.testing.assert_allclose(fedmd.aggregate(rel, [0, 2]), LOGITS[1])
+
+
+@pytest.mark.parametrize("weights", [[1], [1, -1], [0, 0], [1, float("nan")], [[1, 2]]])
+def test_bad_weights(weights):
+  with pytest.raises(ValueError, match="weights"):
+    fedmd.aggregate(LOGITS, weights)
+
+
+def test_unknown_mode_and_bad_shapes():
+  with pytest.raises(ValueError, match="aggregation"):
+    fedmd.release(LOGITS, "median")
+  with pytest.raises(ValueError, match="shape"):
+    fedmd.aggregate(LOGITS[0])
+
+
+@pytest.mark.parametrize("y,want", [
+    ([0.5, 0.5], [0.5, 0.5]), ([2.0, 0.0], [1.0, 0.0]), ([1.0, 1.0, 1.0], [1 / 3] * 3),
+    ([0.6, 0.6, -1.0], [0.5, 0.5, 0.0]), ([-5.0, -5.0, -5.0, -2.0], [0.0, 0.0, 0.0, 1.0]),
+    ([0.2, 0.3, 0.1], [0.3 + 0.4 / 3 - 0.1 * 0, 0.4 + 0.4 / 3 - 0.1 * 0 - 0.0, 0.2 + 0.4 / 3 - 0.0]),
+])
+def test_simplex_projection(y, want):
+  # Last case: all coordinates stay positive, so tau = (sum - 1)/C = -0.4/3 and x = y + 0.4/3.
+  if len(y) == 3 and y[0] == 0.2:
+    want = [v + 0.4 / 3 for v in y]
+  got = np.asarray(fedmd.project_to_simplex(np.array(y, np.float32)))
+  np.testing.assert_allclose(got, want, atol=1e-6)
+  assert got.min() >= 0 and got.sum() == pytest.approx(1, abs=1e-6)
+
+
+def test_clip_rows_and_sensitivity():
+  x = np.array([[3.0, 4.0], [0.3, 0.4]], np.float32)
+  np.testing.assert_allclose(fedmd.clip_rows(x, 1.0), [[0.6, 0.8], [0.3, 0.4]], rtol=1e-6)
+  assert fedmd.release_sensitivity("softmax") == pytest.approx(math.sqrt(2))
+  assert fedmd.release_sensitivity("argmax") == pytest.approx(math.sqrt(2))
+  assert fedmd.release_sensitivity("logits", 3.0) == 6.0
+  with pytest.raises(ValueError, match="clip"):
+    fedmd.release_sensitivity("logits")

@@ -1,0 +1,83 @@
+"""``jaxdistill fedmd``: report.json + plots, stop/resume, one-line errors (exit 2)."""
+
+import json
+import os
+
+import pytest
+
+from jaxdistill import data, fedmd
+from jaxdistill.cli import _fedmd
+from jaxdistill.cli.main import main
+
+HAVE_FASHION = data.find_fashion_mnist() is not None
+needs_fashion = pytest.mark.skipif(
+    not HAVE_FASHION and os.environ.get("JAXDISTILL_REQUIRE_FASHION_MNIST") != "1",
+    reason="dataset-fashion-mnist not installed")
+
+TINY = ["fedmd", "--parties", "2", "--rounds", "1", "--public-subset", "32", "--private-per-class", "8",
+        "--test-per-class", "8", "--public-size", "64", "--architectures", "2,4:0.2", "--ldp-table-epsilons", "0",
+        "--width-multiplier", "1", "--pretrain-epochs", "0", "--init-epochs", "1", "--private-batch-size", "4",
+        "--public-batch-size", "16", "--no-progress"]
+
+
+def test_cli_choices_match_the_library():
+  assert _fedmd.METHODS == fedmd.METHODS
+  assert _fedmd.RELEASE_MODES == fedmd.RELEASE_MODES
+  assert _fedmd.VMAP_MODES == fedmd.VMAP_MODES
+
+
+@needs_fashion
+def test_report_and_plots(tmp_path, capsys):
+  out = tmp_path / "run"
+  assert main(TINY + ["--k", "2,3", "--sampling", "both", "--out", str(out)]) == 0
+  assert "report.json" in capsys.readouterr().out
+  rep = json.loads((out / "report.json").read_text())
+  assert [r["name"] for r in rep["runs"]] == ["nfdp-k2-wor", "nfdp-k3-wor", "nfdp-k2-wr", "nfdp-k3-wr"]
+  run = rep["runs"][1]
+  n = run["data"]["party_sizes"][0]
+  assert run["privacy"][0]["exact"]["delta_for_every_epsilon"] == pytest.approx(3 / n)
+  assert run["accuracy"]["eval_rounds"] == [0, 1]
+  assert len(run["accuracy"]["per_round_per_party"][0]) == 2
+  assert run["ldp_sigma_table"]["rows"][0]["epsilon"] == 0.0
+  pngs = sorted(p.name for p in out.glob("*.png"))
+  assert "accuracy_vs_k.png" in pngs and "accuracy_per_round_nfdp-k3-wr.png" in pngs
+  assert all((out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+@needs_fashion
+def test_stop_and_resume(tmp_path, capsys):
+  out = tmp_path / "run"
+  args = TINY[:] + ["--k", "2", "--out", str(out)]
+  args[args.index("--rounds") + 1] = "2"
+  assert main(args + ["--stop-after-round", "1"]) == 0
+  assert "--resume" in capsys.readouterr().err
+  assert not (out / "report.json").exists()
+  assert main(args) == 2  # a checkpoint exists: refuse to release everything again
+  assert "resume" in capsys.readouterr().err
+  assert main(args + ["--resume"]) == 0
+  rep = json.loads((out / "report.json").read_text())
+  assert rep["runs"][0]["resumed_from_round"] == 1
+  assert rep["runs"][0]["accuracy"]["eval_rounds"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--parties", "0"], "num_parties"),
+    (["--aggregation", "median"], "aggregation"),
+    (["--method", "fedavg"], "method"),
+    (["--weighting", "heavy"], "weighting"),
+    (["--architectures", "1,2"], "spec"),
+    (["--partition", "writers"], "partition"),
+    (["--method", "np", "--k", "3,16"], "--k"),
+    (["--k", "x"], "--k"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, tmp_path, extra, needle):
+  assert main(TINY + ["--out", str(tmp_path)] + extra) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+@needs_fashion
+def test_k_larger_than_n_without_replacement(capsys, tmp_path):
+  assert main(TINY + ["--out", str(tmp_path), "--k", "1000"]) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and "k=1000" in err

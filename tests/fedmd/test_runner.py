@@ -1,0 +1,220 @@
+"""The FedMD runner: NFDP touches nothing but the sample, resume is lossless, reports are honest."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdistill import fedmd
+from jaxdistill.data import ImageData
+from jaxdistill.models import CNNSpec
+
+from tests.fedmd.conftest import TINY_SPECS, tiny_config, tiny_data
+
+
+def run(key, cfg, data, **kw):
+  # The LDP sigma table (several PLD calibrations) is checked in test_privacy_report_per_party
+  # and tests/fedmd/test_ldp_privacy.py; elsewhere it would only cost time.
+  kw.setdefault("ldp_table_epsilons", ())
+  return fedmd.run_fedmd(key, cfg, data, **kw)
+
+
+def leaves(result):
+  out = []
+  for _, _, _, state in result.groups:
+    out += [np.asarray(x) for x in jax.tree.leaves(state)]
+  return out
+
+
+def assert_bitwise_equal(a, b):
+  np.testing.assert_array_equal(a.releases, b.releases)
+  np.testing.assert_array_equal(a.consensus, b.consensus)
+  np.testing.assert_array_equal(a.accuracy, b.accuracy)
+  for u, v in zip(leaves(a), leaves(b)):
+    np.testing.assert_array_equal(u, v)
+
+
+def poisoned(data, keep, *, image_value=np.nan, label_shift=1):
+  """Every record whose index is not in keep[i] gets NaN pixels and a wrong (in-range) label."""
+  parties = []
+  for p, idx in zip(data.parties, keep):
+    x, y = p.images.copy(), p.labels.copy()
+    mask = np.ones(len(p), bool)
+    mask[np.asarray(sorted(set(np.concatenate(idx).tolist())), int)] = False
+    x[mask] = image_value
+    lo = data.num_public_classes
+    y[mask] = lo + (y[mask] - lo + label_shift) % (data.num_classes - lo)
+    parties.append(ImageData(x, y, p.num_classes, p.name))
+  return dataclasses.replace(data, parties=tuple(parties))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),
+    dict(with_replacement=True, aggregation="softmax"),
+    dict(resample_each_round=True, aggregation="logits"),
+], ids=["wor-argmax", "wr-softmax", "resampled-logits"])
+def test_unsampled_private_records_are_never_touched(data3, kw):
+  cfg = tiny_config(**kw)
+  key = jax.random.key(11)
+  clean = run(key, cfg, data3, record_releases=True)
+  drawn = clean.samples
+  assert all(len(d) == (cfg.rounds if cfg.resample_each_round else 1) for d in drawn)
+  bad = poisoned(data3, drawn)
+  assert all(np.isnan(p.images).any() for p in bad.parties)  # the poison is really there
+  dirty = run(key, cfg, bad, record_releases=True)
+  for a, b in zip(clean.samples, dirty.samples):
+    for u, v in zip(a, b):
+      np.testing.assert_array_equal(u, v)
+  assert np.isfinite(dirty.releases).all()
+  assert_bitwise_equal(clean, dirty)
+  # Control: changing one *sampled* record does change the released predictions.
+  i, j = 0, int(drawn[0][0][0])
+  x = data3.parties[0].images.copy()
+  x[j] = 1.0 - x[j]
+  moved = dataclasses.replace(data3, parties=(ImageData(x, data3.parties[0].labels, data3.num_classes),)
+                              + data3.parties[1:])
+  other = run(key, cfg, moved, record_releases=True)
+  assert not np.array_equal(other.releases[:, i], clean.releases[:, i])
+
+
+class Interrupt(Exception):
+  pass
+
+
+def test_resume_equals_an_uninterrupted_run(data3, tmp_path):
+  cfg = tiny_config(rounds=3)
+  key = jax.random.key(5)
+  full = run(key, cfg, data3, checkpoint_dir=tmp_path / "a", record_releases=True)
+
+  def stop(r, info):
+    if r == 1:
+      raise Interrupt()
+
+  with pytest.raises(Interrupt):
+    run(key, cfg, data3, checkpoint_dir=tmp_path / "b", record_releases=True, on_round_end=stop)
+  resumed = run(key, cfg, data3, checkpoint_dir=tmp_path / "b", resume=True, record_releases=True)
+  assert resumed.resumed_from == 1
+  # Bitwise: the same compiled programs on the same inputs; every key is fold_in(root, phase, round).
+  assert_bitwise_equal(full, resumed)
+  assert resumed.eval_rounds == full.eval_rounds == [0, 1, 2, 3]
+  # No second draw: the sample came from the checkpoint, so the privacy cost is unchanged.
+  assert [len(d) for d in resumed.samples] == [1, 1, 1]
+  assert resumed.privacy[0]["exact"]["delta_for_every_epsilon"] == full.privacy[0]["exact"]["delta_for_every_epsilon"]
+  # Resuming a finished run changes nothing.
+  again = run(key, cfg, data3, checkpoint_dir=tmp_path / "b", resume=True, record_releases=True)
+  assert again.resumed_from == 3
+  assert_bitwise_equal(full, again)
+
+
+def test_checkpoint_guards(data3, tmp_path):
+  cfg = tiny_config(rounds=1, pretrain_epochs=0, init_epochs=1)
+  key = jax.random.key(0)
+  run(key, cfg, data3, checkpoint_dir=tmp_path)
+  with pytest.raises(ValueError, match="resume"):
+    run(key, cfg, data3, checkpoint_dir=tmp_path)  # would release everything again
+  with pytest.raises(ValueError, match="different run"):
+    run(jax.random.key(1), cfg, data3, checkpoint_dir=tmp_path, resume=True)
+  with pytest.raises(ValueError, match="different run"):
+    run(key, dataclasses.replace(cfg, k=5), data3, checkpoint_dir=tmp_path, resume=True)
+  assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_vmapped_parties_equal_the_loop(data3):
+  # Three parties of one architecture: one vmapped batch versus one at a time. Adam amplifies
+  # float-rounding differences in near-zero gradients to ~lr per step (see
+  # tests/models/test_training.py), so the check is on predictions, with a tolerance.
+  spec = (CNNSpec((2, 4), 0.2),)
+  on = run(jax.random.key(2), tiny_config(specs=spec, vmap="on", learning_rate=1e-4), data3,
+                       record_releases=True)
+  off = run(jax.random.key(2), tiny_config(specs=spec, vmap="off", learning_rate=1e-4), data3,
+                        record_releases=True)
+  assert on.timings["vmap"] and not off.timings["vmap"]
+  assert len(on.groups) == 1 and on.groups[0][1] == [0, 1, 2]
+  np.testing.assert_allclose(on.releases, off.releases, atol=1e-2)
+  for u, v in zip(leaves(on), leaves(off)):
+    np.testing.assert_allclose(u, v, atol=2e-3, rtol=1e-3)
+
+
+def test_privacy_report_per_party(data3):
+  res = run(jax.random.key(0), tiny_config(rounds=2), data3, ldp_table_epsilons=(0.0, 1.0))
+  n = data3.party_sizes[0]
+  rep = res.privacy[0]
+  assert rep["paper"]["delta"] == pytest.approx(4 / n)
+  assert rep["exact"]["delta_for_every_epsilon"] == pytest.approx(4 / n)
+  assert rep["records_exposed"] == pytest.approx(4)
+  assert rep["sample"] == "drawn once, reused" and rep["draws"] == 1
+  codes = {w["code"] for w in rep["warnings"]}
+  assert {"delta_at_least_1_over_n", "paper_epsilon_vacuous"} <= codes
+  table = res.ldp_sigma_table
+  assert table["delta"] == pytest.approx(4 / n) and table["count"] == 24 * 2
+  assert [r["epsilon"] for r in table["rows"]] == [0.0, 1.0]
+  assert table["rows"][0]["sigma"] > table["rows"][1]["sigma"]
+  fresh = run(jax.random.key(0), tiny_config(rounds=2, resample_each_round=True,
+                                                         with_replacement=True), data3)
+  rep = fresh.privacy[0]
+  p = 1 - (1 - 1 / n)**4
+  assert rep["exact"]["delta_for_every_epsilon"] == pytest.approx(1 - (1 - p)**2)
+  assert rep["sample"] == "resampled each round" and rep["draws"] == 2
+  assert "resampled_each_round" in {w["code"] for w in rep["warnings"]}
+
+
+def test_baselines_run_and_report(data3):
+  key = jax.random.key(3)
+  out = {}
+  for method in ("np", "ldp", "local", "local-sample", "centralized"):
+    cfg = tiny_config(method=method, rounds=1, ldp_epsilon=2.0)
+    out[method] = run(key, cfg, data3, record_releases=True)
+    acc = out[method].accuracy
+    assert acc.shape == (2, 3) and np.all((acc >= 0) & (acc <= 1))
+    # Restricting the argmax to the private classes can only fix mistakes, never add them.
+    assert np.all(out[method].accuracy_private >= acc)
+  assert out["np"].privacy[0]["guarantee"] == "none"
+  ldp = out["ldp"].privacy[0]
+  assert ldp["mechanism"] == "gaussian" and ldp["count"] == 24
+  assert ldp["calibrated_to"]["delta"] == pytest.approx(4 / data3.party_sizes[0])
+  assert ldp["epsilon_at_target_delta"] <= 2.0 * (1 + 1e-6)
+  assert ldp["sigma"] == pytest.approx(fedmd.calibrate_ldp_sigma(2.0, 4 / data3.party_sizes[0],
+                                                                 sensitivity=2**0.5, count=24))
+  # LDP's consensus is projected back onto the simplex (post-processing).
+  np.testing.assert_allclose(out["ldp"].consensus.sum(-1), 1.0, rtol=1e-5)
+  assert out["ldp"].consensus.min() >= 0
+  # Without collaboration nothing is released.
+  assert out["local"].consensus.shape[0] == 0 and out["centralized"].consensus.shape[0] == 0
+  assert out["local-sample"].privacy[0]["released"] == "nothing but the final model"
+
+
+def test_non_iid_partitions_and_weighting():
+  data = tiny_data(num_parties=3, partition="classes")
+  labels = [set(p.labels.tolist()) for p in data.parties]
+  assert all(len(s) <= 3 for s in labels)  # 2 classes each, (a shared class split evenly)
+  res = run(jax.random.key(0), tiny_config(rounds=1, weighting="size"), data)
+  assert any(w["code"] == "weights_depend_on_local_size" for w in res.privacy[0].get("warnings", []))
+  res = run(jax.random.key(0), tiny_config(rounds=1, weighting=(1.0, 0.0, 0.0)), data,
+                        record_releases=True)
+  np.testing.assert_allclose(res.consensus[0], res.releases[0, 0])  # only party 0 counts
+  d = tiny_data(num_parties=3, partition="dirichlet")
+  assert sum(d.party_sizes) == 6 * 12
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(k=1000), "k=1000"),
+    (dict(num_parties=0), "num_parties"),
+    (dict(aggregation="median"), "aggregation"),
+    (dict(method="fedavg"), "method"),
+    (dict(weighting=(1.0, 2.0)), "weights"),
+    (dict(public_subset=10_000), "public_subset"),
+    (dict(num_parties=4), "num_parties"),
+    (dict(vmap="maybe"), "vmap"),
+])
+def test_bad_input_is_a_one_line_value_error(data3, kw, needle):
+  with pytest.raises(ValueError, match=needle) as err:
+    run(jax.random.key(0), tiny_config(**kw), data3)
+  assert "\n" not in str(err.value)
+
+
+def test_unknown_partition_and_too_few_records():
+  with pytest.raises(ValueError, match="partition"):
+    tiny_data(partition="by-writer")
+  with pytest.raises(ValueError, match="private_per_class"):
+    tiny_data(per_class=10_000)

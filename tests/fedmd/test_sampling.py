@@ -1,0 +1,137 @@
+"""NFDP's sampler has exactly the law the accounting assumes; the oracle accounts its draws.
+
+Statistical tests use fixed keys; each chi-square test rejects at p < 1e-3,
+so under the null a fresh key would fail with probability 1e-3 (with the
+fixed key the outcome is deterministic). Each law test is paired with a
+check that the *wrong* law is rejected, so the tests have power.
+"""
+
+import itertools
+import math
+
+import jax
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxdistill import accounting, fedmd
+from jaxdistill.data import ImageData
+
+ALPHA = 1e-3
+
+
+def draws(n, k, wr, trials, seed=0):
+  keys = jax.random.split(jax.random.key(seed), trials)
+  return np.stack([np.asarray(fedmd.nfdp_sample(kk, n, k, with_replacement=wr)) for kk in keys])
+
+
+@pytest.fixture(scope="module")
+def wor_6_3():
+  return draws(6, 3, False, 4000)
+
+
+@pytest.fixture(scope="module")
+def wr_4_3():
+  return draws(4, 3, True, 4000, seed=1)
+
+
+def test_wor_gives_exactly_k_distinct_uniform_subsets(wor_6_3):
+  s = wor_6_3
+  assert s.shape == (4000, 3) and s.min() >= 0 and s.max() < 6
+  assert all(len(set(row)) == 3 for row in s.tolist())
+  subsets = list(itertools.combinations(range(6), 3))
+  counts = np.array([0] * len(subsets))
+  index = {c: i for i, c in enumerate(subsets)}
+  for row in s.tolist():
+    counts[index[tuple(sorted(row))]] += 1
+  # Uniform over the C(6,3) = 20 subsets.
+  assert stats.chisquare(counts).pvalue > ALPHA
+  # Marginal inclusion probability k/n = 1/2 for every record, as the accounting's p.
+  p = accounting.nfdp_inclusion_probability(6, 3, relation="replace-one")
+  incl = np.array([(s == j).any(axis=1).mean() for j in range(6)])
+  assert np.all(np.abs(incl - p) < 4 * math.sqrt(p * (1 - p) / len(s)))  # 4 sd each: ~4e-4 total
+
+
+def test_wr_gives_iid_uniform_draws_with_binomial_counts(wr_4_3):
+  s = wr_4_3
+  assert s.shape == (4000, 3) and s.min() >= 0 and s.max() < 4
+  # Ordered sequences uniform over 4^3 = 64 (i.i.d. uniform draws).
+  seq = s[:, 0] * 16 + s[:, 1] * 4 + s[:, 2]
+  assert stats.chisquare(np.bincount(seq, minlength=64)).pvalue > ALPHA
+  # Inclusion count of record 0 ~ Binomial(3, 1/4).
+  c = (s == 0).sum(axis=1)
+  expected = stats.binom.pmf(np.arange(4), 3, 0.25) * len(s)
+  assert stats.chisquare(np.bincount(c, minlength=4), expected).pvalue > ALPHA
+  # Inclusion probability 1 - (1 - 1/n)^k = the accounting's p.
+  p = accounting.nfdp_inclusion_probability(4, 3, with_replacement=True, relation="replace-one")
+  assert p == pytest.approx(1 - 0.75**3)
+  assert abs((c > 0).mean() - p) < 4 * math.sqrt(p * (1 - p) / len(s))
+
+
+def test_the_wrong_law_is_rejected(wor_6_3, wr_4_3):
+  # Power: WOR counts are not Binomial(3, 1/6) (they are 0/1 only); WR draws repeat records.
+  c = (wor_6_3 == 0).sum(axis=1)
+  expected = stats.binom.pmf(np.arange(4), 3, 1 / 6) * len(c)
+  assert stats.chisquare(np.bincount(c, minlength=4), expected).pvalue < 1e-12
+  assert any(len(set(r)) < 3 for r in wr_4_3.tolist())
+
+
+def test_pure_and_key_dependent():
+  a = fedmd.nfdp_sample(jax.random.key(5), 100, 10)
+  np.testing.assert_array_equal(a, fedmd.nfdp_sample(jax.random.key(5), 100, 10))
+  assert not np.array_equal(a, fedmd.nfdp_sample(jax.random.key(6), 100, 10))
+  assert a.dtype == np.int32
+
+
+@pytest.mark.parametrize("n,k,wr,needle", [
+    (5, 6, False, "k=6"), (0, 1, False, "n=0"), (5, 0, True, "k=0"), (5, 2.5, False, "k"),
+    (5, 2, "yes", "with_replacement"),
+])
+def test_bad_input(n, k, wr, needle):
+  with pytest.raises(ValueError, match=needle):
+    fedmd.nfdp_sample(jax.random.key(0), n, k, with_replacement=wr)
+  if wr in (True, False):
+    with pytest.raises(ValueError):
+      fedmd.NfdpSampler(n, k, wr)
+
+
+def test_k_equal_n_with_replacement_is_allowed():
+  s = fedmd.nfdp_sample(jax.random.key(0), 3, 7, with_replacement=True)
+  assert s.shape == (7,)
+
+
+def records(n):
+  return ImageData(np.arange(n, dtype=np.float32).reshape(n, 1, 1, 1), np.zeros(n, np.int32), 1)
+
+
+def test_oracle_accounts_its_draws():
+  n, k, rounds = 50, 5, 4
+  o = fedmd.SampleOracle(records(n), fedmd.NfdpSampler(n, k))
+  s = o.draw(jax.random.key(0))
+  assert len(s) == k and sorted(s.images[:, 0, 0, 0].astype(int).tolist()) == sorted(o.draws[0].tolist())
+  once = o.privacy(rounds=rounds)
+  assert once.flat_delta == pytest.approx(k / n) and not once.resample_each_round
+  # Replaying the same sample costs nothing; replaying anything else is refused.
+  np.testing.assert_array_equal(o.replay(o.draws[0]).images, s.images)
+  with pytest.raises(ValueError, match="already drawn"):
+    o.replay(np.arange(k))
+  for r in range(1, rounds):
+    o.draw(jax.random.key(r))
+  fresh = o.privacy(rounds=rounds)
+  assert fresh.flat_delta == pytest.approx(1 - (1 - k / n)**rounds) and fresh.resample_each_round
+  with pytest.raises(ValueError, match="draws"):
+    o.privacy(rounds=rounds + 1)
+
+
+def test_oracle_restore_validates():
+  o = fedmd.SampleOracle(records(10), fedmd.NfdpSampler(10, 3))
+  with pytest.raises(ValueError):
+    o.restore([np.array([1, 1, 2])])  # WOR sample with a repeat
+  o2 = fedmd.SampleOracle(records(10), fedmd.NfdpSampler(10, 3))
+  with pytest.raises(ValueError):
+    o2.restore([np.array([1, 2, 10])])  # out of range
+  o3 = fedmd.SampleOracle(records(10), fedmd.NfdpSampler(10, 3))
+  o3.restore([np.array([1, 2, 3])])
+  assert o3.privacy(rounds=5).flat_delta == pytest.approx(0.3)
+  with pytest.raises(ValueError, match="n=10"):
+    fedmd.SampleOracle(records(9), fedmd.NfdpSampler(10, 3))

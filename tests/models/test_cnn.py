@@ -1,0 +1,101 @@
+"""FedMD's CNN family: shapes, FLOPs by hand, dropout law, masked batch statistics."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxdistill import models as M
+
+
+def test_ten_fedmd_specs_match_the_reference_code():
+  # FedMD conf: 5 two-layer and 5 three-layer nets with these widths and dropouts.
+  got = [(s.widths, s.dropout) for s in M.FEDMD_SPECS]
+  assert got == [((128, 256), .2), ((128, 384), .2), ((128, 512), .2), ((256, 256), .3), ((256, 512), .4),
+                 ((64, 128, 256), .2), ((64, 128, 192), .2), ((128, 192, 256), .2), ((128, 128, 128), .3),
+                 ((128, 128, 192), .3)]
+
+
+def test_forward_flops_by_hand():
+  # 2-layer (128, 256) on 28x28x1, C = 16:
+  #   conv1 3x3 same, 28x28 out: 2*28*28*9*1*128; conv2 3x3 s2 valid, 13x13 out: 2*13*13*9*128*256;
+  #   dense 13*13*256 -> 16: 2*13*13*256*16.
+  want = 2 * 28 * 28 * 9 * 128 + 2 * 13 * 13 * 9 * 128 * 256 + 2 * 13 * 13 * 256 * 16
+  assert M.forward_flops(M.CNNSpec((128, 256), .2)) == want
+  # 3-layer (64, 128, 256): conv1 28x28; conv2 2x2 s2 valid -> 14x14; pool 2 s2 -> 7x7;
+  #   conv3 3x3 s2 valid -> 3x3; dense 3*3*256 -> 16.
+  want3 = (2 * 28 * 28 * 9 * 64 + 2 * 14 * 14 * 4 * 64 * 128 + 2 * 3 * 3 * 9 * 128 * 256
+           + 2 * 3 * 3 * 256 * 16)
+  assert M.forward_flops(M.CNNSpec((64, 128, 256), .2)) == want3
+  # The width multiplier cuts the dominant conv2 term by about w^2.
+  full = M.forward_flops(M.FEDMD_SPECS[0])
+  assert M.forward_flops(M.FEDMD_SPECS[0].scaled(0.25)) < full / 12
+
+
+@pytest.mark.parametrize("spec,shape", [
+    (M.CNNSpec((4, 8), .2), (28, 28, 1)), (M.CNNSpec((4, 8, 8), .3), (28, 28, 1)),
+    (M.CNNSpec((4, 8), .2), (32, 32, 3)), (M.CNNSpec((4, 8, 8), .2), (32, 32, 3)),
+])
+def test_shapes_and_parameter_count(spec, shape):
+  m = M.FedMDCNN(spec, 16, input_shape=shape, rngs=nnx.Rngs(params=0))
+  x = jnp.zeros((3,) + shape)
+  assert m(x, train=False).shape == (3, 16)
+  assert m(x, train=True, key=jax.random.key(1)).shape == (3, 16)
+  # The head is bias-free (FedMD: Dense(use_bias=False)).
+  assert m.head.bias is None
+
+
+def test_scaled_and_parse_spec():
+  s = M.parse_spec("128,256:0.2")
+  assert s == M.CNNSpec((128, 256), 0.2)
+  assert s.scaled(0.125).widths == (16, 32)
+  assert M.CNNSpec((3, 5), 0.).scaled(0.01).widths == (1, 1)
+  assert s.name == "cnn2-128-256-d0.2"
+
+
+@pytest.mark.parametrize("text", ["128,256", "128:0.2", "a,b:0.1", "1,2,3,4:0.1", "4,8:1.0", "4,8:-0.1"])
+def test_bad_specs(text):
+  with pytest.raises(ValueError):
+    M.parse_spec(text)
+
+
+def test_dropout_keeps_each_unit_with_probability_one_minus_rate():
+  spec = M.CNNSpec((4, 8), 0.3)
+  m = M.FedMDCNN(spec, 16, rngs=nnx.Rngs(params=0))
+  from jaxdistill.models._cnn import _dropout
+  x = jnp.ones((200, 10, 10, 8))
+  y = np.asarray(_dropout(jax.random.key(0), x, 0.3))
+  kept = (y != 0).mean()
+  # 160,000 Bernoulli(0.7) draws: sd = sqrt(.7*.3/160000) = 1.15e-3; 6 sd => false failure ~2e-9.
+  assert abs(kept - 0.7) < 6 * math.sqrt(0.21 / y.size)
+  np.testing.assert_allclose(y[y != 0], 1 / 0.7, rtol=1e-6)
+  # Same key, same mask; other key, other mask.
+  np.testing.assert_array_equal(y, np.asarray(_dropout(jax.random.key(0), x, 0.3)))
+  assert (y != np.asarray(_dropout(jax.random.key(1), x, 0.3))).mean() > 0.3
+  # Neighbouring units are not correlated (the hash mixes the index): lag-1 agreement ~ .7^2 + .3^2.
+  flat = (y.reshape(-1) != 0)
+  agree = (flat[1:] == flat[:-1]).mean()
+  assert abs(agree - 0.58) < 0.01
+  # Eval mode is deterministic and needs no key; train mode needs one.
+  z = jnp.asarray(np.random.default_rng(0).random((2, 28, 28, 1)), jnp.float32)
+  np.testing.assert_array_equal(m(z, train=False), m(z, train=False))
+  with pytest.raises(ValueError, match="dropout key"):
+    m(z, train=True)
+
+
+def test_masked_rows_do_not_touch_batch_statistics():
+  spec = M.CNNSpec((4, 8), 0.0)
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.random((6, 28, 28, 1)), jnp.float32)
+  junk = jnp.full((3, 28, 28, 1), 1e3, jnp.float32)
+  a = M.FedMDCNN(spec, 16, rngs=nnx.Rngs(params=0))
+  b = M.FedMDCNN(spec, 16, rngs=nnx.Rngs(params=0))
+  out_a = a(x, train=True)
+  out_b = b(jnp.concatenate([x, junk]), train=True, mask=jnp.arange(9) < 6)
+  np.testing.assert_allclose(out_a, out_b[:6], rtol=1e-4, atol=1e-5)
+  for na, nb in zip(a.norms, b.norms):
+    np.testing.assert_allclose(na.mean[...], nb.mean[...], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(na.var[...], nb.var[...], rtol=1e-5, atol=1e-6)

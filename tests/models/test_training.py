@@ -1,0 +1,154 @@
+"""Functional training: learning, hard/soft targets, vmapped stacks equal the loop, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jaxdistill import models as M
+
+SHAPE = (8, 8, 1)
+SPEC = M.CNNSpec((3, 6), 0.2)
+
+
+def toy(n, seed=0, classes=4):
+  """Class c lights up quadrant c of an 8x8 image (plus noise): linearly separable."""
+  rng = np.random.default_rng(seed)
+  y = rng.integers(0, classes, n).astype(np.int32)
+  x = rng.normal(0, 0.3, (n,) + SHAPE).astype(np.float32)
+  for i, c in enumerate(y):
+    r, q = divmod(int(c), 2)
+    x[i, 4 * r:4 * r + 4, 4 * q:4 * q + 4, 0] += 2.0
+  return x, y
+
+
+def make(seed=0, tx=None, spec=SPEC, classes=4):
+  model = M.FedMDCNN(spec, classes, input_shape=SHAPE, rngs=nnx.Rngs(params=seed))
+  return M.create(model, tx or optax.adam(1e-2))
+
+
+def leaves_close(a, b, **tol):
+  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(u), np.asarray(v), **tol)
+
+
+def test_learns_hard_labels_and_soft_targets():
+  x, y = toy(256)
+  xt, yt = toy(256, seed=1)
+  clf, st = make()
+  before = M.accuracy(M.predict_logits(clf, st, xt), yt)
+  hard = M.fit(jax.random.key(0), clf, st, x, y, epochs=6, batch_size=32)
+  assert M.accuracy(M.predict_logits(clf, hard, xt), yt) > 0.9 > before + 0.3
+  soft = M.fit(jax.random.key(0), clf, st, x, np.eye(4, dtype=np.float32)[y] * 0.9 + 0.025, epochs=6,
+               batch_size=32)
+  assert M.accuracy(M.predict_logits(clf, soft, xt), yt) > 0.9
+  # Logit matching (FedMD's MAE digest) pulls logits toward the targets.
+  target = np.asarray(M.predict_logits(clf, hard, x))
+  mae_before = np.abs(np.asarray(M.predict_logits(clf, st, x)) - target).mean()
+  matched = M.fit(jax.random.key(2), clf, st, x, target, epochs=6, batch_size=32, loss="mae")
+  assert np.abs(np.asarray(M.predict_logits(clf, matched, x)) - target).mean() < 0.5 * mae_before
+
+
+def test_pure_in_the_key_and_the_input_state_is_untouched():
+  x, y = toy(64)
+  clf, st = make()
+  copy = jax.tree.map(np.array, st)
+  a = M.fit(jax.random.key(3), clf, st, x, y, epochs=2, batch_size=16)
+  b = M.fit(jax.random.key(3), clf, st, x, y, epochs=2, batch_size=16)
+  c = M.fit(jax.random.key(4), clf, st, x, y, epochs=2, batch_size=16)
+  leaves_close(a, b, rtol=0, atol=0)
+  assert any(not np.array_equal(u, v) for u, v in zip(jax.tree.leaves(a.params), jax.tree.leaves(c.params)))
+  leaves_close(st, copy, rtol=0, atol=0)  # donation never consumes the caller's state
+  assert int(a.step) == 2 * 4
+
+
+def test_records_beyond_size_are_never_read():
+  x, y = toy(40)
+  clf, st = make()
+  a = M.fit(jax.random.key(0), clf, st, x, y, epochs=3, batch_size=16, size=30)
+  xp, yp = x.copy(), y.copy()
+  xp[30:] = np.nan
+  yp[30:] = 3
+  b = M.fit(jax.random.key(0), clf, st, xp, yp, epochs=3, batch_size=16, size=30)
+  leaves_close(a, b, rtol=0, atol=0)
+  assert int(a.step) == 3 * 2  # ceil(30 / 16) steps per epoch
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_vmapped_stack_equals_the_per_model_loop(shared):
+  # SGD, not Adam: Adam divides by sqrt(v) + eps, so coordinates whose gradient is ~0 move by
+  # ~lr in a direction set by float rounding; with SGD the two paths differ only by the
+  # summation order of vmapped convolutions (~1e-6 relative).
+  m = 3
+  pairs = [make(seed=i, tx=optax.sgd(0.05)) for i in range(m)]
+  clf = pairs[0][0]
+  clf = M.Classifier(clf.graphdef, optax.sgd(0.05))
+  states = [p[1] for p in pairs]
+  keys = jax.random.split(jax.random.key(7), m)
+  if shared:
+    x, y = toy(48)
+    sizes = None
+    xs, ys, sz = [x] * m, [y] * m, [None] * m
+  else:
+    data = [toy(48, seed=10 + i) for i in range(m)]
+    x = np.stack([d[0] for d in data])
+    y = np.stack([d[1] for d in data])
+    sizes = np.array([48, 30, 17])  # ragged: padded rows beyond each size
+    xs, ys, sz = list(x), list(y), list(sizes)
+  stacked = M.fit_stacked(keys, clf, M.stack_states(states), x, y, epochs=2, batch_size=16, sizes=sizes,
+                          shared=shared)
+  for i in range(m):
+    single = M.fit(keys[i], clf, states[i], xs[i], ys[i], epochs=2, batch_size=16,
+                   size=None if sz[i] is None else int(sz[i]))
+    got = M.unstack_state(stacked, i)
+    leaves_close(got.params, single.params, rtol=1e-4, atol=1e-5)
+    leaves_close(got.rest, single.rest, rtol=1e-4, atol=1e-5)
+    assert int(got.step) == int(single.step)
+  # Predictions of the stack equal per-model predictions.
+  xt, _ = toy(20, seed=99)
+  logits = M.predict_logits_stacked(clf, stacked, xt, chunk=8)
+  for i in range(m):
+    np.testing.assert_allclose(logits[i], M.predict_logits(clf, M.unstack_state(stacked, i), xt, chunk=8),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_predict_chunks_and_proba():
+  x, _ = toy(37)
+  clf, st = make()
+  a = M.predict_logits(clf, st, x, chunk=10)
+  b = M.predict_logits(clf, st, x, chunk=64)
+  assert a.shape == (37, 4)
+  np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(M.predict_proba(clf, st, x).sum(-1), 1.0, rtol=1e-5)
+  assert M.accuracy(np.eye(3)[[0, 1, 2, 1]], np.array([0, 1, 1, 1])) == 0.75
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(loss="hinge"), "loss"),
+    (dict(loss="mae"), "soft targets"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(epochs=-1), "epochs"),
+    (dict(size=0), "size"),
+    (dict(size=99), "size"),
+])
+def test_bad_input_names_the_parameter(kwargs, needle):
+  x, y = toy(16)
+  clf, st = make()
+  args = dict(epochs=1, batch_size=4)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=needle):
+    M.fit(jax.random.key(0), clf, st, x, y, **args)
+
+
+def test_bad_shapes():
+  x, y = toy(16)
+  clf, st = make()
+  with pytest.raises(ValueError, match="targets"):
+    M.fit(jax.random.key(0), clf, st, x, y[:8], epochs=1, batch_size=4)
+  with pytest.raises(ValueError, match="rank"):
+    M.fit(jax.random.key(0), clf, st, x[0], y, epochs=1, batch_size=4)
+  with pytest.raises(ValueError, match="sizes"):
+    M.fit_stacked(jax.random.split(jax.random.key(0), 1), clf, M.stack_states([st]), x[None], y[None],
+                  epochs=1, batch_size=4, sizes=[17])
