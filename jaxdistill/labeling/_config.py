@@ -98,7 +98,12 @@ class LabelingConfig:
     iterations: T >= 1; t >= 2 re-selects queries with the student's
       penultimate-layer embeddings.
     representation: one of :data:`REPRESENTATIONS` (fitted on D_pub only).
-    seed: the run's seed (splits, k-means, noise, student).
+    seed: the run's seed (splits, k-means, student; and the noise unless
+      ``noise_seed`` is given).
+    noise_seed: a SECRET seed for the vote noise, or ``None`` to derive the
+      noise from ``seed`` (reproducible, but anyone who knows ``seed`` can
+      remove the noise: fine for experiments, not for a real release; the
+      report warns). It is never written to the report or the ledger.
     private_size, public_size, eval_size: |D_priv|, |D_pub|, |D_eval|
       (``None``: the paper's protocol for the data set).
     student: :class:`StudentConfig`.
@@ -120,6 +125,7 @@ class LabelingConfig:
   iterations: int = 1
   representation: str = "pca"
   seed: int = 0
+  noise_seed: int | None = dataclasses.field(default=None, repr=False)
   private_size: int | None = None
   public_size: int | None = None
   eval_size: int | None = None
@@ -157,6 +163,8 @@ class LabelingConfig:
     object.__setattr__(self, "iterations", _validate.integer("iterations", self.iterations, minimum=1))
     _validate.choice("representation", self.representation, REPRESENTATIONS)
     object.__setattr__(self, "seed", _validate.integer("seed", self.seed, minimum=0))
+    if self.noise_seed is not None:
+      object.__setattr__(self, "noise_seed", _validate.integer("noise_seed", self.noise_seed, minimum=0))
     for name in ("private_size", "public_size", "eval_size"):
       value = getattr(self, name)
       if value is not None:
@@ -201,6 +209,7 @@ class LabelingConfig:
   def to_dict(self) -> dict[str, Any]:
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
     out["student"] = self.student.to_dict()
+    out["noise_seed"] = "public (derived from seed)" if self.noise_seed is None else "secret (not recorded)"
     if isinstance(out["epsilon"], float) and math.isinf(out["epsilon"]):
       out["epsilon"] = "inf"
     return out
@@ -212,6 +221,6 @@ class LabelingConfig:
     which the ledger stores beside each release.
     """
     d = self.to_dict()
-    for name in ("out_dir", "baselines", "student", "data_dir"):
+    for name in ("out_dir", "baselines", "student", "data_dir", "noise_seed"):
       d.pop(name)
     return d

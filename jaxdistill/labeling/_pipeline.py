@@ -91,12 +91,12 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
     if img.ndim != 4 or img.shape[1:] != shape:
       raise ValueError(f"Expected {name} images of shape [N, {', '.join(map(str, shape))}] like the public "
                        f"split; got {img.shape}.")
+    if lab.dtype.kind not in "iu" or lab.min() < 0 or lab.max() >= classes:
+      raise ValueError(f"Expected {name} labels to be integers in [0, {classes}) (the public split's "
+                       f"classes); got dtype {lab.dtype}, range [{lab.min()}, {lab.max()}].")
     if part.num_classes != classes:
       raise ValueError(f"Expected {name} split to have {classes} classes like the public split; "
                        f"got {part.num_classes}.")
-    if lab.dtype.kind not in "iu" or lab.min() < 0 or lab.max() >= classes:
-      raise ValueError(f"Expected {name} labels to be integers in [0, {classes}); got dtype {lab.dtype}, "
-                       f"range [{lab.min()}, {lab.max()}].")
     if not np.isfinite(img).all():
       raise ValueError(f"Expected finite {name} pixels; found NaN or inf.")
   if shape[0] < 8 or shape[1] < 8:
@@ -106,11 +106,13 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
 
 def load_splits(config: LabelingConfig) -> data_lib.LabelingSplits:
   """Loads ``config.dataset`` and applies the paper's splits with the configured sizes."""
-  train, test = data_lib.load_dataset(config.dataset, config.data_dir)
-  priv, pub, ev = config.sizes(test is not None)
+  # Check s against D_pub before loading anything (only the embedded set has no test split).
+  _, pub, _ = config.sizes(config.dataset != "mnist-embedded")
   if config.num_queries > pub:
     raise ValueError(f"Expected num_queries (s)={config.num_queries} <= public_size={pub}: queries are "
                      "public samples.")
+  train, test = data_lib.load_dataset(config.dataset, config.data_dir)
+  priv, pub, ev = config.sizes(test is not None)
   return data_lib.paper_splits(train, test, seed=config.seed, public_size=pub, eval_size=ev,
                                private_size=priv)
 
@@ -149,6 +151,12 @@ def _warnings(config: LabelingConfig, plan: BudgetPlan, statement: PrivacyStatem
   if config.mechanism.startswith("local") and config.delta:
     out.append(PrivacyWarning("delta_unused", f"delta={config.delta} is not used: the local mechanisms are "
                               "pure eps-LDP (delta = 0).", {"delta": config.delta}))
+  if config.mechanism != "none" and config.noise_seed is None:
+    out.append(PrivacyWarning(
+        "noise_from_public_seed",
+        f"The vote noise is derived from seed={config.seed}, which this report records: results reproduce, "
+        "but anyone who knows the seed can subtract the noise. For a real release use a secret noise seed "
+        "(CLI: --secret-noise) and keep the ledger's output directory.", {"seed": config.seed}))
   if config.baselines and config.mechanism != "none":
     out.append(PrivacyWarning(
         "baselines_not_private",
@@ -291,6 +299,11 @@ def _bar(total: int, desc: str, enabled: bool):
   return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
+def _secret_key(seed: int) -> jax.Array:
+  # All 64 bits of the secret seed enter the key (jax.random.key takes 32 without x64).
+  return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF), (seed >> 32) & 0xFFFFFFFF)
+
+
 def _targets(config: LabelingConfig, votes: np.ndarray, assignment: np.ndarray, pseudo: np.ndarray) -> np.ndarray:
   if config.student.targets == "hard":
     return pseudo.astype(np.int32)
@@ -319,7 +332,8 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
                          f"{assignment.shape[0]} public samples; expected {(s, num_classes)} and {len(pub)}.")
     else:
       with timer("embed"):
-        embed = embed0 if t == 1 else student.embedding(pub.images)
+        embed = embed0 if t == 1 else student.embedding(
+            jax.random.fold_in(jax.random.fold_in(key, _REP), t), pub.images)
         pub_emb = embed(pub.images) if (t, "pub") not in cache else cache[(t, "pub")]
       with timer("queries"):
         if (t, "queries") in cache:
@@ -341,7 +355,8 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
         if mech is None:
           votes = np.asarray(mech_lib.bsvs_counts(inputs, shape), np.float64)
         else:
-          noise_key = jax.random.fold_in(jax.random.fold_in(key, _NOISE), t)
+          noise_root = key if config.noise_seed is None else _secret_key(config.noise_seed)
+          noise_key = jax.random.fold_in(jax.random.fold_in(noise_root, _NOISE), t)
           votes = simulate(noise_key, mech, inputs).estimate
       if ledger is not None:
         record = {"mechanism": config.mechanism, "bsvs_mechanism": mech.name if mech else "none",

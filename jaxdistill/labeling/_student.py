@@ -67,25 +67,47 @@ class Student:
     """Top-1 accuracy, float64."""
     return models.accuracy(self.logits(images), labels)
 
-  def penultimate(self, images: np.ndarray, *, chunk: int = 512) -> np.ndarray:
-    """float32 ``[n, F]`` features feeding the dense head (eval mode)."""
+  def penultimate(self, images: np.ndarray, *, chunk: int = 512, project: Any = None) -> np.ndarray:
+    """float32 ``[n, F]`` features feeding the dense head (eval mode).
+
+    ``project`` (optional) maps each chunk's features, so that a projection
+    of n records never materialises the full ``[n, F]`` matrix.
+    """
     images = np.asarray(images, np.float32)
     out = []
     for a in range(0, images.shape[0], chunk):
       xb = images[a:a + chunk]
       pad = chunk - xb.shape[0]
       xb = np.pad(xb, ((0, pad), (0, 0), (0, 0), (0, 0))) if pad else xb
-      out.append(np.asarray(_features(self.state, jnp.asarray(xb), clf=self.classifier))[:chunk - pad])
+      feats = np.asarray(_features(self.state, jnp.asarray(xb), clf=self.classifier))[:chunk - pad]
+      out.append(feats if project is None else project(feats))
     return np.concatenate(out)
 
-  def embedding(self, public_images: np.ndarray) -> Any:
-    """An ``embed(images) -> float32 [n, embedding_dim]`` fitted on D_pub only (PCA of the features)."""
+  def embedding(self, key: jax.Array, public_images: np.ndarray) -> Any:
+    """An ``embed(images) -> float32 [n, embedding_dim]`` fitted on D_pub only.
+
+    A PCA of the penultimate features of ``public_images`` (randomized range
+    finder with 4 power iterations, Halko, Martinsson, Tropp 2011, Alg. 4.4),
+    whose randomness comes from ``key``.
+    """
     feats = self.penultimate(public_images)
     mean = feats.mean(0)
     dim = min(self.config.embedding_dim, feats.shape[0], feats.shape[1])
-    _, _, vt = np.linalg.svd(feats - mean, full_matrices=False)
-    comps = vt[:dim].T.astype(np.float32)
-    return lambda imgs: (self.penultimate(imgs) - mean) @ comps
+    comps = _pca_components(key, feats - mean, dim)
+    return lambda imgs: self.penultimate(imgs, project=lambda f: (f - mean) @ comps)
+
+
+def _pca_components(key: jax.Array, x: np.ndarray, dim: int, power_iterations: int = 4) -> np.ndarray:
+  """float32 ``[F, dim]`` top principal directions of the centred ``x: [n, F]``."""
+  x = np.asarray(x, np.float64)
+  width = min(dim + 10, *x.shape)
+  q = np.asarray(jax.random.normal(key, (x.shape[1], width)), np.float64)
+  q, _ = np.linalg.qr(x @ q)
+  for _ in range(power_iterations):
+    q, _ = np.linalg.qr(x.T @ q)
+    q, _ = np.linalg.qr(x @ q)
+  _, _, vt = np.linalg.svd(q.T @ x, full_matrices=False)
+  return vt[:dim].T.astype(np.float32)
 
 
 def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, targets: np.ndarray,
