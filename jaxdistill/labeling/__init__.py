@@ -27,6 +27,7 @@ from jaxdistill.labeling._pipeline import IterationResult
 from jaxdistill.labeling._pipeline import LabelingResult
 from jaxdistill.labeling._pipeline import build_mechanism
 from jaxdistill.labeling._pipeline import check_splits
+from jaxdistill.labeling._pipeline import fit_first_representation
 from jaxdistill.labeling._pipeline import load_splits
 from jaxdistill.labeling._pipeline import privacy_report
 from jaxdistill.labeling._pipeline import run_labeling
@@ -36,6 +37,6 @@ from jaxdistill.labeling._student import train_student
 __all__ = [
     "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "MECHANISMS", "REPRESENTATIONS",
     "LabelingConfig", "StudentConfig", "ReleaseLedger", "StoredRelease", "data_fingerprint",
-    "ChainResult", "IterationResult", "LabelingResult", "build_mechanism", "check_splits", "load_splits",
+    "ChainResult", "IterationResult", "LabelingResult", "build_mechanism", "check_splits", "fit_first_representation", "load_splits",
     "privacy_report", "run_labeling", "Student", "train_student",
 ]

@@ -61,7 +61,8 @@ from jaxdistill.labeling._ledger import ReleaseLedger, data_fingerprint
 from jaxdistill.labeling._student import Student, train_student
 from jaxdistill.simulation import simulate
 
-__all__ = ["IterationResult", "ChainResult", "LabelingResult", "run_labeling", "load_splits",
+__all__ = ["IterationResult", "ChainResult", "LabelingResult", "run_labeling", "fit_first_representation",
+           "load_splits",
            "check_splits", "build_mechanism", "privacy_report"]
 
 RELATION_TEXT = ("replace-one: D_priv and D'_priv have the same size and differ in one record "
@@ -382,7 +383,19 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
 
 
 # -- the run -------------------------------------------------------------------------
+def fit_first_representation(config: LabelingConfig, public_images: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+  """The representation :func:`run_labeling` fits on D_pub for iteration 1 (same key), for reuse.
+
+  Sweeps over epsilon or the mechanism can fit it once and pass it as
+  ``run_labeling(..., representation=...)``.
+  """
+  key = jax.random.key(config.seed)
+  return components.fit_representation(jax.random.fold_in(key, _REP), config.representation,
+                                       np.asarray(public_images, np.float32), config.pca_dim)
+
+
 def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | None = None,
+                 representation: Callable[[np.ndarray], np.ndarray] | None = None,
                  progress: bool = False, write_files: bool = True) -> LabelingResult:
   """Runs Algorithm 1 and its baselines; writes the ledger, report and plots to ``config.out_dir``.
 
@@ -390,6 +403,10 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
     config: the settings (:class:`LabelingConfig`).
     splits: bring your own D_priv / D_pub / evaluation split (validated);
       default: load ``config.dataset`` with the paper's splits.
+    representation: an already fitted ``embed(images) -> float32 [N, d]``
+      for the first query selection (it must have been fitted on D_pub
+      alone, or on other public data: the privacy statement assumes it);
+      default: fit ``config.representation`` on D_pub.
     progress: show tqdm progress bars on stderr.
     write_files: write ``report.json`` and PNG plots when ``out_dir`` is set
       (the ledger is always written when ``out_dir`` is set).
@@ -424,8 +441,12 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
       digest = data_fingerprint(priv.images, priv.labels, pub.images)
     ledger = ReleaseLedger(config.out_dir, config.release_fingerprint(), digest)
   with timer("representation"):
-    embed0 = components.fit_representation(jax.random.fold_in(key, _REP), config.representation, pub.images,
-                                           config.pca_dim)
+    if representation is not None:
+      if not callable(representation):
+        raise ValueError(f"Expected representation to be callable; got {type(representation).__name__}.")
+      embed0 = representation
+    else:
+      embed0 = fit_first_representation(config, pub.images)
   cache: dict = {}
   with timer("private_chain"):
     chain = _run_chain(config, plan, splits, num_classes, embed0, key, ledger, progress, cache)
@@ -448,6 +469,7 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   timer.times["total"] = time.perf_counter() - start
   privacy = privacy_report(config, plan, [it.privacy for it in chain.iterations], n)
   report = _report(config, plan, splits, num_classes, chain, noise_free, ceiling, privacy, timer.times, ledger)
+  report["settings"]["representation_source"] = "caller" if representation is not None else "fitted on D_pub"
   result = LabelingResult(config, plan, chain, noise_free, ceiling, report, splits)
   if ledger is not None:
     ledger.finish(acc_pl=chain.final.acc_pl, acc_pc=chain.final.acc_pc)
