@@ -164,6 +164,10 @@ class ReleaseLedger:
     """The stored release of ``iteration``, or None (then the caller may release)."""
     path = self.path(iteration)
     if not path.exists():
+      if any(e.get("iteration") == iteration for e in self.index["releases"]):
+        raise ValueError(f"The ledger {self.index_path} records a release of iteration {iteration} but "
+                         f"{path.name} is missing; releasing it again would spend budget again. Restore the "
+                         "file or use another --out-dir.")
       return None
     stored = self._load(path)
     self._check_compatible(stored.record, path)

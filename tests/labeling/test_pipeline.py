@@ -188,3 +188,19 @@ def test_bad_settings(field, value, match):
   with pytest.raises(ValueError) as err:
     labeling.LabelingConfig(**{field: value})
   assert match in one_line(err)
+
+
+def test_ledger_refuses_when_a_recorded_release_file_is_missing(tmp_path):
+  ledger = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  ledger.record(1, np.zeros((2, 3)), np.arange(2), np.zeros(5, np.int64), {"mechanism": "central"})
+  (tmp_path / "release-iter1.npz").unlink()
+  again = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  with pytest.raises(ValueError, match="missing"):
+    again.lookup(1)
+  assert again.lookup(2) is None
+  labeling.ReleaseLedger(tmp_path / "x", {"a": 1}, "hash").record(1, np.zeros((2, 3)), np.arange(2),
+                                                                   np.zeros(5, np.int64), {})
+  with pytest.raises(ValueError, match="other settings"):
+    labeling.ReleaseLedger(tmp_path / "x", {"a": 2}, "hash")
+  with pytest.raises(ValueError, match="other data"):
+    labeling.ReleaseLedger(tmp_path / "x", {"a": 1}, "other-hash")
