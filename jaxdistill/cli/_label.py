@@ -41,6 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--s", "--num-queries", dest="num_queries", type=int, default=d.num_queries,
                  help="number of queries s (default: %(default)s)")
   p.add_argument("--k", type=int, default=d.k, help="reverse k-NN out-degree (default: %(default)s)")
+  p.add_argument("--connection", default=d.connection, choices=labeling.CONNECTIONS,
+                 help="connection rule; only reverse-knn is per record (default: %(default)s)")
   p.add_argument("--T", "--iterations", dest="iterations", type=int, default=d.iterations,
                  help="iterations; t >= 2 re-selects queries with the student (default: %(default)s)")
   p.add_argument("--representation", default=d.representation, choices=labeling.REPRESENTATIONS,
@@ -80,7 +82,8 @@ def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:
                                    targets=args.student_targets)
   cfg = labeling.LabelingConfig(
       dataset=args.dataset, data_dir=args.data_dir, mechanism=args.mechanism, epsilon=args.epsilon,
-      delta=args.delta, num_queries=args.num_queries, k=args.k, iterations=args.iterations,
+      delta=args.delta, num_queries=args.num_queries, k=args.k, connection=args.connection,
+      iterations=args.iterations,
       representation=args.representation, seed=args.seed, private_size=args.private_size,
       public_size=args.public_size, eval_size=args.eval_size, student=student,
       central_noise=args.central_noise, shuffle_local=args.shuffle_local, pca_dim=args.pca_dim,

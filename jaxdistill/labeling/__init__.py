@@ -15,6 +15,7 @@
 from jaxdistill.labeling._budget import BudgetPlan
 from jaxdistill.labeling._budget import compose_pairs_epsilon
 from jaxdistill.labeling._budget import plan_budget
+from jaxdistill.labeling._config import CONNECTIONS
 from jaxdistill.labeling._config import MECHANISMS
 from jaxdistill.labeling._config import REPRESENTATIONS
 from jaxdistill.labeling._config import LabelingConfig
@@ -35,7 +36,7 @@ from jaxdistill.labeling._student import Student
 from jaxdistill.labeling._student import train_student
 
 __all__ = [
-    "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "MECHANISMS", "REPRESENTATIONS",
+    "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "CONNECTIONS", "MECHANISMS", "REPRESENTATIONS",
     "LabelingConfig", "StudentConfig", "ReleaseLedger", "StoredRelease", "data_fingerprint",
     "ChainResult", "IterationResult", "LabelingResult", "build_mechanism", "check_splits", "fit_first_representation", "load_splits",
     "privacy_report", "run_labeling", "Student", "train_student",

@@ -16,13 +16,17 @@ from typing import Any
 
 from jaxdistill import _validate
 from jaxdistill.data import DATASETS
+from jaxdistill.labeling import _components
 
-__all__ = ["MECHANISMS", "REPRESENTATIONS", "StudentConfig", "LabelingConfig"]
+__all__ = ["MECHANISMS", "REPRESENTATIONS", "CONNECTIONS", "StudentConfig", "LabelingConfig"]
 
 #: Vote mechanisms: BSVS under central, local or shuffle DP, or no noise.
 MECHANISMS = ("central", "local-rr", "local-collision", "shuffle-multi", "shuffle-single", "none")
-#: Representations fitted on D_pub alone for the first query selection.
-REPRESENTATIONS = ("raw", "pca", "hog", "learned")
+#: Representations fitted on D_pub alone for the first query selection
+#: (:func:`jaxdistill.representations.fit_representation`; ``contrastive`` is learned).
+REPRESENTATIONS = _components.REPRESENTATIONS
+#: Connection rules (:func:`jaxdistill.connection.connect`); only ``reverse-knn`` is the paper's.
+CONNECTIONS = _components.RULES
 #: Central noise laws (discrete Laplace is the library default for counts).
 CENTRAL_NOISES = ("discrete-laplace", "laplace")
 #: Local randomizers of the single-message shuffle protocol.
@@ -95,6 +99,11 @@ class LabelingConfig:
       mechanisms (pure DP) and ``min(1e-6, 1/(10 n))`` for shuffle.
     num_queries: s, the number of queries (k-means clusters of D_pub).
     k: each private record votes for its k nearest queries.
+    connection: ``reverse-knn`` (the paper's rule, per record: sensitivity
+      2k), ``knn-labeling`` (each query takes its k nearest records:
+      sensitivity 2s, central model only) or ``balanced-max-min`` /
+      ``balanced-harmonic`` (Appendix C: they couple records, so NO DP
+      guarantee is claimed; the report says so).
     iterations: T >= 1; t >= 2 re-selects queries with the student's
       penultimate-layer embeddings.
     representation: one of :data:`REPRESENTATIONS` (fitted on D_pub only).
@@ -109,7 +118,7 @@ class LabelingConfig:
     student: :class:`StudentConfig`.
     central_noise: ``discrete-laplace`` (default) or ``laplace``.
     shuffle_local: local randomizer of ``shuffle-single`` (``collision`` or ``rr``).
-    pca_dim: output dimension of the ``pca`` and ``learned`` representations.
+    pca_dim: output dimension of the ``pca`` and ``hog-pca`` representations.
     out_dir: where the release ledger, report and plots go (``None``: keep
       nothing on disk; the ledger then cannot protect a re-run).
     baselines: also run the noise-free pipeline and the supervised ceiling.
@@ -122,6 +131,7 @@ class LabelingConfig:
   delta: float | None = None
   num_queries: int = 40
   k: int = 1
+  connection: str = "reverse-knn"
   iterations: int = 1
   representation: str = "pca"
   seed: int = 0
@@ -160,6 +170,10 @@ class LabelingConfig:
       raise ValueError(f"Expected k={k} <= num_queries (s)={s}: each record connects to k distinct queries.")
     object.__setattr__(self, "num_queries", s)
     object.__setattr__(self, "k", k)
+    rule = _validate.choice("connection", self.connection, CONNECTIONS)
+    if rule == "knn-labeling" and mech not in ("central", "none"):
+      raise ValueError(f"Expected mechanism=central or none with connection=knn-labeling (a record's edges "
+                       f"depend on the other records, so clients cannot randomize them); got {mech}.")
     object.__setattr__(self, "iterations", _validate.integer("iterations", self.iterations, minimum=1))
     _validate.choice("representation", self.representation, REPRESENTATIONS)
     object.__setattr__(self, "seed", _validate.integer("seed", self.seed, minimum=0))

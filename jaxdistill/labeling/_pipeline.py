@@ -139,8 +139,8 @@ def build_mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.Bs
 
 
 def _warnings(config: LabelingConfig, plan: BudgetPlan, statement: PrivacyStatement | None,
-              n: int) -> list[PrivacyWarning]:
-  out: list[PrivacyWarning] = []
+              n: int, rule: Any) -> list[PrivacyWarning]:
+  out: list[PrivacyWarning] = list(rule.warnings)
   if config.mechanism == "none":
     out.append(PrivacyWarning("no_privacy", "mechanism=none releases the exact votes: nothing is private."))
   if config.mechanism.startswith("shuffle") and plan.total_delta >= 1.0 / n:
@@ -170,24 +170,33 @@ def _warnings(config: LabelingConfig, plan: BudgetPlan, statement: PrivacyStatem
 
 def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list[PrivacyStatement | None],
                    n: int) -> dict[str, Any]:
-  """The report's privacy section: the total statement, how it composes, warnings, notes."""
+  """The report's privacy section: the total statement, how it composes, warnings, notes.
+
+  When the connection rule has no DP guarantee (Appendix C's balanced
+  rules) the statement's epsilon is ``inf`` and ``nominal_epsilon`` records
+  what the noise was calibrated for.
+  """
+  rule = components.connection_privacy(config.connection, config.k, config.num_queries)
   first = next((s for s in per_iteration if s is not None), None)
-  warnings = _warnings(config, plan, first, n)
+  warnings = _warnings(config, plan, first, n, rule)
+  valid = rule.dp_valid or config.mechanism == "none"
   total = PrivacyStatement(
-      mechanism=f"reverse-knn-labeling/{config.mechanism}", relation=Relation.REPLACE_ONE,
-      epsilon=plan.composed_epsilon, delta=plan.composed_delta, count=plan.iterations, method=plan.method,
+      mechanism=f"{config.connection}-labeling/{config.mechanism}", relation=Relation.REPLACE_ONE,
+      epsilon=plan.composed_epsilon if valid else math.inf, delta=plan.composed_delta if valid else 1.0,
+      count=plan.iterations, method=plan.method if valid else "no-guarantee",
       parameters={"epsilon_per_iteration": plan.epsilon_per_iteration,
                   "delta_per_iteration": plan.delta_per_iteration, "iterations": plan.iterations,
+                  "nominal_epsilon": plan.composed_epsilon, "nominal_delta": plan.composed_delta,
+                  "connection": config.connection, "declared_out_degree": rule.shape_k,
                   "k": config.k, "num_queries": config.num_queries, "num_private_records": n,
-                  "sensitivity_l1": 2 * config.k if config.mechanism == "central" else None,
+                  "sensitivity_l1": 2 * rule.shape_k if config.mechanism == "central" else None,
                   "model": {"central": "central", "none": "none"}.get(config.mechanism, config.mechanism.split("-")[0])},
       warnings=tuple(warnings))
   notes = [
       "Queries, clusters and the first representation are fitted on D_pub only; queries of iterations "
       "t >= 2 use the student trained on earlier releases (post-processing), so Q depends on D_priv only "
       "through DP outputs (spec §5 I1) and the T releases compose adaptively.",
-      "Reverse k-NN is a per-record rule: one record changes only its own k edges, so the L1 sensitivity "
-      "of the vote matrix is 2k under replace-one (k under add/remove).",
+      rule.guarantee,
       "Pseudo-labels, the student and every accuracy are post-processing of the releases "
       "(evaluation uses public labels only), except the noise-free baseline.",
   ]
@@ -195,6 +204,7 @@ def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list
     notes.append("Every record sends one message per iteration (T messages in all); the guarantee is per "
                  "record, and a client holding m records would be m*epsilon-protected (spec §5 I11).")
   return {"statement": total.to_dict(), "neighbouring_relation": RELATION_TEXT,
+          "connection": rule.to_dict(),
           "composition": plan.describe(), "budget": plan.to_dict(),
           "per_iteration": [s.to_dict() if s is not None else None for s in per_iteration],
           "warnings": [w.to_dict() for w in warnings], "notes": notes}
@@ -321,7 +331,8 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
   n, s, k = len(priv), config.num_queries, config.k
   results: list[IterationResult] = []
   student: Student | None = None
-  shape = mech_lib.BsvsShape(s, num_classes, k)
+  degree = components.connection_privacy(config.connection, k, s).shape_k  # s for k-NN labeling
+  shape = mech_lib.BsvsShape(s, num_classes, degree)
   mech = build_mechanism(config, plan, shape, n)  # the same mechanism every iteration
   for t in range(1, config.iterations + 1):
     timer = _Timer()
@@ -346,13 +357,13 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
         priv_emb = embed(priv.images) if (t, "priv") not in cache else cache[(t, "priv")]
       with timer("connection"):
         buckets = (cache[(t, "buckets")] if (t, "buckets") in cache
-                   else components.reverse_knn(priv_emb, pub_emb[queries], k))
+                   else components.connect(config.connection, priv_emb, pub_emb[queries], k).buckets)
       if t == 1:  # the first iteration is the same for every chain: share it
         cache.update({(1, "pub"): pub_emb, (1, "priv"): priv_emb, (1, "queries"): (queries, assignment),
                       (1, "buckets"): buckets})
       with timer("votes"):
         inputs, _ = mech_lib.make_bsvs_input(buckets, priv.labels[:, None], num_buckets=s,
-                                             num_labels=num_classes, k=k)
+                                             num_labels=num_classes, k=degree)
         if mech is None:
           votes = np.asarray(mech_lib.bsvs_counts(inputs, shape), np.float64)
         else:
@@ -383,15 +394,23 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
 
 
 # -- the run -------------------------------------------------------------------------
-def fit_first_representation(config: LabelingConfig, public_images: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def fit_first_representation(config: LabelingConfig, public_images: np.ndarray, *,
+                             progress: bool = False) -> Callable[[np.ndarray], np.ndarray]:
   """The representation :func:`run_labeling` fits on D_pub for iteration 1 (same key), for reuse.
 
   Sweeps over epsilon or the mechanism can fit it once and pass it as
   ``run_labeling(..., representation=...)``.
   """
-  key = jax.random.key(config.seed)
-  return components.fit_representation(jax.random.fold_in(key, _REP), config.representation,
-                                       np.asarray(public_images, np.float32), config.pca_dim)
+  key = jax.random.fold_in(jax.random.key(config.seed), _REP)
+  images = np.asarray(public_images, np.float32)
+  if config.representation != "contrastive" or not progress:
+    return components.fit_representation(key, config.representation, images, config.pca_dim)
+  from jaxdistill.representations import ContrastiveConfig  # pylint: disable=import-outside-toplevel
+  with _bar(ContrastiveConfig().steps, "contrastive representation on D_pub", True) as bar:
+    def update(steps: int, loss: float) -> None:
+      bar.update(steps - bar.n)
+      bar.set_postfix(loss=f"{loss:.3f}")
+    return components.fit_representation(key, config.representation, images, config.pca_dim, progress=update)
 
 
 def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | None = None,
@@ -432,7 +451,8 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
     raise ValueError(f"Expected num_queries (s)={config.num_queries} <= |D_pub|={len(pub)}: queries are "
                      "public samples.")
   delta = config.resolved_delta(n)
-  plan = plan_budget(config.mechanism, config.epsilon, delta, config.iterations, k=config.k,
+  degree = components.connection_privacy(config.connection, config.k, config.num_queries).shape_k
+  plan = plan_budget(config.mechanism, config.epsilon, delta, config.iterations, k=degree,
                      central_noise=config.central_noise)
   key = jax.random.key(config.seed)
   ledger = None
@@ -446,7 +466,7 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
         raise ValueError(f"Expected representation to be callable; got {type(representation).__name__}.")
       embed0 = representation
     else:
-      embed0 = fit_first_representation(config, pub.images)
+      embed0 = fit_first_representation(config, pub.images, progress=progress)
   cache: dict = {}
   with timer("private_chain"):
     chain = _run_chain(config, plan, splits, num_classes, embed0, key, ledger, progress, cache)
@@ -458,7 +478,7 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
         noise_free = chain
       else:
         nf_config = config.replace(mechanism="none", epsilon=math.inf, delta=None)
-        nf_plan = plan_budget("none", math.inf, 0.0, config.iterations, k=config.k)
+        nf_plan = plan_budget("none", math.inf, 0.0, config.iterations, k=degree)
         noise_free = _run_chain(nf_config, nf_plan, splits, num_classes, embed0, key, None, progress, cache)
     with timer("ceiling"):
       with _bar(config.student.epochs, "student supervised ceiling", progress) as bar:
