@@ -52,7 +52,7 @@ def parse(argv):
   p.add_argument("--s", type=int, default=40, help="number of queries when not swept")
   p.add_argument("--k", type=int, default=1, help="k when not swept")
   p.add_argument("--T", type=int, default=1, help="iterations")
-  p.add_argument("--representation", default="pca")
+  p.add_argument("--representation", default="hog-pca")
   p.add_argument("--seeds", default="0", help="comma-separated seeds (mean and spread reported)")
   p.add_argument("--private-size", type=int, default=None)
   p.add_argument("--public-size", type=int, default=None)

@@ -133,7 +133,7 @@ class LabelingConfig:
   k: int = 1
   connection: str = "reverse-knn"
   iterations: int = 1
-  representation: str = "pca"
+  representation: str = "hog-pca"
   seed: int = 0
   noise_seed: int | None = dataclasses.field(default=None, repr=False)
   private_size: int | None = None

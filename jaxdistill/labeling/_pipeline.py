@@ -354,7 +354,13 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
           queries, assignment = components.select_queries(jax.random.fold_in(jax.random.fold_in(key, _KMEANS), t),
                                                           pub_emb, s)
       with timer("embed"):
-        priv_emb = embed(priv.images) if (t, "priv") not in cache else cache[(t, "priv")]
+        if (t, "priv") in cache:
+          priv_emb = cache[(t, "priv")]
+        elif t == 1:
+          priv_emb = embed(priv.images)
+        else:
+          with _bar(len(priv), f"student embedding of D_priv t={t}", progress) as bar:
+            priv_emb = embed(priv.images, progress=bar.update if bar is not None else None)
       with timer("connection"):
         buckets = (cache[(t, "buckets")] if (t, "buckets") in cache
                    else components.connect(config.connection, priv_emb, pub_emb[queries], k).buckets)

@@ -67,11 +67,13 @@ class Student:
     """Top-1 accuracy, float64."""
     return models.accuracy(self.logits(images), labels)
 
-  def penultimate(self, images: np.ndarray, *, chunk: int = 512, project: Any = None) -> np.ndarray:
+  def penultimate(self, images: np.ndarray, *, chunk: int = 512, project: Any = None,
+                  progress: Any = None) -> np.ndarray:
     """float32 ``[n, F]`` features feeding the dense head (eval mode).
 
     ``project`` (optional) maps each chunk's features, so that a projection
-    of n records never materialises the full ``[n, F]`` matrix.
+    of n records never materialises the full ``[n, F]`` matrix;
+    ``progress(count)`` is called after each chunk.
     """
     images = np.asarray(images, np.float32)
     out = []
@@ -81,6 +83,8 @@ class Student:
       xb = np.pad(xb, ((0, pad), (0, 0), (0, 0), (0, 0))) if pad else xb
       feats = np.asarray(_features(self.state, jnp.asarray(xb), clf=self.classifier))[:chunk - pad]
       out.append(feats if project is None else project(feats))
+      if progress is not None:
+        progress(feats.shape[0])
     return np.concatenate(out)
 
   def embedding(self, key: jax.Array, public_images: np.ndarray) -> Any:
@@ -94,7 +98,8 @@ class Student:
     mean = feats.mean(0)
     dim = min(self.config.embedding_dim, feats.shape[0], feats.shape[1])
     comps = _pca_components(key, feats - mean, dim)
-    return lambda imgs: self.penultimate(imgs, project=lambda f: (f - mean) @ comps)
+    return lambda imgs, progress=None: self.penultimate(imgs, project=lambda f: (f - mean) @ comps,
+                                                        progress=progress)
 
 
 def _pca_components(key: jax.Array, x: np.ndarray, dim: int, power_iterations: int = 4) -> np.ndarray:

@@ -16,7 +16,7 @@ from jaxdistill import labeling
 from jaxdistill.labeling import _pipeline
 
 TINY_STUDENT = labeling.StudentConfig(widths=(8, 16), epochs=5, batch_size=64, learning_rate=3e-3)
-TINY = dict(private_size=1500, public_size=300, eval_size=300, num_queries=20, k=1,
+TINY = dict(private_size=1500, public_size=300, eval_size=300, num_queries=20, k=1, representation="pca",
             student=TINY_STUDENT, baselines=False, seed=3)
 
 
@@ -204,3 +204,35 @@ def test_ledger_refuses_when_a_recorded_release_file_is_missing(tmp_path):
     labeling.ReleaseLedger(tmp_path / "x", {"a": 2}, "hash")
   with pytest.raises(ValueError, match="other data"):
     labeling.ReleaseLedger(tmp_path / "x", {"a": 1}, "other-hash")
+
+
+# -- connection rules: what the statement says ---------------------------------------
+def statement_for(**changes):
+  cfg = labeling.LabelingConfig(**changes)
+  plan = labeling.plan_budget(cfg.mechanism, cfg.epsilon, cfg.resolved_delta(1000), cfg.iterations,
+                              k=cfg.num_queries if cfg.connection == "knn-labeling" else cfg.k)
+  return labeling.privacy_report(cfg, plan, [None], 1000)
+
+
+def test_reverse_knn_statement_has_sensitivity_2k():
+  rep = statement_for(mechanism="central", epsilon=0.5, k=3, num_queries=20)
+  st = rep["statement"]
+  assert st["epsilon"] == pytest.approx(0.5) and st["parameters"]["sensitivity_l1"] == 6
+  assert rep["connection"]["dp_valid"] and rep["connection"]["per_record"]
+
+
+def test_knn_labeling_statement_grows_with_s_and_is_central_only():
+  rep = statement_for(mechanism="central", epsilon=0.5, k=3, num_queries=20, connection="knn-labeling")
+  assert rep["statement"]["parameters"]["sensitivity_l1"] == 40  # 2s, not 2k
+  assert "knn_labeling_sensitivity_grows_with_s" in {w["code"] for w in rep["warnings"]}
+  with pytest.raises(ValueError, match="knn-labeling"):
+    labeling.LabelingConfig(mechanism="local-rr", connection="knn-labeling")
+
+
+@pytest.mark.parametrize("rule", ["balanced-max-min", "balanced-harmonic"])
+def test_balanced_rules_claim_no_guarantee(rule):
+  rep = statement_for(mechanism="central", epsilon=0.5, num_queries=20, connection=rule)
+  st = rep["statement"]
+  assert st["epsilon"] == "inf" and st["method"] == "no-guarantee"
+  assert st["parameters"]["nominal_epsilon"] == pytest.approx(0.5)
+  assert "balanced_connection_no_dp" in {w["code"] for w in rep["warnings"]}
