@@ -2,6 +2,8 @@
 
 Public subpackages:
 
+* :mod:`jaxdistill.audit` -- statistical privacy auditor (lower confidence
+  bounds on epsilon and delta, with alarms) and estimator checks.
 * :mod:`jaxdistill.accounting` -- exact privacy profiles, dp-accounting
   wrappers, shuffle amplification and the FedMD-NFDP sampling guarantee.
 * :mod:`jaxdistill.data` -- real image data offline (embedded MNIST, IDX
@@ -15,10 +17,11 @@ without notice; import from the subpackages instead.
 """
 
 from jaxdistill import accounting
+from jaxdistill import audit
 from jaxdistill import data
 from jaxdistill import mechanisms
 from jaxdistill import simulation
 
 __version__ = "0.1.0"
 
-__all__ = ["accounting", "data", "mechanisms", "simulation", "__version__"]
+__all__ = ["accounting", "audit", "data", "mechanisms", "simulation", "__version__"]

@@ -7,6 +7,7 @@ from typing import Sequence
 
 from jaxdistill.cli import _label
 from jaxdistill.cli import _privacy
+from jaxdistill.cli import _simulate
 from jaxdistill.cli._common import CliError, Parser
 
 
@@ -14,6 +15,7 @@ def build_parser() -> Parser:
   parser = Parser(prog="jaxdistill", description="Private federated knowledge distillation in JAX.")
   sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
   _privacy.add_parser(sub)
+  _simulate.add_parser(sub)
   _label.add_parser(sub)
   return parser
 

@@ -35,6 +35,9 @@ from jaxdistill.mechanisms._product import Separation
 from jaxdistill.mechanisms._product import SeparationMessage
 from jaxdistill.mechanisms._nb_sampler import sample_negative_binomial
 from jaxdistill.mechanisms._randomized_response import RandomizedResponse
+from jaxdistill.mechanisms._sampling import bernoulli_dyadic
+from jaxdistill.mechanisms._sampling import dyadic_ceil
+from jaxdistill.mechanisms._sampling import uniform_words
 from jaxdistill.mechanisms._shuffle_multi import MultiMessageTranscript
 from jaxdistill.mechanisms._shuffle_multi import ShuffleMultiMessage
 from jaxdistill.mechanisms._shuffle_multi import shuffle_multi_message_protocol
@@ -50,5 +53,6 @@ __all__ = [
     "discrete_laplace_labeling_error", "collision_alpha", "collision_beta",
     "collision_labeling_error",
     "ShuffleMultiMessage", "MultiMessageTranscript", "shuffle_multi_message_protocol",
-    "sample_negative_binomial", "ShuffleSingleMessage",
+    "sample_negative_binomial", "ShuffleSingleMessage", "bernoulli_dyadic", "dyadic_ceil",
+    "uniform_words",
 ]

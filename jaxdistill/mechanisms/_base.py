@@ -17,6 +17,9 @@ deployment has:
   parameters the sampler uses.
 * ``entry_variance(counts, num_clients) -> [s, |Y|] float64``: the
   closed-form variance of each estimated entry given the true counts.
+* ``entry_bias(counts, num_clients) -> [s, |Y|] float64``: the closed-form
+  bias E[estimate] - A (zero unless a mechanism documents otherwise), so the
+  predicted error of a biased estimator is its MSE, not its variance.
 """
 
 from __future__ import annotations
@@ -59,3 +62,13 @@ class BsvsMechanism(abc.ABC):
   @abc.abstractmethod
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     """Closed-form variance of each estimated entry, float64 ``[s, |Y|]``."""
+
+  def entry_bias(self, counts: Any, num_clients: int) -> np.ndarray:
+    """Closed-form bias E[estimate] - A of each entry (unbiased mechanisms: 0)."""
+    del num_clients
+    return np.zeros(np.shape(counts), np.float64)
+
+  def entry_mse(self, counts: Any, num_clients: int) -> np.ndarray:
+    """Closed-form mean squared error per entry: variance + bias^2."""
+    bias = self.entry_bias(counts, num_clients)
+    return np.asarray(self.entry_variance(counts, num_clients), np.float64) + bias * bias

@@ -381,6 +381,11 @@ class ConcatenationLiteral(_Concatenated):
     p, q = self.p, self.q
     return _centered_products(stats, num_clients, q, q) / (p - q) ** 2
 
+  def entry_bias(self, counts: Any, num_clients: int) -> np.ndarray:
+    """E[Â] - A = (bias_factor - 1) * A."""
+    del num_clients
+    return (self.bias_factor - 1.0) * np.asarray(counts, np.float64)
+
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     """Variance (not MSE) of the literal estimate; its mean is bias_factor * A."""
     p, q = self.p, self.q

@@ -15,6 +15,7 @@ from jaxdistill.accounting import MechanismAccount, PrivacyStatement, Relation
 from jaxdistill.accounting import randomized_response as rr_account
 from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsShape, client_entries
+from jaxdistill.mechanisms._sampling import bernoulli_dyadic, dyadic_ceil
 
 __all__ = ["RandomizedResponse"]
 
@@ -23,9 +24,14 @@ __all__ = ["RandomizedResponse"]
 class RandomizedResponse(BsvsMechanism):
   """Bitwise randomized response on the flattened A^i (d = s|Y| bits).
 
-  Each bit is kept with probability p = e^{eps'}/(e^{eps'} + 1) and flipped
-  with probability q = 1 - p, where eps' = eps / (2kr). Two inputs differ in
-  at most 2kr bits, so a message is eps-LDP. The server debiases the bit sums:
+  Each bit is kept with probability p and flipped with probability q = 1 - p,
+  where q is 1 / (e^{eps'} + 1), eps' = eps / (2kr), rounded *up* to a
+  multiple of 2^-16 (of 2^-32 when 2^-16 would cost more than 0.1% of
+  eps'): the sampler compares integers, so q is exactly the probability
+  sampled, and rounding towards 1/2 only lowers the real per-bit epsilon
+  ln(p/q) <= eps' (by at most 0.1% for eps' >= 1e-6). Two inputs differ in
+  at most 2kr bits, so a message is eps-LDP. The server debiases the bit
+  sums with the same p and q:
 
   .. math::
 
@@ -52,6 +58,9 @@ class RandomizedResponse(BsvsMechanism):
 
   def __post_init__(self):
     object.__setattr__(self, "epsilon", _validate.positive("epsilon", self.epsilon))
+    if not self.keep_probability > 0.5:
+      raise ValueError(f"Expected epsilon={self.epsilon!r} large enough that eps' = eps/(2kr) "
+                       f"exceeds 2^-30; got eps' = {self.bit_epsilon!r}.")
 
   @property
   def bit_epsilon(self) -> float:
@@ -59,16 +68,33 @@ class RandomizedResponse(BsvsMechanism):
     return self.epsilon / (2 * self.shape.c)
 
   @property
+  def sampler_bits(self) -> int:
+    """16 (four flips per threefry hash) unless rounding q to 2^-16 could cost > 0.1% of eps'."""
+    q = 1.0 / (1.0 + math.exp(self.bit_epsilon))
+    return 16 if 2.0**-16 / (q * (1.0 - q)) <= 1e-3 * self.bit_epsilon else 32
+
+  @property
+  def flip_threshold(self) -> int:
+    """ceil(q * 2^b): a bit flips iff a uniform b-bit integer is below it."""
+    return dyadic_ceil(1.0 / (1.0 + math.exp(self.bit_epsilon)), self.sampler_bits)
+
+  @property
   def keep_probability(self) -> float:
-    """p = e^{eps'} / (e^{eps'} + 1)."""
-    return 1.0 / (1.0 + math.exp(-self.bit_epsilon))
+    """p = 1 - q, with q the dyadic flip probability actually sampled."""
+    return 1.0 - self.flip_threshold / 2.0**self.sampler_bits
+
+  @property
+  def effective_bit_epsilon(self) -> float:
+    """ln(p / q) of the sampler, <= eps' (exact per-bit privacy loss)."""
+    p = self.keep_probability
+    return math.log(p / (1.0 - p))
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
-    """bool ``[d]``: the client's bits of A^i, each flipped w.p. q."""
+    """bool ``[d]``: the client's bits of A^i, each flipped w.p. q (exactly)."""
     d = self.shape.d
     ent = client_entries(buckets, labels, self.shape.num_labels)
     truth = jnp.zeros(d + 1, jnp.bool_).at[jnp.where(ent >= 0, ent, d)].set(True)[:d]
-    flip = jax.random.bernoulli(key, 1.0 - self.keep_probability, (d,))
+    flip = bernoulli_dyadic(key, self.flip_threshold, self.sampler_bits, d)
     return jnp.logical_xor(truth, flip)
 
   def analyze(self, message: jax.Array) -> jax.Array:
@@ -89,12 +115,14 @@ class RandomizedResponse(BsvsMechanism):
     return np.full((self.shape.num_buckets, self.shape.num_labels), v, dtype=np.float64)
 
   def account(self) -> MechanismAccount:
-    """The worst pair: 2kr binary randomized responses at eps' each."""
-    return rr_account(self.bit_epsilon, num_buckets=2, count=2 * self.shape.c)
+    """The worst pair: 2kr binary randomized responses at the sampler's exact per-bit epsilon."""
+    return rr_account(self.effective_bit_epsilon, num_buckets=2, count=2 * self.shape.c)
 
   def privacy(self) -> PrivacyStatement:
     return PrivacyStatement(
         mechanism="local-randomized-response", relation=Relation.REPLACE_ONE,
         epsilon=self.epsilon, delta=0.0, count=1, method="closed-form",
         parameters={"bit_epsilon": self.bit_epsilon, "keep_probability": self.keep_probability,
+                    "effective_epsilon": 2 * self.shape.c * self.effective_bit_epsilon,
+                    "sampler_bits": self.sampler_bits,
                     "d": self.shape.d, "k": self.shape.k, "r": self.shape.r, "model": "local"})

@@ -1,7 +1,29 @@
-"""Simulating BSVS mechanisms over large client populations."""
+"""Simulating BSVS mechanisms over large client populations.
 
+:func:`simulate` streams any :class:`~jaxdistill.mechanisms.BsvsMechanism`
+over n clients in vmapped chunks under ``lax.scan`` (memory bounded in n),
+sharded over a 1-D device mesh; the same key gives bitwise-identical output
+for any chunk size and device count. :func:`build_mechanism` maps the CLI's
+mechanism names to library classes.
+"""
+
+from jaxdistill.simulation._memory import MeasuredRun
+from jaxdistill.simulation._memory import measure_subprocess
+from jaxdistill.simulation._memory import peak_rss_bytes
+from jaxdistill.simulation._registry import MechanismSpec
+from jaxdistill.simulation._registry import build_mechanism
+from jaxdistill.simulation._registry import mechanism_names
+from jaxdistill.simulation._registry import mechanism_spec
+from jaxdistill.simulation._runner import CLIENT_AXIS
+from jaxdistill.simulation._runner import MAX_CLIENTS
 from jaxdistill.simulation._runner import SimulationResult
+from jaxdistill.simulation._runner import client_mesh
 from jaxdistill.simulation._runner import client_statistics
 from jaxdistill.simulation._runner import simulate
 
-__all__ = ["SimulationResult", "client_statistics", "simulate"]
+__all__ = [
+    "CLIENT_AXIS", "MAX_CLIENTS", "MeasuredRun", "MechanismSpec",
+    "SimulationResult", "build_mechanism", "client_mesh",
+    "client_statistics", "measure_subprocess", "mechanism_names", "mechanism_spec",
+    "peak_rss_bytes", "simulate",
+]

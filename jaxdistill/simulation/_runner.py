@@ -2,10 +2,34 @@
 
 Client i's randomness is ``fold_in(clients_key, i)`` and the server sums
 integer statistics, so the result depends only on (key, clients, mechanism):
-not on the chunk size, the order of chunks, or (with sharding) the number of
-devices. Clients come either from a materialised :class:`BsvsInput` or from
-a generator with ``client(index)`` (e.g. :class:`SyntheticWorkload`), in
-which case memory is independent of n.
+not on the chunk size, the order of chunks, or the number of devices. Clients
+come either from a materialised :class:`BsvsInput` or from a generator with
+``client(index)`` (e.g. :class:`SyntheticWorkload`), in which case memory is
+independent of n.
+
+Layout of the computation (P devices, chunks of C clients):
+
+.. code-block:: text
+
+   clients 0 .. n-1  ->  chunks of C (the last one padded and masked)
+   device p scans its contiguous block of ceil(#chunks / P) chunks:
+     per chunk: vmap over C clients of analyze(randomize(fold_in(key, i), x_i)),
+                summed to one integer pytree (memory O(C * d))
+   integer totals are psum-ed across the 1-D device mesh (exact, order-free)
+
+Several hosts (``jax.distributed``; cannot be tested on one machine, so this
+is documentation, not a tested claim): call ``jax.distributed.initialize()``
+on every process, then call :func:`simulate` with the same key, mechanism and
+workload on every process. ``jax.devices()`` is then the global device list,
+the mesh spans all hosts, each device scans only its own block of chunks, and
+the ``psum`` of the integer totals crosses hosts. With a generator source
+(:class:`SyntheticWorkload`) nothing but the key travels: each process
+generates only the clients of its addressable devices. With real client data,
+build the :class:`BsvsInput` as a global array sharded along clients, each
+process feeding its addressable shard, e.g. with
+``jax.make_array_from_process_local_data(NamedSharding(client_mesh(), P(CLIENT_AXIS)), local_rows)``,
+with a row count that is a multiple of (devices x chunk size) so no
+re-layout is needed.
 """
 
 from __future__ import annotations
@@ -13,16 +37,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxdistill import _validate
-from jaxdistill.mechanisms import BsvsInput, BsvsMechanism
+from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
 
-__all__ = ["SimulationResult", "simulate", "client_statistics"]
+__all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "CLIENT_AXIS",
+           "MAX_CLIENTS"]
+
+#: Name of the mesh axis clients are sharded along.
+CLIENT_AXIS = "clients"
+
+#: Largest n: client indices are uint32 and integer statistics are int32 sums.
+MAX_CLIENTS = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,67 +66,210 @@ class SimulationResult:
     stats: the summed integer statistics (host numpy pytree).
     num_clients: n.
     wall_seconds: wall time of the run (compilation included).
+    num_devices: devices the clients were sharded over.
+    chunk_size: clients per vmapped chunk actually used.
+    counts: the exact aggregate A, int ``[s, |Y|]``, when asked for
+      (``with_counts=True``), else None.
   """
 
   estimate: np.ndarray
   stats: Any
   num_clients: int
   wall_seconds: float
+  num_devices: int = 1
+  chunk_size: int = 0
+  counts: np.ndarray | None = None
 
 
-def _from_arrays(args: BsvsInput, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
-  return args.buckets[idx], args.labels[idx]
+@dataclasses.dataclass(frozen=True)
+class _WithCounts(BsvsMechanism):
+  """Wraps a mechanism so one pass also sums the exact A (same keys, same messages)."""
+
+  inner: BsvsMechanism
+
+  @property
+  def shape(self):  # type: ignore[override]
+    return self.inner.shape
+
+  def randomize(self, key, buckets, labels):
+    return self.inner.randomize(key, buckets, labels), client_entries(buckets, labels,
+                                                                      self.shape.num_labels)
+
+  def analyze(self, message):
+    msg, entries = message
+    d = self.shape.d
+    dense = jnp.zeros(d + 1, jnp.int32).at[jnp.where(entries >= 0, entries, d)].add(1)[:d]
+    return self.inner.analyze(msg), dense
+
+  def estimate(self, key, stats, num_clients):
+    return self.inner.estimate(key, stats[0], num_clients)
+
+  def privacy(self):
+    return self.inner.privacy()
+
+  def entry_variance(self, counts, num_clients):
+    return self.inner.entry_variance(counts, num_clients)
 
 
-def _from_generator(args: Any, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
-  return args.client(idx)
+# A source maps (source_args, global client indices [C], local row indices [C])
+# to (buckets [C, k], labels [C, r]). Module-level functions keep jit caches warm.
+SourceFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
 
 
-def _source(clients: Any) -> tuple[int, Callable[[Any, jax.Array], tuple[jax.Array, jax.Array]], Any]:
-  """``(n, source_fn, source_args)``; module-level source_fns keep jit caches warm."""
+def _from_arrays(args: BsvsInput, global_idx: jax.Array, local_idx: jax.Array):
+  del global_idx  # rows are sharded: a device only sees its own block
+  return args.buckets[local_idx], args.labels[local_idx]
+
+
+def _from_generator(args: Any, global_idx: jax.Array, local_idx: jax.Array):
+  del local_idx
+  return jax.vmap(args.client)(global_idx)
+
+
+def _source(clients: Any) -> tuple[int, SourceFn, bool]:
+  """``(n, source_fn, sharded_rows)`` of a client source."""
   if isinstance(clients, BsvsInput):
-    return clients.num_clients, _from_arrays, clients
+    return clients.num_clients, _from_arrays, True
   if hasattr(clients, "client") and hasattr(clients, "num_clients"):
     # Generators are pytrees (their key is data), so they travel as arguments.
-    return int(clients.num_clients), _from_generator, clients
+    return int(clients.num_clients), _from_generator, False
   raise ValueError(f"Expected clients to be a BsvsInput or a workload with client(index); got {type(clients)}.")
 
 
-@functools.partial(jax.jit, static_argnames=("mechanism", "source_fn", "num_chunks", "chunk_size"))
-def _run(clients_key, source_args, num_clients, mechanism, source_fn, num_chunks, chunk_size):
+def client_mesh(devices: Any = None) -> Mesh:
+  """A 1-D :class:`jax.sharding.Mesh` with axis :data:`CLIENT_AXIS`.
 
-  def one(i, valid):
-    buckets, labels = source_fn(source_args, i)
-    stats = mechanism.analyze(mechanism.randomize(jax.random.fold_in(clients_key, i), buckets, labels))
+  Args:
+    devices: ``None`` (all of ``jax.devices()``, i.e. every host's devices
+      under ``jax.distributed``), an int (the first that many devices), a
+      sequence of devices, or a 1-D ``Mesh`` (returned as is).
+
+  Raises:
+    ValueError: a count outside [1, len(jax.devices())], an empty sequence, or
+      a mesh that is not 1-D.
+  """
+  if isinstance(devices, Mesh):
+    if len(devices.axis_names) != 1:
+      raise ValueError(f"Expected a 1-D mesh; got axes {devices.axis_names}.")
+    return devices if devices.axis_names == (CLIENT_AXIS,) else Mesh(devices.devices, (CLIENT_AXIS,))
+  available = jax.devices()
+  if devices is None:
+    devs = available
+  elif isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
+    count = _validate.integer("devices", devices, minimum=1, maximum=len(available))
+    devs = available[:count]
+  else:
+    devs = list(devices)
+    if not devs:
+      raise ValueError("Expected devices to name at least one device; got an empty sequence.")
+  return Mesh(np.array(devs), (CLIENT_AXIS,))
+
+
+@functools.partial(jax.jit, static_argnames=("mechanism", "source_fn", "sharded_rows",
+                                             "chunks_per_device", "chunk_size", "mesh"))
+def _run(clients_key, source_args, num_clients, mechanism, source_fn, sharded_rows,
+         chunks_per_device, chunk_size, mesh):
+  """Summed integer statistics; see the module docstring for the layout."""
+
+  def one(key, buckets, labels, valid):
+    stats = mechanism.analyze(mechanism.randomize(key, buckets, labels))
     return jax.tree.map(lambda x: jnp.where(valid, x, jnp.zeros_like(x)), stats)
 
-  def body(total, chunk):
-    idx = chunk * chunk_size + jnp.arange(chunk_size, dtype=jnp.uint32)
-    valid = idx < num_clients
-    stats = jax.vmap(one)(jnp.where(valid, idx, 0), valid)
-    return jax.tree.map(lambda t, s: t + s.sum(axis=0, dtype=t.dtype), total, stats), None
+  def per_device(key, args, n):
+    first_chunk = jax.lax.axis_index(CLIENT_AXIS).astype(jnp.uint32) * chunks_per_device
+    lane = jnp.arange(chunk_size, dtype=jnp.uint32)
 
-  shapes = jax.eval_shape(lambda: one(jnp.uint32(0), True))
-  zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-  total, _ = jax.lax.scan(body, zero, jnp.arange(num_chunks, dtype=jnp.uint32))
-  return total
+    def body(carry, _):
+      total, j = carry
+      global_idx = (first_chunk + j) * chunk_size + lane
+      valid = global_idx < n
+      safe_idx = jnp.where(valid, global_idx, 0)
+      buckets, labels = source_fn(args, safe_idx, j * chunk_size + lane)
+      keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, safe_idx)
+      stats = jax.vmap(one)(keys, buckets, labels, valid)
+      total = jax.tree.map(lambda t, s: t + s.sum(axis=0, dtype=t.dtype), total, stats)
+      return (total, j + 1), None
+
+    shapes = jax.eval_shape(lambda: jax.vmap(one, in_axes=(None, 0, 0, None))(
+        key, *source_fn(args, lane[:1], lane[:1]), True))
+    zero = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)
+    # The chunk counter rides in the carry (no [num_chunks] index array: O(1) in n).
+    (total, _), _ = jax.lax.scan(body, (zero, jnp.uint32(0)), None, length=chunks_per_device)
+    return jax.lax.psum(total, CLIENT_AXIS)
+
+  args_spec = P(CLIENT_AXIS) if sharded_rows else P()
+  return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), args_spec, P()), out_specs=P(),
+                       check_vma=False)(clients_key, source_args, num_clients)
+
+
+def _plan(n: int, chunk_size: int, num_devices: int) -> tuple[int, int]:
+  """``(chunk, chunks_per_device)``: no device gets more than one padded chunk."""
+  chunk = min(chunk_size, -(-n // num_devices))
+  num_chunks = -(-n // chunk)
+  return chunk, -(-num_chunks // num_devices)
+
+
+def _pad_rows(inp: BsvsInput, rows: int) -> BsvsInput:
+  extra = rows - inp.num_clients
+  if extra == 0:
+    return inp
+  return BsvsInput(*(jnp.pad(a, ((0, extra), (0, 0)), constant_values=-1) for a in inp))
+
+
+def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
+  if not isinstance(mechanism, BsvsMechanism):
+    raise ValueError(f"Expected a BsvsMechanism; got {type(mechanism)}.")
+  n, source_fn, sharded_rows = _source(clients)
+  _validate.integer("num_clients", n, minimum=1, maximum=MAX_CLIENTS)
+  chunk_size = _validate.integer("chunk_size", chunk_size, minimum=1)
+  mesh = client_mesh(devices)
+  chunk, per_device = _plan(n, chunk_size, mesh.size)
+  if sharded_rows:
+    clients = _pad_rows(clients, chunk * per_device * mesh.size)
+  return n, source_fn, sharded_rows, clients, chunk, per_device, mesh
 
 
 def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
-                      chunk_size: int = 4096) -> Any:
-  """Summed integer statistics of all clients' messages (no final estimate)."""
-  if not isinstance(mechanism, BsvsMechanism):
-    raise ValueError(f"Expected a BsvsMechanism; got {type(mechanism)}.")
-  n, source_fn, args = _source(clients)
-  chunk_size = _validate.integer("chunk_size", chunk_size, minimum=1)
-  chunk = min(chunk_size, n)
-  num_chunks = -(-n // chunk)
-  return _run(key, args, jnp.uint32(n), mechanism, source_fn, num_chunks, chunk)
+                      chunk_size: int = 4096, devices: Any = None) -> Any:
+  """Summed integer statistics of all clients' messages (no final estimate).
+
+  .. math:: S = \\sum_{i=0}^{n-1} \\mathrm{analyze}(\\mathrm{randomize}(
+            \\mathrm{fold\\_in}(key, i), x_i))
+
+  Args:
+    key: the clients key (client i uses ``fold_in(key, i)``).
+    mechanism: any :class:`BsvsMechanism`.
+    clients: a :class:`BsvsInput` (``buckets [n, k]``, ``labels [n, r]``
+      int32) or a generator with ``num_clients`` and ``client(index)``.
+    chunk_size: clients per vmapped chunk (memory O(chunk_size * d) per
+      device); it does not change the result.
+    devices: see :func:`client_mesh` (default: all devices); it does not
+      change the result.
+
+  Returns:
+    The mechanism's statistics pytree summed over clients (device arrays,
+    replicated). Sums are in the statistics' own integer dtype (int32 unless
+    x64 is enabled): per-client statistics times n must stay below 2^31.
+
+  Raises:
+    ValueError: not a mechanism, an unknown client source, n outside
+      [1, 2^31 - 1], chunk_size < 1, or a bad ``devices``.
+  """
+  n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
+      mechanism, clients, chunk_size, devices)
+  return _run(key, clients, jnp.uint32(n), mechanism, source_fn, sharded_rows, per_device, chunk,
+              mesh)
 
 
 def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
-             chunk_size: int = 4096) -> SimulationResult:
+             chunk_size: int = 4096, devices: Any = None,
+             with_counts: bool = False) -> SimulationResult:
   """Runs ``mechanism`` over all clients and returns the server's estimate.
+
+  The clients stream through ``lax.scan`` in vmapped chunks, so memory is
+  O(chunk_size x d) per device whatever n is (with a generator source); the
+  chunks are sharded over a 1-D device mesh and the integer totals summed
+  with ``psum``. See the module docstring for several hosts.
 
   Args:
     key: PRNG key; split into a clients key (client i uses
@@ -103,15 +278,34 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
     clients: a :class:`BsvsInput` or a generator such as
       :class:`SyntheticWorkload`.
     chunk_size: clients per vmapped chunk; memory is O(chunk_size * d).
+    devices: ``None`` (all devices), a count, a device list, or a 1-D mesh.
+    with_counts: also sum the exact aggregate A in the same pass
+      (``result.counts``; the mechanism's messages are unchanged).
 
   Returns:
     A :class:`SimulationResult`. The same key gives bitwise-identical
-    statistics and estimate for any ``chunk_size``.
+    statistics and estimate for any ``chunk_size`` and any number of devices.
+
+  Raises:
+    ValueError: as :func:`client_statistics`.
+
+  >>> from jaxdistill import mechanisms as M
+  >>> w = M.synthetic_workload(jax.random.key(0), num_clients=1000, num_buckets=4, num_labels=2, k=1)
+  >>> simulate(jax.random.key(1), M.RandomizedResponse(w.shape, 1.0), w).estimate.shape
+  (4, 2)
   """
   start = time.perf_counter()
   clients_key, server_key = jax.random.split(key)
-  n, _, _ = _source(clients)
-  stats = client_statistics(clients_key, mechanism, clients, chunk_size=chunk_size)
+  n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
+      mechanism, clients, chunk_size, devices)
+  run_mech = _WithCounts(mechanism) if with_counts else mechanism
+  stats = _run(clients_key, clients, jnp.uint32(n), run_mech, source_fn, sharded_rows, per_device,
+               chunk, mesh)
   stats = jax.tree.map(np.asarray, jax.block_until_ready(stats))
+  counts = None
+  if with_counts:
+    stats, dense = stats
+    counts = dense.reshape(mechanism.shape.num_buckets, mechanism.shape.num_labels)
   est = mechanism.estimate(server_key, stats, n)
-  return SimulationResult(np.asarray(est, np.float64), stats, n, time.perf_counter() - start)
+  return SimulationResult(np.asarray(est, np.float64), stats, n, time.perf_counter() - start,
+                          mesh.size, chunk, counts)

@@ -53,8 +53,12 @@ def test_privacy_is_exactly_epsilon_on_the_worst_pair(eps, k):
   q = exact_pmf(mech, list(range(3 - k, 3)) if k > 1 else [2], [1])
   assert accounting.privacy_profile(p, q, eps) <= 1e-12
   assert accounting.privacy_profile(p, q, eps * 0.99) > 1e-6  # tight
-  assert accounting.epsilon_for_delta(p, q, 0.0) == pytest.approx(eps, rel=1e-9)
-  assert mech.account().epsilon(0.0) == pytest.approx(eps)
+  # The sampler's flip probability is q rounded up to a dyadic value, so the
+  # exact epsilon is 2kr ln(p/q) of that value: at most eps, within 0.1%.
+  exact = accounting.epsilon_for_delta(p, q, 0.0)
+  assert exact == pytest.approx(2 * mech.shape.c * mech.effective_bit_epsilon, rel=1e-9)
+  assert eps * (1 - 1e-3) <= exact <= eps
+  assert mech.account().epsilon(0.0) == pytest.approx(exact, rel=1e-6)
   assert mech.privacy().relation is accounting.Relation.REPLACE_ONE
 
 
@@ -76,8 +80,33 @@ def test_unbiased_with_closed_form_variance():
   assert np.all((chi > lo) & (chi < hi))
 
 
+@pytest.mark.parametrize("eps,k,bits", [(1.0, 1, 16), (0.3, 2, 16), (0.05, 1, 32), (1e-4, 1, 32)])
+def test_flip_probability_is_dyadic_and_rounded_towards_one_half(eps, k, bits):
+  mech = M.RandomizedResponse(M.BsvsShape(4, 2, k), eps)
+  q_exact = 1 / (1 + math.exp(eps / (2 * k)))
+  q = 1 - mech.keep_probability
+  assert mech.sampler_bits == bits
+  assert (q * 2**bits).is_integer()
+  assert q_exact <= q < q_exact + 2.0**-bits
+  assert mech.effective_bit_epsilon <= mech.bit_epsilon * (1 + 1e-15)
+  assert mech.effective_bit_epsilon >= mech.bit_epsilon * (1 - 1e-3)
+
+
+def test_flip_frequency_matches_the_dyadic_probability():
+  # 4e6 flips (d = 8 bits x 5e5 keys): |freq - q| < 5 sd, false failure < 1e-6.
+  mech = M.RandomizedResponse(M.BsvsShape(4, 2, 1), 1.0)
+  b, lab = jnp.array([0], jnp.int32), jnp.array([0], jnp.int32)
+  keys = jax.random.split(jax.random.key(11), 500_000)
+  msgs = np.asarray(jax.vmap(lambda k: mech.randomize(k, b, lab))(keys))
+  flips = np.concatenate([~msgs[:, :1], msgs[:, 1:]], axis=1)
+  q = 1 - mech.keep_probability
+  assert abs(flips.mean() - q) < 5 * math.sqrt(q * (1 - q) / flips.size)
+
+
 def test_bad_epsilon():
   with pytest.raises(ValueError, match="epsilon"):
     M.RandomizedResponse(M.BsvsShape(2, 2, 1), 0.0)
   with pytest.raises(ValueError, match="epsilon"):
     M.RandomizedResponse(M.BsvsShape(2, 2, 1), math.nan)
+  with pytest.raises(ValueError, match="epsilon"):
+    M.RandomizedResponse(M.BsvsShape(2, 2, 1), 1e-12)

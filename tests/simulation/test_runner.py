@@ -1,5 +1,7 @@
 """The streaming runner: exact sums, chunk invariance, generator == arrays."""
 
+import sys
+
 import jax
 import numpy as np
 import pytest
@@ -14,12 +16,13 @@ def test_statistics_equal_a_plain_loop():
   mech = M.RandomizedResponse(w.shape, 1.0)
   key = jax.random.key(9)
   got = np.asarray(simulation.client_statistics(key, mech, inp, chunk_size=8))
-  want = sum(np.asarray(mech.analyze(mech.randomize(jax.random.fold_in(key, i), inp.buckets[i], inp.labels[i])))
-             for i in range(37))
+  one = jax.jit(lambda k, b, lab: mech.analyze(mech.randomize(k, b, lab)))
+  want = sum(np.asarray(one(jax.random.fold_in(key, i), inp.buckets[i], inp.labels[i])) for i in range(37))
   np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 64, 1000])
+# (tests/simulation/test_sharding.py covers more chunk sizes and device counts.)
+@pytest.mark.parametrize("chunk", [7, 1000])
 def test_bitwise_identical_for_any_chunk_size(chunk):
   w = M.synthetic_workload(jax.random.key(0), num_clients=500, num_buckets=6, num_labels=3, k=1)
   mech = M.RandomizedResponse(w.shape, 0.7)
@@ -33,3 +36,66 @@ def test_rejects_unknown_clients():
   mech = M.RandomizedResponse(M.BsvsShape(2, 2, 1), 1.0)
   with pytest.raises(ValueError, match="clients"):
     simulation.simulate(jax.random.key(0), mech, [1, 2, 3])
+
+
+def _temp_bytes(mech, clients, chunk):
+  from jaxdistill.simulation import _runner
+  n, fn, rows, src, ch, per_dev, mesh = _runner._prepare(mech, clients, chunk, None)
+  low = _runner._run.lower(jax.random.key(0), src, np.uint32(n), mech, fn, rows, per_dev, ch, mesh)
+  return low.compile().memory_analysis().temp_size_in_bytes
+
+
+def test_working_memory_is_independent_of_n():
+  # XLA's buffer assignment for a generator source: the temporaries depend on the
+  # chunk size, not on n (10^3 vs 10^9 clients compile to the same working set).
+  # Deterministic; it fails if the runner ever materialises per-client arrays.
+  shape = M.BsvsShape(8, 4, 2)
+  mech = M.RandomizedResponse(shape, 1.0)
+  small = M.synthetic_workload(jax.random.key(0), num_clients=10**3, num_buckets=8, num_labels=4, k=2)
+  huge = M.synthetic_workload(jax.random.key(0), num_clients=10**9, num_buckets=8, num_labels=4, k=2)
+  t_small, t_huge = _temp_bytes(mech, small, 256), _temp_bytes(mech, huge, 256)
+  assert t_small == t_huge
+  assert t_huge < 256 * shape.d * 4 * 16  # a few [chunk, d] int32 buffers at most
+
+
+def test_measure_subprocess_reads_the_childs_own_peak():
+  big = simulation.measure_subprocess(
+      [sys.executable, "-c", "import numpy as np; a = np.ones(40_000_000); print(a.sum())"])
+  small = simulation.measure_subprocess([sys.executable, "-c", "print(1)"])
+  assert big.returncode == 0 and big.stdout.strip() == "40000000.0"
+  assert big.peak_rss_bytes > 320e6  # 40e6 float64 = 320 MB were touched
+  assert small.peak_rss_bytes < 100e6
+  assert small.wall_seconds > 0
+  assert simulation.peak_rss_bytes() > 0
+  failed = simulation.measure_subprocess([sys.executable, "-c", "import sys; sys.exit(3)"])
+  assert failed.returncode == 3
+
+
+def test_with_counts_matches_bsvs_counts_and_leaves_the_estimate_unchanged():
+  # Same sizes as test_bitwise_identical_for_any_chunk_size[7], so the plain run reuses its compilation.
+  w = M.synthetic_workload(jax.random.key(0), num_clients=500, num_buckets=6, num_labels=3, k=1)
+  inp = w.materialize()
+  mech = M.RandomizedResponse(w.shape, 0.7)
+  plain = simulation.simulate(jax.random.key(3), mech, inp, chunk_size=7)
+  both = simulation.simulate(jax.random.key(3), mech, inp, chunk_size=7, with_counts=True)
+  np.testing.assert_array_equal(both.counts, np.asarray(M.bsvs_counts(inp, w.shape)))
+  np.testing.assert_array_equal(both.estimate, plain.estimate)
+  assert plain.counts is None
+
+
+@pytest.mark.parametrize("devices,needle", [(0, "devices=0"), (2, "devices=2"), ([], "at least one")])
+def test_rejects_bad_devices(devices, needle):
+  mech = M.RandomizedResponse(M.BsvsShape(2, 2, 1), 1.0)
+  w = M.synthetic_workload(jax.random.key(0), num_clients=10, num_buckets=2, num_labels=2, k=1)
+  with pytest.raises(ValueError, match=needle):
+    simulation.simulate(jax.random.key(0), mech, w, devices=devices)
+
+
+def test_rejects_bad_chunk_size_and_too_many_clients():
+  mech = M.RandomizedResponse(M.BsvsShape(2, 2, 1), 1.0)
+  w = M.synthetic_workload(jax.random.key(0), num_clients=10, num_buckets=2, num_labels=2, k=1)
+  with pytest.raises(ValueError, match="chunk_size=0"):
+    simulation.simulate(jax.random.key(0), mech, w, chunk_size=0)
+  huge = M.synthetic_workload(jax.random.key(0), num_clients=2**31, num_buckets=2, num_labels=2, k=1)
+  with pytest.raises(ValueError, match="num_clients"):
+    simulation.simulate(jax.random.key(0), mech, huge)

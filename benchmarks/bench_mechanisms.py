@@ -1,0 +1,471 @@
+"""Benchmark: jaxdistill vs vectorised NumPy vs a per-record Python loop, in one run.
+
+For each mechanism (randomized response, Collision, multi-message shuffle) and
+each contender, one fresh subprocess draws every client's message, the server
+aggregates and estimates A; the driver reads the subprocess's own wall time
+for that work and its own peak resident memory, and prints ratios measured in
+the same run. Contenders:
+
+* ``jaxdistill``: :func:`jaxdistill.simulation.simulate` on the mechanism
+  built from the registry (compilation reported separately: the first run
+  includes it, the second reuses it), on 1 device and on ``--host-devices``
+  CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count``);
+* ``numpy``: the same randomizer and estimator at message level, vectorised
+  over chunks of clients (chunked so its memory is bounded like ours);
+* ``loop``: a per-record Python loop in the style of the paper authors'
+  code (one record at a time, Python-level randomness), timed on
+  ``--loop-clients`` records and extrapolated linearly to n (it is linear in
+  n; the table says so).
+
+All contenders read the same clients (generated once by the driver and saved
+as .npy), and each reports the RMS error of its estimate against the true A,
+so a wrong baseline shows up as a wrong error. Finally jaxdistill runs
+``--big-clients`` clients from the chunked generator (nothing materialised)
+to show that peak memory does not grow with n.
+
+Collision and the multi-message shuffle: their NumPy and loop baselines follow
+spec/REVERSE_KNN.md §1.7 and §4 and read their parameters from the library
+mechanism through the hooks :func:`collision_parameters` and
+:func:`shuffle_parameters` (INTEGRATOR HOOKS: check the attribute names once
+``Collision`` / ``ShuffleMultiMessage`` exist).
+
+Usage (from the repository root)::
+
+  python benchmarks/bench_mechanisms.py                       # the README table
+  python benchmarks/bench_mechanisms.py --clients 100000 --big-clients 0   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import random
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+  sys.path.insert(0, str(ROOT))
+
+MECHANISMS = ("rr", "collision", "shuffle-multi")
+
+
+# ---------------------------------------------------------------------------
+# Parameters shared by all contenders, read from the library mechanism.
+# ---------------------------------------------------------------------------
+def rr_parameters(mech) -> dict:
+  """Dyadic flip threshold of :class:`RandomizedResponse` (what its sampler uses)."""
+  return {"flip_threshold": int(mech.flip_threshold), "bits": int(mech.sampler_bits),
+          "q": 1.0 - float(mech.keep_probability)}
+
+
+def collision_parameters(mech, shape, epsilon) -> dict:
+  """(c, l, p, q) of Collision (spec §1.7). INTEGRATOR HOOK: read them from ``mech``.
+
+  Until h1's ``Collision`` exists (``mech is None``), the spec's defaults:
+  c = kr, l = floor(c e^eps + 2c - 1), Omega = c e^eps + l - c,
+  p = e^eps / Omega, q = 1 / l.
+  """
+  c = shape["k"] * shape["r"]
+  length = None
+  if mech is not None:
+    for name in ("bloom_length", "length", "num_outputs"):
+      if getattr(mech, name, None) is not None:
+        length = int(getattr(mech, name))
+        break
+  if length is None:
+    length = int(math.floor(c * math.exp(epsilon) + 2 * c - 1))
+  omega = c * math.exp(epsilon) + length - c
+  return {"c": c, "l": length, "e_eps": math.exp(epsilon), "omega": omega,
+          "p": math.exp(epsilon) / omega, "q": 1.0 / length}
+
+
+def shuffle_parameters(mech, shape, epsilon, delta, n) -> dict:
+  """Noise parameters of the multi-message shuffle (spec §4). INTEGRATOR HOOK.
+
+  Per client and bucket: Z1, Z2 ~ NB(1/n, p) noise shares and Z3 ~ NB(rho/n, p')
+  flooding; the client sends x + Z1 + Z3 "+" and Z2 + Z3 "-" messages. Until
+  h2's ``ShuffleMultiMessage`` exists (``mech is None``), indicative values
+  (spec §1.9/§4, NOT a calibrated guarantee): p = e^{-eps/(4kr)},
+  rho = 3 (1 + ln(2/delta)), p' = e^{-0.2 eps1}, eps1 = min(1, eps/2)/2.
+  """
+  c = shape["k"] * shape["r"]
+  params = {"p": math.exp(-epsilon / (4 * c)), "rho": 3 * (1 + math.log(2 / delta)),
+            "p_flood": math.exp(-0.2 * min(1.0, epsilon / 2) / 2), "source": "indicative (spec §4)"}
+  if mech is not None:
+    for ours, theirs in (("p", "noise_p"), ("rho", "flood_rho"), ("p_flood", "flood_p")):
+      if getattr(mech, theirs, None) is not None:
+        params[ours] = float(getattr(mech, theirs))
+        params["source"] = "library"
+  return params
+
+
+# ---------------------------------------------------------------------------
+# NumPy (vectorised, chunked) and per-record loop baselines.
+# ---------------------------------------------------------------------------
+def _entries(buckets: np.ndarray, labels: np.ndarray, num_labels: int) -> np.ndarray:
+  ent = buckets[:, :, None] * num_labels + labels[:, None, :]
+  valid = (buckets[:, :, None] >= 0) & (labels[:, None, :] >= 0)
+  return np.where(valid, ent, -1).reshape(len(buckets), -1)
+
+
+def numpy_rr(buckets, labels, shape, prm, rng, chunk=16384):
+  d, y = shape["s"] * shape["y"], shape["y"]
+  total = np.zeros(d, np.int64)
+  dtype, hi = (np.uint16, 2**16) if prm["bits"] == 16 else (np.uint32, 2**32)
+  for s in range(0, len(buckets), chunk):
+    ent = _entries(buckets[s:s + chunk], labels[s:s + chunk], y)
+    bits = rng.integers(0, hi, size=(len(ent), d), dtype=dtype) < prm["flip_threshold"]
+    rows = np.repeat(np.arange(len(ent)), ent.shape[1])
+    cols = ent.reshape(-1)
+    keep = cols >= 0
+    bits[rows[keep], cols[keep]] ^= True
+    total += bits.sum(axis=0)
+  p, q = 1 - prm["q"], prm["q"]
+  return (total - len(buckets) * q) / (p - q)
+
+
+def loop_rr(buckets, labels, shape, prm, rng):
+  """Per record and per bit, like the authors' ``rr_mechanism`` (Python-level coin per bit)."""
+  d, y = shape["s"] * shape["y"], shape["y"]
+  p, q = 1 - prm["q"], prm["q"]
+  total = np.zeros(d)
+  rnd = random.Random(int(rng.integers(2**63)))
+  for b_row, l_row in zip(buckets.tolist(), labels.tolist()):
+    truth = [0] * d
+    for b in b_row:
+      for lab in l_row:
+        if b >= 0 and lab >= 0:
+          truth[b * y + lab] = 1
+    observed = [v if rnd.random() < p else 1 - v for v in truth]
+    total += (np.array(observed) - q) / (p - q)
+  return total
+
+
+def numpy_collision(buckets, labels, shape, prm, rng, chunk=16384):
+  d, y, length = shape["s"] * shape["y"], shape["y"], prm["l"]
+  e = prm["e_eps"]
+  hdtype = np.uint8 if length <= 256 else np.int32
+  total = np.zeros(d, np.int64)
+  for s in range(0, len(buckets), chunk):
+    ent = _entries(buckets[s:s + chunk], labels[s:s + chunk], y)
+    m = len(ent)
+    h = rng.integers(0, length, size=(m, d), dtype=hdtype)       # the public hash of each message
+    hv = np.take_along_axis(h, np.maximum(ent, 0), axis=1).astype(np.int64)
+    member = np.zeros((m, length), bool)
+    member[np.repeat(np.arange(m), ent.shape[1])[ent.reshape(-1) >= 0], hv[ent >= 0]] = True
+    size = member.sum(axis=1, keepdims=True)
+    p_in = e / prm["omega"]
+    p_out = (prm["omega"] - size * e) / ((length - size) * prm["omega"])
+    cdf = np.cumsum(np.where(member, p_in, p_out), axis=1)
+    z = (cdf < rng.random((m, 1)) * cdf[:, -1:]).sum(axis=1)     # inverse CDF
+    total += (h == z[:, None].astype(hdtype)).sum(axis=0)
+  return (total - len(buckets) * prm["q"]) / (prm["p"] - prm["q"])
+
+
+def loop_collision(buckets, labels, shape, prm, rng):
+  """Per record like the authors' ``collision_mechanism`` (faster: one hash call per record)."""
+  d, y, length = shape["s"] * shape["y"], shape["y"], prm["l"]
+  e = prm["e_eps"]
+  total = np.zeros(d)
+  rnd = random.Random(int(rng.integers(2**63)))
+  for b_row, l_row in zip(buckets.tolist(), labels.tolist()):
+    items = [b * y + lab for b in b_row for lab in l_row if b >= 0 and lab >= 0]
+    seed = rnd.randrange(2**31)
+    h = np.random.default_rng(seed).integers(0, length, d)
+    cset = set(int(h[j]) for j in items)
+    u, acc, z = rnd.random(), 0.0, length - 1
+    for v in range(length):
+      acc += e / prm["omega"] if v in cset else \
+          (prm["omega"] - len(cset) * e) / ((length - len(cset)) * prm["omega"])
+      if acc > u:
+        z = v
+        break
+    total += ((h == z) - prm["q"]) / (prm["p"] - prm["q"])
+  return total
+
+
+def _nb_table(r: float, p: float) -> np.ndarray:
+  """CDF of NB(r, p) (mean r p / (1 - p)) on 0..K, K where the tail is < 1e-300."""
+  k_max = int(math.ceil(700 / -math.log(p))) + 10
+  k = np.arange(k_max + 1, dtype=np.float64)
+  from scipy.special import gammaln
+  logpmf = gammaln(k + r) - gammaln(k + 1) - gammaln(r) + r * math.log1p(-p) + k * math.log(p)
+  return np.cumsum(np.exp(logpmf))
+
+
+def _nb_from_uniform(u: np.ndarray, cdf: np.ndarray) -> np.ndarray:
+  """Exact inverse-CDF NB draws; cells with u < cdf[0] (almost all) are 0 without a search."""
+  out = np.zeros(u.shape, np.int64)
+  hit = u >= cdf[0]
+  out[hit] = np.searchsorted(cdf, u[hit], side="right")
+  return out
+
+
+def numpy_shuffle(buckets, labels, shape, prm, rng, chunk=4096):
+  """Message level: per client and bucket, x + Z1 + Z3 '+' and Z2 + Z3 '-' messages.
+
+  The analyzer's count is invariant under the shuffler's permutation, so no
+  permutation is materialised (as in jaxdistill's runner, which sums
+  statistics).
+  """
+  n = shape["n"]
+  d, y = shape["s"] * shape["y"], shape["y"]
+  cdf_noise = _nb_table(1.0 / n, prm["p"])
+  cdf_flood = _nb_table(prm["rho"] / n, prm["p_flood"])
+  plus = np.zeros(d, np.int64)
+  minus = np.zeros(d, np.int64)
+  messages = 0
+  for s in range(0, len(buckets), chunk):
+    ent = _entries(buckets[s:s + chunk], labels[s:s + chunk], y)
+    m = len(ent)
+    z1 = _nb_from_uniform(rng.random((m, d)), cdf_noise)
+    z2 = _nb_from_uniform(rng.random((m, d)), cdf_noise)
+    z3 = _nb_from_uniform(rng.random((m, d)), cdf_flood)
+    x = np.zeros((m, d), np.int64)
+    rows = np.repeat(np.arange(m), ent.shape[1])[ent.reshape(-1) >= 0]
+    x[rows, ent[ent >= 0]] = 1
+    plus += (x + z1 + z3).sum(axis=0)
+    minus += (z2 + z3).sum(axis=0)
+    messages += int((x + z1 + z2 + 2 * z3).sum())
+  return (plus - minus).astype(np.float64), messages / len(buckets)
+
+
+def loop_shuffle(buckets, labels, shape, prm, rng):
+  """Per record and per bucket, NumPy scalar draws (the protocol's natural loop)."""
+  n = shape["n"]
+  d, y = shape["s"] * shape["y"], shape["y"]
+  r_noise, q_noise = 1.0 / n, 1 - prm["p"]
+  r_flood, q_flood = prm["rho"] / n, 1 - prm["p_flood"]
+  total = np.zeros(d)
+  messages = 0
+  for b_row, l_row in zip(buckets.tolist(), labels.tolist()):
+    items = {b * y + lab for b in b_row for lab in l_row if b >= 0 and lab >= 0}
+    for j in range(d):
+      z1 = rng.negative_binomial(r_noise, q_noise)
+      z2 = rng.negative_binomial(r_noise, q_noise)
+      z3 = rng.negative_binomial(r_flood, q_flood)
+      x = 1 if j in items else 0
+      total[j] += (x + z1 + z3) - (z2 + z3)
+      messages += x + z1 + z2 + 2 * z3
+  return total, messages / len(buckets)
+
+
+# ---------------------------------------------------------------------------
+# Workers (one per subprocess) and the driver.
+# ---------------------------------------------------------------------------
+def _shape(args) -> dict:
+  """Sizes; ``n`` is the full population even when a loop times a subsample."""
+  return {"s": args.buckets, "y": args.labels, "k": args.k, "r": 1, "n": args.clients}
+
+
+def _rms(est, truth) -> float:
+  return float(np.sqrt(np.mean((np.asarray(est, np.float64).reshape(-1) - truth.reshape(-1))**2)))
+
+
+def worker_jax(args) -> dict:
+  import jax
+  from jaxdistill import mechanisms as M
+  from jaxdistill import simulation
+
+  shape = M.BsvsShape(args.buckets, args.labels, args.k)
+  mech = simulation.build_mechanism(args.mechanism, shape, epsilon=args.epsilon, delta=args.delta,
+                                    num_clients=args.clients)
+  if args.source == "generator":
+    clients = M.synthetic_workload(jax.random.key(args.seed), num_clients=args.clients,
+                                   num_buckets=args.buckets, num_labels=args.labels, k=args.k)
+  else:
+    b = np.load(os.path.join(args.inputs, "buckets.npy"))
+    lab = np.load(os.path.join(args.inputs, "labels.npy"))
+    clients = M.BsvsInput(jax.numpy.asarray(b), jax.numpy.asarray(lab))
+  times = []
+  for rep in range(1 if args.source == "generator" else 2):
+    start = time.perf_counter()
+    res = simulation.simulate(jax.random.key(100 + rep), mech, clients, chunk_size=args.chunk_size,
+                              with_counts=args.source == "generator")
+    times.append(time.perf_counter() - start)
+  out = {"seconds_first": times[0], "seconds": times[-1], "devices": res.num_devices}
+  if args.source == "generator":
+    out["rms"] = _rms(res.estimate, res.counts)
+  else:
+    out["rms"] = _rms(res.estimate, np.load(os.path.join(args.inputs, "truth.npy")))
+  return out
+
+
+def worker_baseline(args) -> dict:
+  b = np.load(os.path.join(args.inputs, "buckets.npy"))
+  lab = np.load(os.path.join(args.inputs, "labels.npy"))
+  truth = np.load(os.path.join(args.inputs, "truth.npy"))
+  prm = json.loads(args.params)
+  shape = _shape(args)
+  rng = np.random.default_rng(args.seed)
+  n = len(b)
+  fn = {"numpy": {"rr": numpy_rr, "collision": numpy_collision, "shuffle-multi": numpy_shuffle},
+        "loop": {"rr": loop_rr, "collision": loop_collision, "shuffle-multi": loop_shuffle}}
+  fn = fn[args.worker][args.mechanism]
+  loop_n = args.loop_clients_shuffle if args.mechanism == "shuffle-multi" else args.loop_clients
+  m = n if args.worker == "numpy" else min(loop_n, n)
+  start = time.perf_counter()
+  out = fn(b[:m], lab[:m], shape, prm, rng)
+  seconds = time.perf_counter() - start
+  est, per_client = out if isinstance(out, tuple) else (out, None)
+  result = {"seconds": seconds * n / m, "measured_clients": m, "measured_seconds": seconds}
+  if per_client is not None:
+    result["messages_per_client"] = per_client
+  if m == n:
+    result["rms"] = _rms(est, truth)
+  return result
+
+
+def _worker_cmd(args, worker, mechanism, inputs, params, source="arrays", clients=None) -> list:
+  return [sys.executable, os.path.abspath(__file__), "--worker", worker, "--mechanism", mechanism,
+          "--inputs", inputs, "--params", json.dumps(params), "--source", source,
+          "--clients", str(clients or args.clients), "--buckets", str(args.buckets),
+          "--labels", str(args.labels), "--k", str(args.k), "--epsilon", str(args.epsilon),
+          "--delta", str(args.delta), "--seed", str(args.seed), "--chunk-size", str(args.chunk_size),
+          "--loop-clients", str(args.loop_clients),
+          "--loop-clients-shuffle", str(args.loop_clients_shuffle)]
+
+
+def _run(cmd, env_extra=None, timeout=3600) -> dict:
+  from jaxdistill.simulation import measure_subprocess
+
+  env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  env.update(env_extra or {})
+  run = measure_subprocess(cmd, env=env, timeout=timeout)
+  if run.returncode != 0:
+    return {"error": (run.stderr.strip().splitlines() or ["failed"])[-1]}
+  out = json.loads(run.stdout.strip().splitlines()[-1])
+  out["peak_rss_mb"] = run.peak_rss_bytes / 2**20
+  out["process_seconds"] = run.wall_seconds
+  return out
+
+
+def driver(args) -> dict:
+  import jax
+  from jaxdistill import mechanisms as M
+  from jaxdistill import simulation
+
+  shape = M.BsvsShape(args.buckets, args.labels, args.k)
+  work = M.synthetic_workload(jax.random.key(args.seed), num_clients=args.clients,
+                              num_buckets=args.buckets, num_labels=args.labels, k=args.k)
+  inp = work.materialize()
+  truth = np.asarray(M.bsvs_counts(inp, shape), np.float64)
+  report = {"clients": args.clients, "buckets": args.buckets, "labels": args.labels, "k": args.k,
+            "epsilon": args.epsilon, "delta": args.delta, "loop_clients": args.loop_clients,
+            "host_devices": args.host_devices, "cpu_count": os.cpu_count(), "rows": []}
+  available = simulation.mechanism_names()
+  with tempfile.TemporaryDirectory() as tmp:
+    np.save(os.path.join(tmp, "buckets.npy"), np.asarray(inp.buckets))
+    np.save(os.path.join(tmp, "labels.npy"), np.asarray(inp.labels))
+    np.save(os.path.join(tmp, "truth.npy"), truth)
+    del inp
+    for name in args.mechanisms.split(","):
+      mech = None
+      if name in available:
+        mech = simulation.build_mechanism(name, shape, epsilon=args.epsilon, delta=args.delta,
+                                          num_clients=args.clients)
+      sd = _shape(args)
+      if name == "rr":
+        params = rr_parameters(mech)
+      elif name == "collision":
+        params = collision_parameters(mech, sd, args.epsilon)
+      else:
+        params = shuffle_parameters(mech, sd, args.epsilon, args.delta, args.clients)
+      row = {"mechanism": name, "params": params}
+      if mech is None:
+        row["jaxdistill"] = {"error": f"not available in this checkout ({name})"}
+      else:
+        row["jaxdistill"] = _run(_worker_cmd(args, "jax", name, tmp, params))
+        if args.host_devices > 1:
+          flag = f"--xla_force_host_platform_device_count={args.host_devices}"
+          row[f"jaxdistill_{args.host_devices}dev"] = _run(
+              _worker_cmd(args, "jax", name, tmp, params),
+              {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()})
+      row["numpy"] = _run(_worker_cmd(args, "numpy", name, tmp, params))
+      row["loop"] = _run(_worker_cmd(args, "loop", name, tmp, params))
+      report["rows"].append(row)
+      _print_row(row, args)
+  if args.big_clients:
+    big = {}
+    for n in sorted({args.clients, args.big_clients}):
+      big[str(n)] = _run(_worker_cmd(args, "jax", "rr", "-", {}, source="generator", clients=n))
+    report["big"] = big
+    for n, r in big.items():
+      print(f"jaxdistill rr, {int(n):,} clients from the chunked generator: "
+            + (f"{r['seconds']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MiB, RMS error {r['rms']:.4g}"
+               if "error" not in r else r["error"]))
+  return report
+
+
+def _fmt_time(r: dict) -> str:
+  return "n/a" if "seconds" not in r else f"{r['seconds']:.2f}"
+
+
+def _print_row(row: dict, args) -> None:
+  name = row["mechanism"]
+  ref = row.get("jaxdistill", {})
+  print(f"\n== {name}: n={args.clients:,}, s={args.buckets}, |Y|={args.labels}, k={args.k}, "
+        f"eps={args.epsilon}")
+  print(f"{'contender':<22}{'seconds':>10}{'1st run':>10}{'peak MiB':>10}{'RMS err':>10}"
+        f"{'time / jaxdistill':>19}")
+  for label in [k for k in row if k not in ("mechanism", "params")]:
+    r = row[label]
+    if "error" in r:
+      print(f"{label:<22}{r['error']}")
+      continue
+    ratio = (f"{r['seconds'] / ref['seconds']:.2f}x" if "seconds" in ref and ref["seconds"] > 0
+             else "n/a")
+    first = f"{r['seconds_first']:.2f}" if "seconds_first" in r else ""
+    rms = f"{r['rms']:.4g}" if "rms" in r else "-"
+    note = " (extrapolated from %d clients)" % r["measured_clients"] \
+        if r.get("measured_clients", args.clients) < args.clients else ""
+    print(f"{label:<22}{_fmt_time(r):>10}{first:>10}{r['peak_rss_mb']:>10.0f}{rms:>10}"
+          f"{ratio:>19}{note}")
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--clients", type=lambda s: int(float(s)), default=1_000_000)
+  p.add_argument("--buckets", type=int, default=40)
+  p.add_argument("--labels", type=int, default=10)
+  p.add_argument("--k", type=int, default=1)
+  p.add_argument("--epsilon", type=float, default=1.0)
+  p.add_argument("--delta", type=float, default=1e-6)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--chunk-size", type=int, default=4096)
+  p.add_argument("--loop-clients", type=int, default=20_000)
+  p.add_argument("--loop-clients-shuffle", type=int, default=1_000,
+                 help="loop subsample for the shuffle (d negative-binomial draws x 3 per client)")
+  p.add_argument("--big-clients", type=lambda s: int(float(s)), default=10_000_000)
+  p.add_argument("--host-devices", type=int, default=os.cpu_count() or 1)
+  p.add_argument("--mechanisms", default=",".join(MECHANISMS))
+  p.add_argument("--json", default=None, help="also write the report to this file")
+  # Worker mode (internal).
+  p.add_argument("--worker", choices=["jax", "numpy", "loop"], default=None)
+  p.add_argument("--mechanism", default="rr")
+  p.add_argument("--inputs", default="-")
+  p.add_argument("--params", default="{}")
+  p.add_argument("--source", default="arrays", choices=["arrays", "generator"])
+  args = p.parse_args(argv)
+  if args.worker == "jax":
+    print(json.dumps(worker_jax(args)))
+    return 0
+  if args.worker is not None:
+    print(json.dumps(worker_baseline(args)))
+    return 0
+  report = driver(args)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(report, f, indent=1)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,165 @@
+"""Checks of an estimator against its closed forms: unbiasedness (z-test) and variance.
+
+Given m independent replicates of an estimate (e.g. m runs of a mechanism
+over the same clients) and the closed-form truth and variance of every entry:
+
+* **Unbiasedness.** With the known variance sigma_j^2, the mean of m
+  replicates is approximately normal (CLT over replicates; exact for normal
+  estimates), so
+
+  .. math:: z_j = \\frac{\\bar X_j - a_j}{\\sigma_j / \\sqrt m},\\qquad
+            \\text{reject if } \\max_j |z_j| > z_{\\alpha / (2J)}
+
+  (Bonferroni over the J entries): a false failure has probability
+  <= alpha (up to the normal approximation of the replicate mean).
+
+* **Variance, ``method="chi2"``.** For normal replicates
+  (m - 1) s_j^2 / sigma_j^2 ~ chi^2_{m-1}; the test rejects outside the
+  two-sided chi-square interval at alpha / J per entry. Exact for normal
+  estimates (sums over many clients are close to normal); for heavy-tailed
+  ones (e.g. central Laplace noise, kurtosis 6) its real false-failure rate
+  is larger than alpha, so use:
+
+* **Variance, ``method="kurtosis"``.** The delta-method normal
+  approximation of the log sample variance with the *sample* kurtosis,
+
+  .. math:: z_j = \\frac{\\ln(s_j^2 / \\sigma_j^2)}{\\sqrt{(\\hat\\kappa_j - 1) / m}},
+            \\qquad \\hat\\kappa_j = \\hat\\mu_{4,j} / s_j^4,
+
+  valid asymptotically for any distribution with a finite fourth moment,
+  with the same Bonferroni threshold. It is only asymptotic: measured
+  per-entry rejection rates at nominal 1% (20,000 entries each) were 2.3%
+  (Laplace, m = 200), 1.9% (Laplace, m = 400), 1.3% (normal, m = 200) and
+  3.7% (Student t5, m = 200); the chi-square test on the same Laplace data
+  rejected 10.4%. For heavy-tailed estimates use m >= 400 or a smaller
+  alpha, and say so beside the rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from jaxdistill import _validate
+
+__all__ = ["EstimatorCheck", "check_unbiased", "check_variance"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorCheck:
+  """Outcome of :func:`check_unbiased` or :func:`check_variance`.
+
+  Attributes:
+    test: ``"z-mean"``, ``"chi2-variance"`` or ``"kurtosis-variance"``.
+    passed: no entry rejected at the family-wise level ``alpha``.
+    alpha: family-wise false-failure probability.
+    num_replicates: m.
+    statistic: per-entry test statistic (z, or chi-square value).
+    lower: per-entry acceptance region lower end.
+    upper: per-entry acceptance region upper end.
+    worst_entry: index (into the entry shape) of the most extreme entry.
+    worst_p_value: its two-sided p-value, unadjusted.
+  """
+
+  test: str
+  passed: bool
+  alpha: float
+  num_replicates: int
+  statistic: np.ndarray
+  lower: float
+  upper: float
+  worst_entry: tuple[int, ...]
+  worst_p_value: float
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"test": self.test, "passed": self.passed, "alpha": self.alpha,
+            "num_replicates": self.num_replicates, "lower": self.lower, "upper": self.upper,
+            "worst_entry": list(self.worst_entry), "worst_p_value": self.worst_p_value}
+
+
+def _replicates(estimates: Any, variance: Any) -> tuple[np.ndarray, np.ndarray]:
+  x = np.asarray(estimates, np.float64)
+  if x.ndim < 1 or x.shape[0] < 2:
+    raise ValueError(f"Expected estimates [m, ...] with m >= 2 replicates; got shape {x.shape}.")
+  if not np.all(np.isfinite(x)):
+    raise ValueError("Expected finite estimates; found NaN or inf.")
+  var = np.broadcast_to(np.asarray(variance, np.float64), x.shape[1:])
+  if not np.all(np.isfinite(var)) or np.any(var <= 0):
+    raise ValueError("Expected a finite closed-form variance > 0 for every entry.")
+  return x, var
+
+
+def check_unbiased(estimates: Any, truth: Any, variance: Any, *, alpha: float) -> EstimatorCheck:
+  """z-test of E[estimate] = truth per entry with the closed-form variance, Bonferroni.
+
+  Args:
+    estimates: ``[m, ...]`` float, m independent replicates.
+    truth: the true value per entry (broadcast to ``...``).
+    variance: closed-form variance of ONE replicate per entry (broadcast).
+    alpha: family-wise false-failure probability in (0, 1).
+
+  Returns:
+    An :class:`EstimatorCheck`; ``passed`` is False if any entry's mean is
+    more than ``z_{alpha/(2J)}`` standard errors from the truth.
+
+  Raises:
+    ValueError: fewer than 2 replicates, non-finite values, variance <= 0.
+  """
+  a = _validate.open_unit("alpha", alpha)
+  x, var = _replicates(estimates, variance)
+  m = x.shape[0]
+  truth = np.broadcast_to(np.asarray(truth, np.float64), x.shape[1:])
+  z = (x.mean(axis=0) - truth) / np.sqrt(var / m)
+  crit = float(stats.norm.isf(a / (2 * max(z.size, 1))))
+  worst = np.unravel_index(int(np.argmax(np.abs(z))), z.shape) if z.ndim else ()
+  p = float(2 * stats.norm.sf(abs(float(z[worst]))))
+  return EstimatorCheck("z-mean", bool(np.all(np.abs(z) <= crit)), a, m, z, -crit, crit,
+                        tuple(int(i) for i in worst), p)
+
+
+def check_variance(estimates: Any, variance: Any, *, alpha: float,
+                   method: str = "chi2") -> EstimatorCheck:
+  """Tests Var[estimate] = variance per entry (two-sided), Bonferroni over entries.
+
+  Args:
+    estimates: ``[m, ...]`` float, m independent replicates.
+    variance: closed-form variance per entry (broadcast).
+    alpha: family-wise false-failure probability in (0, 1).
+    method: ``"chi2"`` (exact for normal estimates) or ``"kurtosis"``
+      (asymptotic, any finite fourth moment); see the module docstring.
+
+  Returns:
+    An :class:`EstimatorCheck`.
+
+  Raises:
+    ValueError: bad arguments (``method`` names itself).
+  """
+  a = _validate.open_unit("alpha", alpha)
+  method = _validate.choice("method", method, ("chi2", "kurtosis"))
+  x, var = _replicates(estimates, variance)
+  m = x.shape[0]
+  j = max(int(np.prod(x.shape[1:])), 1)
+  s2 = x.var(axis=0, ddof=1)
+  if method == "chi2":
+    stat = (m - 1) * s2 / var
+    lo = float(stats.chi2.ppf(a / (2 * j), m - 1))
+    hi = float(stats.chi2.isf(a / (2 * j), m - 1))
+    cdf = stats.chi2.cdf(stat, m - 1)
+    p_all = 2 * np.minimum(cdf, 1 - cdf)
+    test = "chi2-variance"
+  else:
+    centred = x - x.mean(axis=0)
+    kurt = np.mean(centred**4, axis=0) / np.maximum(s2, 1e-300)**2
+    stat = np.log(np.maximum(s2, 1e-300) / var) / np.sqrt(np.maximum(kurt - 1, 1e-12) / m)
+    hi = float(stats.norm.isf(a / (2 * j)))
+    lo = -hi
+    p_all = 2 * stats.norm.sf(np.abs(stat))
+    test = "kurtosis-variance"
+  p_all = np.asarray(p_all)
+  worst = np.unravel_index(int(np.argmin(p_all)), p_all.shape) if p_all.ndim else ()
+  passed = bool(np.all((stat >= lo) & (stat <= hi)))
+  return EstimatorCheck(test, passed, a, m, np.asarray(stat), lo, hi,
+                        tuple(int(i) for i in worst), float(p_all[worst]))

@@ -1,0 +1,230 @@
+"""The privacy auditor is itself audited: no alarm on correct mechanisms, an alarm on planted bugs.
+
+Every audit below runs at alpha = 1e-4, so a correct mechanism raises a false
+alarm with probability <= 1e-4 per audit (the Clopper-Pearson + Bonferroni
+guarantee); with 12 null audits in this file the family-wise false-failure
+rate is <= 1.2e-3. For the planted bugs, the expected lower bound exceeds the
+claim by >= 20 standard errors of the bound, so a missed alarm has
+probability < 1e-9. Seeds are fixed, so the outcome is deterministic; the
+rates say how unlucky a seed would have to be.
+
+The "true" epsilon of each case is computed exactly, not by the code under
+test: closed forms for Laplace and randomized response, and enumeration of
+the statistic's pmf for Collision. Every lower bound must lie below it.
+"""
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdistill import accounting
+from jaxdistill import audit
+from jaxdistill import mechanisms as M
+from tests.audit import _mechanisms as T
+
+ALPHA = 1e-4
+N = 200_000
+
+
+def run(fn, pair, seed, **kw):
+  return audit.audit_privacy(jax.random.key(seed), fn, *pair, num_samples=N, alpha=ALPHA,
+                             claimed_epsilon=T.EPS, **kw)
+
+
+# --- exact epsilons, from the definitions -------------------------------------------
+def rr_true_epsilon(mech):
+  # The statistic is Bin(4, p) under x0 and Bin(4, q) under x1: max ratio (p/q)^4.
+  p = mech.keep_probability
+  return 4 * math.log(p / (1 - p))
+
+
+def collision_statistic_pmf(items, in_set, epsilon, length, omega_c):
+  """Exact pmf of _hits_and_collisions for item set ``in_set``: enumerate h on ``items`` and z."""
+  e = math.exp(epsilon)
+  omega = omega_c * e + length - omega_c
+  pmf = {}
+  for hs in itertools.product(range(length), repeat=len(items)):
+    h = dict(zip(items, hs))
+    # Items outside ``items`` may also be in the set; COLLISION pairs only use ``items``.
+    cset = {h[i] for i in in_set}
+    p_hit = e / omega
+    p_miss = (1 - len(cset) * p_hit) / (length - len(cset))
+    for z in range(length):
+      pz = p_hit if z in cset else p_miss
+      code, bit = 0, 1
+      for i in items:
+        code, bit = code + bit * (z == h[i]), bit * 2
+      for a in range(len(items)):
+        for b in range(a + 1, len(items)):
+          code, bit = code + bit * (h[items[a]] == h[items[b]]), bit * 2
+      pmf[code] = pmf.get(code, 0.0) + pz / length**len(items)
+  return pmf
+
+
+def collision_true_epsilon(items, s0, s1, c, omega_c):
+  length = T.collision_length(c, T.EPS)
+  p = collision_statistic_pmf(items, s0, T.EPS, length, omega_c)
+  q = collision_statistic_pmf(items, s1, T.EPS, length, omega_c)
+  return accounting.epsilon_for_delta(p, q, 0.0)
+
+
+def test_exact_epsilons_of_the_test_mechanisms():
+  # The oracles themselves: correct mechanisms are exactly EPS, bugs are above.
+  # (RR's flip probability is dyadic, rounded towards 1/2: within 0.1% below.)
+  assert 0.999 <= rr_true_epsilon(M.RandomizedResponse(T.RR_SHAPE, 1.0)) <= 1.0
+  assert 1.998 <= rr_true_epsilon(T.RandomizedResponseEpsOverKr(T.RR_SHAPE, 1.0)) <= 2.0
+  assert collision_true_epsilon((0, 1), [0], [1], 1, 1) == pytest.approx(1.0, rel=1e-9)
+  assert collision_true_epsilon((0, 1, 2), [0, 2], [1, 2], 2, 2) == pytest.approx(1.0, rel=1e-9)
+  assert collision_true_epsilon((0, 1, 2), [0, 2], [1, 2], 2, 1) == pytest.approx(1.3382, abs=1e-3)
+
+
+# --- null cases: correct mechanisms never alarm --------------------------------------
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_alarm_on_a_correct_laplace_release(seed):
+  r = run(T.laplace_release, T.LAPLACE_PAIR, seed)
+  assert not r.alarm
+  assert r.kind == "thresholds"
+  assert 0.9 < r.epsilon_lower <= T.EPS  # tight to ~5%: the auditor has power
+  assert r.delta_lower == 0.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_alarm_on_library_randomized_response(seed):
+  mech = M.RandomizedResponse(T.RR_SHAPE, T.EPS)
+  r = run(audit.local_randomizer(mech), T.RR_PAIR, seed, statistic=T.rr_statistic)
+  assert not r.alarm and r.kind == "bins"
+  assert 0.85 < r.epsilon_lower <= rr_true_epsilon(mech)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_alarm_on_a_correct_collision(seed):
+  r = run(T.collision, T.COLLISION_PAIR, seed, statistic=T.collision_statistic)
+  assert not r.alarm
+  assert 0.9 < r.epsilon_lower <= T.EPS
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_alarm_on_a_correct_collision_with_two_items(seed):
+  r = run(T.collision_c2, T.COLLISION_C2_PAIR, seed, statistic=T.collision_c2_statistic)
+  assert not r.alarm
+  assert 0.85 < r.epsilon_lower <= T.EPS
+
+
+# --- planted bugs: alarms -------------------------------------------------------------
+def test_alarm_on_laplace_with_half_the_sensitivity():
+  r = run(T.laplace_half_sensitivity, T.LAPLACE_PAIR, 0)
+  assert r.alarm
+  assert 1.8 < r.epsilon_lower <= 2 * T.EPS  # true epsilon 2
+  assert r.delta_lower > 0.2  # delta at the claimed eps = 1: exact value 0.5 (1 - e^{-1})
+
+
+def test_alarm_on_randomized_response_with_eps_over_kr():
+  mech = T.RandomizedResponseEpsOverKr(T.RR_SHAPE, T.EPS)
+  r = run(audit.local_randomizer(mech), T.RR_PAIR, 0, statistic=T.rr_statistic)
+  assert mech.privacy().epsilon == T.EPS  # it claims eps ...
+  assert r.alarm  # ... but delivers 2 eps
+  assert 1.8 < r.epsilon_lower <= rr_true_epsilon(mech)
+
+
+def test_alarm_on_collision_with_p_missing_the_omega_normalisation():
+  r = run(T.collision_forgot_omega, T.COLLISION_PAIR, 0, statistic=T.collision_statistic)
+  assert r.alarm
+  length = T.collision_length(1, T.EPS)
+  p_bug = math.exp(T.EPS) / length
+  true_eps = math.log(p_bug / ((1 - p_bug) / (length - 1)))  # 2.96
+  assert 2.7 < r.epsilon_lower <= true_eps
+
+
+def test_alarm_on_collision_with_omega_of_the_wrong_c():
+  # Subtle: Omega = c e^eps + l - c computed with c = 1 for 2-item sets; true eps 1.338.
+  r = run(T.collision_c2_omega_of_c1, T.COLLISION_C2_PAIR, 0, statistic=T.collision_c2_statistic)
+  assert r.alarm
+  assert 1.15 < r.epsilon_lower <= collision_true_epsilon((0, 1, 2), [0, 2], [1, 2], 2, 1)
+
+
+# --- delta ------------------------------------------------------------------------------
+def test_delta_lower_bound_and_alarm_on_an_approximate_dp_mechanism():
+  pair = (jnp.int32(0), jnp.int32(1))
+  low = audit.audit_privacy(jax.random.key(0), T.leaky_rr, *pair, num_samples=N, alpha=ALPHA,
+                            claimed_epsilon=T.EPS, claimed_delta=0.001)
+  assert low.alarm  # claims delta 0.001 but leaks w.p. 0.01
+  assert 0.008 < low.delta_lower <= T.LEAK
+  assert math.isclose(low.alarm, low.delta_lower > 0.001)
+  ok = audit.audit_privacy(jax.random.key(1), T.leaky_rr, *pair, num_samples=N, alpha=ALPHA,
+                           claimed_epsilon=T.EPS, claimed_delta=0.02)
+  assert not ok.alarm and ok.delta_lower <= T.LEAK and ok.epsilon_lower <= T.EPS
+
+
+# --- fixed events, batched host mechanisms, reporting, errors ----------------------------
+def test_given_events_skip_the_selection_split():
+  mech = M.RandomizedResponse(T.RR_SHAPE, T.EPS)
+  r = audit.audit_privacy(jax.random.key(3), audit.local_randomizer(mech), *T.RR_PAIR,
+                          num_samples=N, alpha=ALPHA, claimed_epsilon=T.EPS,
+                          statistic=T.rr_statistic, events=[lambda t: t == 4])
+  assert r.kind == "given" and r.num_selection == 0 and len(r.events) == 2
+  assert not r.alarm and 0.85 < r.epsilon_lower <= T.EPS
+  assert r.events[0].trials == N
+
+
+def test_batched_numpy_mechanism():
+  def numpy_laplace(keys, x):
+    seed = int(np.asarray(jax.random.key_data(keys))[0, -1])
+    rng = np.random.default_rng(seed)
+    return float(x) + rng.laplace(size=len(keys)) * (T.DELTA / T.EPS)
+
+  r = audit.audit_privacy(jax.random.key(0), numpy_laplace, 10.0, 12.0, num_samples=50_000,
+                          alpha=ALPHA, claimed_epsilon=T.EPS, batched=True, batch_size=10_000)
+  assert not r.alarm and 0.8 < r.epsilon_lower <= T.EPS
+  d = r.to_dict()
+  assert d["alarm"] is False and len(d["events"]) == 3 and d["events"][0]["trials"] == 40_000
+
+
+def test_estimate_only_without_a_claim():
+  r = audit.audit_privacy(jax.random.key(5), T.laplace_release, *T.LAPLACE_PAIR, num_samples=N)
+  assert r.claimed_epsilon is None and r.delta_lower is None and not r.alarm
+  assert 0.0 <= r.epsilon_lower <= T.EPS
+
+
+def test_clopper_pearson_closed_forms_and_exact_coverage():
+  from scipy import stats
+  a, n = 0.01, 30
+  assert audit.clopper_pearson_upper(0, n, a) == pytest.approx(1 - a**(1 / n))
+  assert audit.clopper_pearson_lower(n, n, a) == pytest.approx(a**(1 / n))
+  assert audit.clopper_pearson_lower(0, n, a) == 0.0 and audit.clopper_pearson_upper(n, n, a) == 1.0
+  ks = np.arange(n + 1)
+  lo, hi = audit.clopper_pearson_lower(ks, n, a), audit.clopper_pearson_upper(ks, n, a)
+  assert np.all(lo <= ks / n) and np.all(ks / n <= hi)
+  # Exact coverage by enumeration over k for a grid of p: Pr[L > p] <= a and Pr[U < p] <= a.
+  for p in np.linspace(0.001, 0.999, 199):
+    pk = stats.binom.pmf(ks, n, p)
+    assert pk[lo > p].sum() <= a + 1e-12
+    assert pk[hi < p].sum() <= a + 1e-12
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"num_samples": 5}, "num_samples=5"),
+    ({"alpha": 0.0}, "alpha=0.0"),
+    ({"alpha": 1.5}, "alpha=1.5"),
+    ({"claimed_epsilon": -1.0}, "claimed_epsilon=-1.0"),
+    ({"claimed_delta": 1.0}, "claimed_delta=1.0"),
+    ({"events": "histogram"}, "events"),
+    ({"events": []}, "events"),
+    ({"selection_fraction": 1.0}, "selection_fraction=1.0"),
+    ({"num_events": 0}, "num_events=0"),
+])
+def test_bad_arguments_name_themselves(kwargs, needle):
+  args = {"num_samples": 1000, **kwargs}
+  with pytest.raises(ValueError, match=needle):
+    audit.audit_privacy(jax.random.key(0), T.laplace_release, *T.LAPLACE_PAIR, **args)
+
+
+def test_statistic_must_be_one_scalar_per_sample():
+  with pytest.raises(ValueError, match="one scalar per sample"):
+    audit.sample_statistic(jax.random.key(0), T.collision, T.COLLISION_PAIR[0], 100,
+                           statistic=lambda m: m[1])
+  with pytest.raises(ValueError, match="NaN"):
+    audit.sample_statistic(jax.random.key(0), lambda k, x: x * jnp.nan, jnp.float32(1), 10)

@@ -1,0 +1,137 @@
+"""``jaxdistill simulate``: JSON contract, error vs prediction, one-line errors, registry."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jaxdistill import mechanisms as M
+from jaxdistill import simulation
+from jaxdistill.cli.main import main
+
+SMALL = ["--clients", "3000", "--buckets", "10", "--labels", "5", "--k", "1", "--epsilon", "2"]
+
+
+def run_json(capsys, argv):
+  assert main(argv) == 0
+  out = capsys.readouterr().out.strip().splitlines()
+  assert len(out) == 1, "--json prints exactly one JSON object"
+  return json.loads(out[0])
+
+
+def _delta_args(name):
+  return ["--delta", "1e-6"] if simulation.mechanism_spec(name).needs_delta else []
+
+
+def test_rr_json_contract(capsys):
+  obj = run_json(capsys, ["simulate", "--mechanism", "rr", *SMALL, "--seed", "3", "--json"])
+  assert obj["mechanism"] == "rr" and obj["clients"] == 3000 and obj["devices"] == 1
+  assert obj["privacy"]["epsilon"] == 2.0 and obj["privacy"]["delta"] == 0.0
+  assert obj["privacy"]["relation"] == "replace-one"
+  # Closed form, computed here from the definition: Var = n p q / (p - q)^2 with
+  # q = 1 / (1 + e^{eps/2}) (k = r = 1) rounded up to a multiple of 2^-16, the same
+  # for all 50 entries.
+  import math
+  p = 1 - math.ceil(2**16 / (1 + math.exp(1.0))) / 2**16
+  assert obj["predicted"]["rms"] == pytest.approx(math.sqrt(3000 * p * (1 - p)) / (2 * p - 1))
+  assert obj["predicted"]["max_abs_bound_method"] == "normal-union"
+  assert obj["wall_seconds"] > 0 and obj["peak_rss_bytes"] > 10**7
+
+
+@pytest.mark.parametrize("name", simulation.mechanism_names())
+def test_measured_error_matches_the_prediction(capsys, name):
+  # RMS over d = 50 entries of the error vs sqrt(mean closed-form variance): the
+  # ratio's relative sd is <= 0.3 even for Laplace-tailed errors, so [0.5, 2]
+  # fails with probability < 1e-3 per mechanism (fixed seed: deterministic).
+  obj = run_json(capsys, ["simulate", "--mechanism", name, *SMALL, *_delta_args(name), "--json"])
+  ratio = obj["error"]["rms"] / obj["predicted"]["rms"]
+  assert 0.5 < ratio < 2.0, obj
+  assert obj["error"]["max_abs"] >= obj["error"]["rms"]
+  assert obj["predicted"]["max_abs_bound"] > obj["predicted"]["rms"]
+
+
+def test_table_output(capsys):
+  # Default chunk size and n as in test_rr_json_contract: the compiled runner is reused.
+  assert main(["simulate", "--mechanism", "rr", *SMALL, "--devices", "1"]) == 0
+  out = capsys.readouterr().out
+  for needle in ("RMS", "max |error|", "closed-form variance", "privacy: (2.0, 0.0)-DP, replace-one",
+                 "wall time", "peak memory", "chunk 3000"):
+    assert needle in out, needle
+
+
+def _without(args, *flags):
+  out, skip = [], False
+  for a in args:
+    if skip:
+      skip = False
+      continue
+    if a in flags:
+      skip = True
+      continue
+    out.append(a)
+  return out
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--epsilon", "0"], "epsilon=0.0"),
+    (["--epsilon", "-1"], "epsilon=-1.0"),
+    (["--epsilon", "nan"], "epsilon"),
+    (["--epsilon", "inf"], "epsilon"),
+    (["--k", "11"], "k=11"),
+    (["--clients", "0"], "clients=0"),
+    (["--clients", "1.5"], "--clients"),
+    (["--clients", "nan"], "--clients"),
+    (["--labels", "0"], "num_labels=0"),
+    (["--chunk-size", "0"], "chunk_size=0"),
+    (["--devices", "99"], "devices=99"),
+    (["--r", "6"], "r=6"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, extra, needle):
+  flags = {a for a in extra if a.startswith("--")}
+  argv = ["simulate", "--mechanism", "rr", *_without(SMALL, *flags), *extra]
+  assert main(argv) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, err
+
+
+def test_unknown_mechanism_is_one_line_exit_2(capsys):
+  assert main(["simulate", "--mechanism", "gaussian", *SMALL]) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and "invalid choice" in err
+
+
+def test_shuffle_mechanisms_need_delta(capsys):
+  for name in ("shuffle-multi", "shuffle-single"):
+    assert main(["simulate", "--mechanism", name, *SMALL]) == 2
+    assert "delta" in capsys.readouterr().err
+    assert main(["simulate", "--mechanism", name, *SMALL, "--delta", "1.5"]) == 2
+    assert "delta=1.5" in capsys.readouterr().err
+
+
+def test_registry_names_and_errors():
+  assert set(simulation.mechanism_names()) >= {
+      "laplace", "discrete-laplace", "rr", "collision", "separation", "concatenation",
+      "shuffle-multi", "shuffle-single"}
+  shape = M.BsvsShape(4, 3, 2)
+  rr = simulation.build_mechanism("rr", shape, epsilon=1.5)
+  assert isinstance(rr, M.RandomizedResponse) and rr.epsilon == 1.5 and rr.shape == shape
+  with pytest.raises(ValueError, match="mechanism"):
+    simulation.build_mechanism("gaussian", shape, epsilon=1.0)
+  with pytest.raises(ValueError, match="epsilon"):
+    simulation.build_mechanism("rr", shape, epsilon=0.0)
+  with pytest.raises(ValueError, match="shape"):
+    simulation.build_mechanism("rr", (4, 3, 2), epsilon=1.0)
+  for name in simulation.mechanism_names():
+    spec = simulation.mechanism_spec(name)
+    kw = {"delta": 1e-6, "num_clients": 100} if spec.needs_delta else {}
+    mech = simulation.build_mechanism(name, shape, epsilon=1.0, **kw)
+    assert isinstance(mech, spec.cls) and mech.name == name
+
+
+def test_console_entry_point_has_no_traceback():
+  proc = subprocess.run([sys.executable, "-m", "jaxdistill", "simulate", "--mechanism", "rr",
+                         *_without(SMALL, "--epsilon"), "--epsilon", "-2"],
+                        capture_output=True, text=True, check=False)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
