@@ -277,6 +277,9 @@ class LabelingResult:
     ceiling_acc: the supervised ceiling's accuracy (None without baselines).
     report: the JSON-ready report (also written to ``out_dir/report.json``).
     splits: the data splits used.
+    representation: the first iteration's fitted representation
+      (``embed(images) -> float32 [N, d]``), reusable via
+      ``run_labeling(..., representation=...)``.
   """
 
   config: LabelingConfig
@@ -286,6 +289,7 @@ class LabelingResult:
   ceiling_acc: float | None
   report: dict
   splits: data_lib.LabelingSplits = dataclasses.field(repr=False)
+  representation: Callable[[np.ndarray], np.ndarray] | None = dataclasses.field(default=None, repr=False)
 
 
 # -- the chain -----------------------------------------------------------------------
@@ -496,7 +500,7 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   privacy = privacy_report(config, plan, [it.privacy for it in chain.iterations], n)
   report = _report(config, plan, splits, num_classes, chain, noise_free, ceiling, privacy, timer.times, ledger)
   report["settings"]["representation_source"] = "caller" if representation is not None else "fitted on D_pub"
-  result = LabelingResult(config, plan, chain, noise_free, ceiling, report, splits)
+  result = LabelingResult(config, plan, chain, noise_free, ceiling, report, splits, embed0)
   if ledger is not None:
     ledger.finish(acc_pl=chain.final.acc_pl, acc_pc=chain.final.acc_pc)
   if write_files and config.out_dir is not None:
