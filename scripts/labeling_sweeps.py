@@ -59,6 +59,7 @@ def parse(argv):
   p.add_argument("--eval-size", type=int, default=None)
   p.add_argument("--student-epochs", type=int, default=15)
   p.add_argument("--student-widths", default="16,32")
+  p.add_argument("--student-targets", default="hard", choices=("hard", "soft"))
   p.add_argument("--out", default="results/labeling")
   return p.parse_args(argv)
 
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
   values = [float(v) for v in (args.values or DEFAULT_VALUES[args.sweep]).split(",")]
   seeds = [int(v) for v in args.seeds.split(",")]
   student = labeling.StudentConfig(widths=tuple(int(w) for w in args.student_widths.split(",")),
-                                   epochs=args.student_epochs)
+                                   epochs=args.student_epochs, targets=args.student_targets)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   stem = f"{args.dataset.replace(':', '_')}_{args.sweep}"
@@ -139,7 +140,8 @@ def write_markdown(path, rows, args, command, wall, splits):
            "Command:", "", "```bash", command, "```", "",
            f"|D_priv| = {len(splits.private)}, |D_pub| = {len(splits.public)}, |D_eval| = {len(splits.evaluation)}; "
            f"representation = {args.representation}; T = {args.T}; student widths {args.student_widths}, "
-           f"{args.student_epochs} epochs; seeds {args.seeds}; wall time {wall:.0f} s (shared 2-core CPU).",
+           f"{args.student_epochs} epochs, {args.student_targets} targets; seeds {args.seeds}; "
+           f"wall time {wall:.0f} s (shared 2-core CPU).",
            "Epsilon is the total over T; central = discrete Laplace, replace-one, sensitivity 2k.", "",
            f"| mechanism | {args.sweep} | Acc_pl | Acc_pc | Acc_pl (no noise) | Acc_pc (no noise) |",
            "|---|---|---|---|---|---|"]
