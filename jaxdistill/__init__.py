@@ -8,6 +8,8 @@ Public subpackages:
   wrappers, shuffle amplification and the FedMD-NFDP sampling guarantee.
 * :mod:`jaxdistill.data` -- real image data offline (embedded MNIST, IDX
   folders, tfds), splits and client partitions.
+* :mod:`jaxdistill.labeling` -- reverse k-NN private labeling end to end
+  (Algorithm 1): queries, votes, pseudo-labels, student, release ledger.
 * :mod:`jaxdistill.mechanisms` -- BSVS inputs and mechanisms (central,
   local, shuffle) as pure JAX functions.
 * :mod:`jaxdistill.simulation` -- one streaming runner for every mechanism.
@@ -19,9 +21,10 @@ without notice; import from the subpackages instead.
 from jaxdistill import accounting
 from jaxdistill import audit
 from jaxdistill import data
+from jaxdistill import labeling
 from jaxdistill import mechanisms
 from jaxdistill import simulation
 
 __version__ = "0.1.0"
 
-__all__ = ["accounting", "audit", "data", "mechanisms", "simulation", "__version__"]
+__all__ = ["accounting", "audit", "data", "labeling", "mechanisms", "simulation", "__version__"]
