@@ -6,12 +6,16 @@ Public subpackages:
   bounds on epsilon and delta, with alarms) and estimator checks.
 * :mod:`jaxdistill.accounting` -- exact privacy profiles, dp-accounting
   wrappers, shuffle amplification and the FedMD-NFDP sampling guarantee.
+* :mod:`jaxdistill.connection` -- k-means++ query selection and connection
+  rules (reverse k-NN, k-NN labeling, balanced) with their privacy statements.
 * :mod:`jaxdistill.data` -- real image data offline (embedded MNIST, IDX
   folders, tfds), splits and client partitions.
 * :mod:`jaxdistill.labeling` -- reverse k-NN private labeling end to end
   (Algorithm 1): queries, votes, pseudo-labels, student, release ledger.
 * :mod:`jaxdistill.mechanisms` -- BSVS inputs and mechanisms (central,
   local, shuffle) as pure JAX functions.
+* :mod:`jaxdistill.representations` -- features fitted on public data only
+  (raw, PCA, HOG, a contrastive CNN) and re-embedding with any model.
 * :mod:`jaxdistill.simulation` -- one streaming runner for every mechanism.
 
 Modules whose names start with an underscore are private and may change
@@ -20,11 +24,14 @@ without notice; import from the subpackages instead.
 
 from jaxdistill import accounting
 from jaxdistill import audit
+from jaxdistill import connection
 from jaxdistill import data
 from jaxdistill import labeling
 from jaxdistill import mechanisms
+from jaxdistill import representations
 from jaxdistill import simulation
 
 __version__ = "0.1.0"
 
-__all__ = ["accounting", "audit", "data", "labeling", "mechanisms", "simulation", "__version__"]
+__all__ = ["accounting", "audit", "connection", "data", "labeling", "mechanisms", "representations",
+           "simulation", "__version__"]

@@ -1,0 +1,133 @@
+"""Reverse k-NN connection: jaxdistill vs faiss, scikit-learn and the float32 matmul roofline.
+
+Times, in one run on the same machine and data, the reverse k-NN connection
+(each of n private records to its k nearest of s queries, exact L2):
+
+* jaxdistill.connection.reverse_knn (jitted blockwise matmul + argmin/top_k),
+* faiss IndexFlatL2 (exact), add + search,
+* scikit-learn NearestNeighbors(algorithm="brute"), fit + kneighbors,
+* NumPy float32 matmul x @ q.T of the same size (the roofline: the FLOPs of
+  the distance computation, with no selection),
+
+and prints each time and its ratio to faiss. It also checks that
+jaxdistill's neighbours equal faiss's, up to ties: where the indices differ,
+the two neighbours' exact distances must agree to float32 precision.
+
+Usage (needs the ``bench`` extra: ``pip install '.[bench]'``):
+
+  python benchmarks/bench_connection.py                      # 60k x 5k, d = 784 and 64, k = 1 and 10
+  python benchmarks/bench_connection.py --n 6000 --s 500     # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import platform
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdistill import connection
+
+
+def check_against_faiss(x, q, ours, theirs):
+  """Fraction of identical neighbours, and the worst relative distance gap where they differ."""
+  same = float(np.mean(ours == theirs))
+  rows, cols = np.nonzero(ours != theirs)
+  if rows.size == 0:
+    return same, 0.0
+  xr = x[rows].astype(np.float64)
+  d_ours = np.sum((xr - q[ours[rows, cols]].astype(np.float64)) ** 2, axis=1)
+  d_theirs = np.sum((xr - q[theirs[rows, cols]].astype(np.float64)) ** 2, axis=1)
+  gap = np.abs(d_ours - d_theirs) / np.maximum(np.abs(d_theirs), 1e-12)
+  return same, float(gap.max())
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--n", type=int, default=60_000, help="private records")
+  p.add_argument("--s", type=int, default=5_000, help="queries")
+  p.add_argument("--d", type=int, nargs="+", default=[784, 64])
+  p.add_argument("--k", type=int, nargs="+", default=[1, 10])
+  p.add_argument("--block-size", type=int, nargs="+", default=[1024],
+                 help="jaxdistill block sizes to time (the first is the default)")
+  p.add_argument("--repeats", type=int, default=3)
+  p.add_argument("--skip-sklearn", action="store_true")
+  args = p.parse_args()
+
+  import faiss  # pylint: disable=import-outside-toplevel
+  from sklearn.neighbors import NearestNeighbors  # pylint: disable=import-outside-toplevel
+
+  print(f"machine: {platform.machine()} {os.cpu_count()} CPUs | jax {jax.__version__} "
+        f"{jax.devices()[0].platform} | faiss {faiss.__version__} threads={faiss.omp_get_max_threads()} "
+        f"| numpy {np.__version__}")
+  rng = np.random.default_rng(0)
+  rows = []
+  for d in args.d:
+    # Pixel-like data for d = 784, Gaussian for d = 64.
+    if d >= 256:
+      x = rng.random((args.n, d), dtype=np.float32)
+      q = rng.random((args.s, d), dtype=np.float32)
+    else:
+      x = rng.standard_normal((args.n, d), dtype=np.float32)
+      q = rng.standard_normal((args.s, d), dtype=np.float32)
+    for k in args.k:
+      def run_faiss():
+        index = faiss.IndexFlatL2(d)
+        index.add(q)
+        return index.search(x, k)[1]
+
+      def run_sklearn():
+        return NearestNeighbors(n_neighbors=k, algorithm="brute").fit(q).kneighbors(
+            x, return_distance=False)
+
+      def run_jax(bs):
+        return np.asarray(connection.reverse_knn(x, q, k, block_size=bs))
+
+      t_compile = {}
+      for bs in args.block_size:
+        t0 = time.perf_counter()
+        run_jax(bs)  # compile
+        t_compile[bs] = time.perf_counter() - t0
+      # Interleaved repeats: on a shared machine every contender sees the same load.
+      times = {name: [] for name in ["faiss", "sklearn", "matmul"] + list(args.block_size)}
+      outs = {}
+      for _ in range(args.repeats):
+        for name, fn in [("faiss", run_faiss), ("matmul", lambda: x @ q.T)] + (
+            [] if args.skip_sklearn else [("sklearn", run_sklearn)]) + [
+                (bs, functools.partial(run_jax, bs)) for bs in args.block_size]:
+          t0 = time.perf_counter()
+          outs[name] = fn()
+          times[name].append(time.perf_counter() - t0)
+      best = {name: (min(v) if v else float("nan")) for name, v in times.items()}
+      for bs in args.block_size:
+        same, gap = check_against_faiss(x, q, outs[bs], outs["faiss"])
+        rows.append((d, k, bs, best[bs], t_compile[bs], best["faiss"], best["sklearn"], best["matmul"],
+                     same, gap))
+        print(f"d={d:4d} k={k:3d} block={bs:5d}: jaxdistill {best[bs]:6.2f} s (first call "
+              f"{t_compile[bs]:.2f} s) | faiss {best['faiss']:6.2f} s | sklearn {best['sklearn']:6.2f} s | "
+              f"numpy matmul {best['matmul']:6.2f} s | same as faiss {same:.5f}, worst gap {gap:.1e}",
+              flush=True)
+      del outs
+
+  print(f"\nn = {args.n} records, s = {args.s} queries, best of {args.repeats} interleaved runs; "
+        "ratios are time / faiss time (lower is faster).\n")
+  print("| d | k | block | jaxdistill (s) | faiss (s) | sklearn brute (s) | NumPy matmul (s) | "
+        "jaxdistill / faiss | sklearn / faiss | matmul / faiss | jaxdistill / matmul | same as faiss |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+  for d, k, bs, t_jax, _, t_faiss, t_sk, t_mm, same, gap in rows:
+    print(f"| {d} | {k} | {bs} | {t_jax:.2f} | {t_faiss:.2f} | {t_sk:.2f} | {t_mm:.2f} | "
+          f"{t_jax / t_faiss:.2f} | {t_sk / t_faiss:.2f} | {t_mm / t_faiss:.2f} | {t_jax / t_mm:.2f} | "
+          f"{same:.5f} (ties: gap {gap:.0e}) |")
+  bad = [r for r in rows if r[9] > 1e-4]
+  if bad:
+    raise SystemExit(f"jaxdistill disagrees with faiss beyond float32 ties: {bad}")
+
+
+if __name__ == "__main__":
+  jnp.zeros(1).block_until_ready()
+  main()

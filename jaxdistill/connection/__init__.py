@@ -1,0 +1,37 @@
+"""Query selection and connection rules: which queries each private record votes for.
+
+* :func:`select_queries` / :func:`kmeans`: k-means++ on D_pub's features; the
+  query of each cluster is its public sample nearest the centre.
+* :func:`reverse_knn`: every private record to its k nearest queries (the
+  paper's rule; out-degree exactly k, sensitivity 2kr in every DP model).
+* :func:`knn_labeling`: every query to its k nearest records (baseline;
+  sensitivity 2sr, central model only).
+* :func:`balanced_connection`: Appendix C's max-min and harmonic-mean rules
+  (no DP guarantee: they couple records).
+
+Each rule returns BSVS buckets ready for
+:func:`jaxdistill.mechanisms.make_bsvs_input`, and :func:`connection_privacy`
+says what each rule does and does not guarantee.
+"""
+
+from jaxdistill.connection._kmeans import KMeansResult
+from jaxdistill.connection._kmeans import QuerySelection
+from jaxdistill.connection._kmeans import kmeans
+from jaxdistill.connection._kmeans import select_queries
+from jaxdistill.connection._rules import OBJECTIVES
+from jaxdistill.connection._rules import RULES
+from jaxdistill.connection._rules import Connection
+from jaxdistill.connection._rules import ConnectionPrivacy
+from jaxdistill.connection._rules import balanced_connection
+from jaxdistill.connection._rules import balanced_scores
+from jaxdistill.connection._rules import connect
+from jaxdistill.connection._rules import connection_privacy
+from jaxdistill.connection._rules import knn_labeling
+from jaxdistill.connection._rules import reverse_knn
+from jaxdistill.connection._rules import reverse_knn_connection
+
+__all__ = [
+    "KMeansResult", "QuerySelection", "kmeans", "select_queries", "OBJECTIVES", "RULES",
+    "Connection", "ConnectionPrivacy", "balanced_connection", "balanced_scores", "connect",
+    "connection_privacy", "knn_labeling", "reverse_knn", "reverse_knn_connection",
+]

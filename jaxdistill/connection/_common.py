@@ -1,0 +1,57 @@
+"""Validation of feature matrices at the public boundary of the connection rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdistill import _validate
+
+
+def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str = "",
+                min_rows: int = 1) -> jax.Array:
+  """Returns ``value`` as a finite float32 ``[n, d]`` device array, or raises naming ``name``.
+
+  Args:
+    name: the parameter name used in error messages.
+    value: array-like ``[n, d]`` of real numbers.
+    dim: the required number of columns (``None`` = any).
+    dim_name: the parameter whose width ``dim`` came from (for the message).
+    min_rows: the least acceptable number of rows.
+
+  Raises:
+    ValueError: not 2-D, wrong width, too few rows, not real, NaN or inf.
+  """
+  if isinstance(value, jax.Array):
+    arr = value
+    kind = np.dtype(arr.dtype).kind
+  else:
+    try:
+      arr = np.asarray(value)
+    except Exception as err:  # pylint: disable=broad-except
+      raise ValueError(f"Expected {name} to be an array of real numbers; "
+                       f"got {type(value).__name__}.") from err
+    kind = arr.dtype.kind
+  if kind not in "fiub":
+    raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype}.")
+  if arr.ndim != 2:
+    raise ValueError(f"Expected {name} of shape [n, d]; got shape {tuple(arr.shape)}.")
+  if arr.shape[0] < min_rows:
+    raise ValueError(f"Expected {name} to have at least {min_rows} rows; got {arr.shape[0]}.")
+  if arr.shape[1] < 1:
+    raise ValueError(f"Expected {name} to have at least one column; got shape {tuple(arr.shape)}.")
+  if dim is not None and arr.shape[1] != dim:
+    raise ValueError(f"Expected {name} to have d={dim} columns like {dim_name}; got {arr.shape[1]}.")
+  out = jnp.asarray(arr, dtype=jnp.float32)
+  if not bool(jnp.isfinite(out).all()):
+    bad = "NaN" if bool(jnp.isnan(out).any()) else "inf (or a value too large for float32)"
+    raise ValueError(f"Expected finite {name}; found {bad}.")
+  return out
+
+
+def block_size(value: Any) -> int:
+  """Validates a streaming block size (rows per block)."""
+  return _validate.integer("block_size", value, minimum=1)

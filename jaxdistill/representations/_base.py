@@ -1,0 +1,143 @@
+"""The representation contract, image validation, and the public-data-only input rule.
+
+A representation maps images float32 ``[N, H, W, C]`` in [0, 1] to features
+float32 ``[N, d]``. Fitted representations are frozen dataclasses registered
+as pytrees (arrays are leaves, configuration is static), so one jitted
+``features`` function serves every call; ``__call__`` streams the images in
+fixed-size batches (the last one padded) and returns host float32 arrays.
+
+Privacy rule: every ``fit_*`` function takes D_pub only. It accepts either a
+public image array, an :class:`~jaxdistill.data.ImageData` of D_pub (its
+labels are ignored), or a :class:`~jaxdistill.data.LabelingSplits`, from
+which it takes ``splits.public`` and never touches ``splits.private``. No fit
+function has a parameter for private images or for labels, so private data
+cannot reach representation learning through this API; the fitted
+representation is then applied to private records (by each client, locally)
+as a fixed public function, which costs no privacy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdistill import _validate
+
+__all__ = ["Representation", "as_images", "public_images", "register", "unit_rows"]
+
+
+def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -> np.ndarray:
+  """Returns ``images`` as float32 ``[N, H, W, C]`` in [0, 1], or raises naming ``name``.
+
+  Accepts arrays and :class:`~jaxdistill.data.ImageData` (its ``images``).
+
+  Args:
+    name: parameter name for messages.
+    images: the images.
+    shape: required ``(H, W, C)`` (a fitted representation's input shape).
+
+  Raises:
+    ValueError: not 4-D, empty, wrong ``(H, W, C)``, NaN/inf, or values
+      outside [0, 1].
+  """
+  if hasattr(images, "images") and hasattr(images, "labels"):
+    images = images.images
+  try:
+    arr = np.asarray(images)
+  except Exception as err:  # pylint: disable=broad-except
+    raise ValueError(f"Expected {name} to be an image array; got {type(images).__name__}.") from err
+  if arr.dtype.kind not in "fiu":
+    raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype}.")
+  if arr.ndim != 4:
+    raise ValueError(f"Expected {name} of shape [N, H, W, C]; got shape {arr.shape}.")
+  if arr.shape[0] < 1:
+    raise ValueError(f"Expected {name} to hold at least one image; got shape {arr.shape}.")
+  if shape is not None and tuple(arr.shape[1:]) != tuple(shape):
+    raise ValueError(f"Expected {name} of shape [N, {', '.join(map(str, shape))}] (the shape the "
+                     f"representation was fitted on); got {arr.shape}.")
+  arr = arr.astype(np.float32, copy=False)
+  if not np.isfinite(arr).all():
+    raise ValueError(f"Expected finite {name}; found NaN or inf.")
+  lo, hi = float(arr.min()), float(arr.max())
+  if lo < 0.0 or hi > 1.0:
+    raise ValueError(f"Expected {name} in [0, 1]; got range [{lo:g}, {hi:g}].")
+  return arr
+
+
+def public_images(public: Any) -> np.ndarray:
+  """D_pub's images from an array, an ImageData, or a LabelingSplits (``.public`` only).
+
+  Raises:
+    ValueError: as :func:`as_images`, naming ``public``.
+  """
+  if hasattr(public, "public") and hasattr(public, "private"):
+    public = public.public  # LabelingSplits: the private part is never read.
+  return as_images("public", public)
+
+
+@jax.jit
+def _apply(rep: "Representation", x: jax.Array) -> jax.Array:
+  return rep.features(x)
+
+
+class Representation:
+  """Base class: ``features(x)`` is pure JAX; ``__call__`` validates, batches and returns host arrays.
+
+  Subclasses are frozen dataclasses registered with
+  ``jax.tree_util.register_dataclass`` and implement :meth:`features` and
+  :attr:`input_shape` (``None`` = any ``(H, W, C)``).
+  """
+
+  name: str = "representation"
+
+  @property
+  def input_shape(self) -> tuple[int, int, int] | None:
+    return None
+
+  def features(self, x: jax.Array) -> jax.Array:
+    """float32 ``[B, d]`` features of a batch ``[B, H, W, C]`` (traceable)."""
+    raise NotImplementedError
+
+  def _run(self, x: jax.Array) -> jax.Array:
+    return _apply(self, x)
+
+  def __call__(self, images: Any, *, batch_size: int = 2048) -> np.ndarray:
+    """Features of ``images``: float32 ``[N, d]`` (host).
+
+    Args:
+      images: float ``[N, H, W, C]`` in [0, 1], or an ImageData.
+      batch_size: images per jitted call (smaller inputs use the next power
+        of two >= N; the last batch is zero-padded, so one compilation serves
+        every N).
+
+    Raises:
+      ValueError: bad images (see :func:`as_images`) or batch size.
+    """
+    x = as_images("images", images, shape=self.input_shape)
+    n = x.shape[0]
+    # Batches of min(batch_size, next power of two >= N) images: few distinct
+    # shapes, hence few compilations, whatever N is.
+    bs = min(_validate.integer("batch_size", batch_size, minimum=1), 1 << (n - 1).bit_length())
+    out = []
+    for start in range(0, n, bs):
+      chunk = x[start:start + bs]
+      if chunk.shape[0] < bs:
+        chunk = np.concatenate([chunk, np.zeros((bs - chunk.shape[0],) + chunk.shape[1:], np.float32)])
+      out.append(np.asarray(self._run(jnp.asarray(chunk)), np.float32))
+    feats = np.concatenate(out)[:n]
+    if not np.isfinite(feats).all():
+      raise ValueError(f"Representation {self.name!r} produced NaN or inf features.")
+    return feats
+
+
+def register(cls, data_fields: list[str], meta_fields: list[str]):
+  """Registers a frozen dataclass representation as a pytree and returns it."""
+  return jax.tree_util.register_dataclass(cls, data_fields=data_fields, meta_fields=meta_fields)
+
+
+def unit_rows(z: jax.Array) -> jax.Array:
+  """Scales each row of ``z [B, d]`` to unit L2 norm (zero rows stay zero)."""
+  return z / jnp.maximum(jnp.linalg.norm(z, axis=1, keepdims=True), 1e-12)

@@ -1,0 +1,154 @@
+"""Re-embedding with any model (e.g. a trained student's penultimate layer), and a name registry."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxdistill import _validate
+from jaxdistill.representations._base import Representation, public_images, register, unit_rows
+from jaxdistill.representations._classic import Hog, RawPixels, fit_pca
+from jaxdistill.representations._contrastive import ContrastiveConfig, fit_contrastive
+
+__all__ = ["ModelEmbedding", "embed_with", "REPRESENTATIONS", "fit_representation"]
+
+REPRESENTATIONS = ("raw", "pca", "hog", "hog-pca", "contrastive")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelEmbedding(Representation):
+  """Features from a user model (see :func:`embed_with`).
+
+  Attributes:
+    model_fn: ``[B, H, W, C] -> [B, d]``.
+    normalize: scale each feature row to unit L2 norm.
+    jit: trace ``model_fn`` with ``jax.jit`` (it must then be a pure JAX
+      function of the batch).
+    image_shape: required ``(H, W, C)`` or None.
+  """
+
+  model_fn: Callable[[jax.Array], jax.Array]
+  normalize: bool = False
+  jit: bool = True
+  image_shape: tuple[int, int, int] | None = None
+  name: str = "model"
+
+  @property
+  def input_shape(self):
+    return self.image_shape
+
+  def features(self, x: jax.Array) -> jax.Array:
+    z = jnp.asarray(self.model_fn(x), jnp.float32)
+    if z.ndim != 2 or z.shape[0] != x.shape[0]:
+      raise ValueError(f"Expected model_fn to return [B, d] for a batch of B={x.shape[0]}; "
+                       f"got shape {tuple(z.shape)}.")
+    return unit_rows(z) if self.normalize else z
+
+  def _run(self, x: jax.Array) -> jax.Array:
+    return super()._run(x) if self.jit else self.features(x)
+
+
+register(ModelEmbedding, [], ["model_fn", "normalize", "jit", "image_shape", "name"])
+
+
+def embed_with(model_fn: Callable[[jax.Array], jax.Array], *, normalize: bool = False,
+               jit: bool = True, image_shape: tuple[int, int, int] | None = None,
+               name: str = "model") -> ModelEmbedding:
+  """A representation from any model, e.g. a trained student's penultimate layer.
+
+  Algorithm 1's iterations t >= 2 re-select queries in the student's
+  embedding space: ``rep = embed_with(lambda x: student.features(x))``, then
+  ``rep(public_images)`` and ``rep(private_images)`` feed
+  :func:`jaxdistill.connection.select_queries` and
+  :func:`jaxdistill.connection.reverse_knn`.
+
+  Formal guarantees:
+    Embedding adds no privacy cost beyond what trained ``model_fn``. If the
+    student was trained on labels released by a DP mechanism, its embedding
+    is post-processing of that release; the iterations' releases compose
+    (T-fold), which the caller must account for (spec/REVERSE_KNN.md §5,
+    I10).
+
+  Args:
+    model_fn: maps a batch float32 ``[B, H, W, C]`` to ``[B, d]``. With
+      ``jit=True`` it is traced once per batch shape; for an ``nnx.Module``
+      ``m``, pass e.g. ``lambda x: m.features(x)``.
+    normalize: unit-normalise the rows (cosine geometry).
+    jit: compile ``model_fn`` with ``jax.jit``.
+    image_shape: optional required ``(H, W, C)``.
+    name: label for reports.
+
+  Returns:
+    A :class:`ModelEmbedding`; call it on images for float32 ``[N, d]``.
+
+  Raises:
+    ValueError: ``model_fn`` not callable.
+  """
+  if not callable(model_fn):
+    raise ValueError(f"Expected model_fn to be callable; got {type(model_fn).__name__}.")
+  if image_shape is not None:
+    image_shape = tuple(_validate.integer("image_shape", v, minimum=1) for v in image_shape)
+    if len(image_shape) != 3:
+      raise ValueError(f"Expected image_shape=(H, W, C); got {image_shape}.")
+  return ModelEmbedding(model_fn, bool(normalize), bool(jit), image_shape, name)
+
+
+def fit_representation(key: jax.Array, name: str, public: Any, **options) -> Representation:
+  """Fits the representation called ``name`` on D_pub only.
+
+  Names (:data:`REPRESENTATIONS`):
+
+  * ``raw``: flattened pixels.
+  * ``pca``: PCA of the pixels (``num_components``, default 50).
+  * ``hog``: HOG (``cell_size``, ``block_size``, ``num_bins``).
+  * ``hog-pca``: PCA (``num_components``, default 64) of HOG.
+  * ``contrastive``: :func:`fit_contrastive`; options are
+    :class:`ContrastiveConfig` fields, plus ``progress``.
+
+  Formal guarantees:
+    Only D_pub is used: ``public`` is a D_pub array / ImageData, or a
+    LabelingSplits of which only ``.public`` is read.
+
+  Args:
+    key: PRNG key (used by learned representations only).
+    name: one of :data:`REPRESENTATIONS`.
+    public: D_pub images, ImageData or LabelingSplits.
+    **options: per-representation options (above).
+
+  Returns:
+    A :class:`Representation`.
+
+  Raises:
+    ValueError: unknown name or option, bad images.
+  """
+  name = _validate.choice("representation", name, REPRESENTATIONS)
+  x = public_images(public)
+
+  def take(*allowed):
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+      raise ValueError(f"Unknown option(s) {', '.join(unknown)} for representation {name!r}; "
+                       f"expected some of: {', '.join(allowed) or 'none'}.")
+    return dict(options)
+
+  if name == "raw":
+    take()
+    return RawPixels()
+  if name == "hog":
+    return Hog(**take("cell_size", "block_size", "num_bins"))
+  if name == "pca":
+    opts = take("num_components")
+    return fit_pca(x, opts.get("num_components", 50))
+  if name == "hog-pca":
+    opts = take("num_components", "cell_size", "block_size", "num_bins")
+    p = opts.pop("num_components", 64)
+    return fit_pca(x, p, base=Hog(**opts))
+  fields = [f.name for f in dataclasses.fields(ContrastiveConfig)]
+  opts = take(*fields, "progress")
+  progress = opts.pop("progress", None)
+  return fit_contrastive(key, x, ContrastiveConfig(**opts), progress=progress)
+
+

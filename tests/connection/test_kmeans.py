@@ -1,0 +1,111 @@
+"""k-means++ and query selection: objective, consistency, reproducibility, queries."""
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdistill import connection
+
+
+def blobs(rng, centres, per, scale):
+  x = np.concatenate([c + scale * rng.normal(size=(per, len(c))) for c in centres])
+  return x.astype(np.float32), np.repeat(np.arange(len(centres)), per)
+
+
+@pytest.fixture(scope="module")
+def data():
+  rng = np.random.default_rng(0)
+  return rng.normal(size=(400, 5)).astype(np.float32)
+
+
+def test_objective_is_non_increasing_and_matches_the_assignment(data):
+  res = connection.kmeans(jax.random.key(0), data, 8)
+  h = res.inertia_history
+  assert res.converged and len(h) == res.num_iterations >= 2
+  # Lloyd never raises the objective; 1e-5 relative slack for float32 sums.
+  assert np.all(np.diff(h) <= 1e-5 * h[:-1])
+  x = data.astype(np.float64)
+  d = ((x[:, None] - res.centres.astype(np.float64)[None]) ** 2).sum(-1)
+  np.testing.assert_allclose(res.inertia, d[np.arange(400), res.assignment].sum(), rtol=1e-5)
+
+
+def test_assignment_and_centres_are_consistent(data):
+  res = connection.kmeans(jax.random.key(1), data, 8)
+  x = data.astype(np.float64)
+  d = ((x[:, None] - res.centres.astype(np.float64)[None]) ** 2).sum(-1)
+  # Every point sits with a nearest centre (float32 slack only matters for near-ties).
+  chosen = d[np.arange(len(x)), res.assignment]
+  assert np.all(chosen <= d.min(axis=1) + 1e-4)
+  # Converged: every centre is the mean of its members, and none is empty.
+  assert res.converged
+  for t in range(8):
+    members = x[res.assignment == t]
+    assert len(members) > 0
+    np.testing.assert_allclose(res.centres[t], members.mean(0), atol=1e-5)
+
+
+def test_seeded_reproducibility_and_key_dependence(data):
+  a = connection.kmeans(jax.random.key(5), data, 8)
+  b = connection.kmeans(jax.random.key(5), data, 8)
+  c = connection.kmeans(jax.random.key(6), data, 8)
+  np.testing.assert_array_equal(a.assignment, b.assignment)
+  np.testing.assert_array_equal(a.centres, b.centres)
+  np.testing.assert_array_equal(a.seed_indices, b.seed_indices)
+  assert not np.array_equal(a.seed_indices, c.seed_indices)
+  assert len(set(a.seed_indices.tolist())) == 8  # D^2 sampling never re-picks a chosen point
+
+
+def test_recovers_well_separated_clusters():
+  rng = np.random.default_rng(1)
+  centres = rng.normal(size=(8, 5)) * 50
+  x, truth = blobs(rng, centres, 50, 1.0)  # same shape as `data`: no recompilation
+  res = connection.kmeans(jax.random.key(0), x, 8)
+  # A perfect clustering: each found cluster is exactly one true cluster.
+  pairs = set(zip(res.assignment.tolist(), truth.tolist()))
+  assert len(pairs) == 8
+
+
+def test_select_queries_picks_distinct_members_nearest_their_centres(data):
+  sel = connection.select_queries(jax.random.key(2), data, 8)
+  q, a = sel.query_indices, sel.assignment
+  assert q.dtype == np.int32 and a.dtype == np.int32 and q.shape == (8,) and a.shape == (400,)
+  assert len(set(q.tolist())) == 8
+  np.testing.assert_array_equal(a[q], np.arange(8))
+  x = data.astype(np.float64)
+  c = sel.kmeans.centres.astype(np.float64)
+  for t in range(8):
+    members = np.flatnonzero(a == t)
+    dm = ((x[members] - c[t]) ** 2).sum(1)
+    assert ((x[q[t]] - c[t]) ** 2).sum() == pytest.approx(dm.min(), rel=1e-9)
+
+
+def test_duplicate_points_still_give_distinct_queries_in_nonempty_clusters():
+  # Only 3 distinct points but s = 5 clusters: some clusters must end empty
+  # in k-means; query selection still returns 5 distinct public samples.
+  x = np.repeat(np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]], np.float32), 4, axis=0)
+  sel = connection.select_queries(jax.random.key(0), x, 5)
+  assert len(set(sel.query_indices.tolist())) == 5
+  np.testing.assert_array_equal(sel.assignment[sel.query_indices], np.arange(5))
+  assert np.all(np.bincount(sel.assignment, minlength=5) > 0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_queries=401), "num_queries=401"),
+    (dict(num_queries=0), "num_queries=0"),
+    (dict(num_queries=3, max_iterations=0), "max_iterations"),
+    (dict(num_queries=3, num_trials=0), "num_trials"),
+])
+def test_select_queries_bad_input(data, kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    connection.select_queries(jax.random.key(0), data, **kwargs)
+
+
+def test_select_queries_rejects_nan_and_bad_shapes(data):
+  bad = data.copy()
+  bad[3, 1] = np.nan
+  with pytest.raises(ValueError, match="public_features.*NaN|NaN"):
+    connection.select_queries(jax.random.key(0), bad, 3)
+  with pytest.raises(ValueError, match="public_features"):
+    connection.select_queries(jax.random.key(0), data[:, 0], 3)
+  with pytest.raises(ValueError, match="num_clusters=500"):
+    connection.kmeans(jax.random.key(0), data, 500)

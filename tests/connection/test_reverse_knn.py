@@ -1,0 +1,175 @@
+"""Reverse k-NN and the k-NN labeling baseline against float64 NumPy references.
+
+References are computed here, independently of jaxdistill: exact squared
+distances in float64 and a *stable* argsort, which orders equal distances by
+the lower index. Small-integer features make every float32 product exact, so
+the blockwise kernels must match the reference bitwise, ties included.
+"""
+
+import numpy as np
+import pytest
+
+from jaxdistill import connection, mechanisms
+
+
+def dense_sq(x, q):
+  x = np.asarray(x, np.float64)
+  q = np.asarray(q, np.float64)
+  return ((x[:, None, :] - q[None, :, :]) ** 2).sum(-1)
+
+
+def reference_reverse_knn(x, q, k):
+  return np.argsort(dense_sq(x, q), axis=1, kind="stable")[:, :k]
+
+
+def reference_knn_labeling(x, q, k):
+  return np.argsort(dense_sq(x, q).T, axis=1, kind="stable")[:, :k]
+
+
+def int_features(rng, n, d, lo=-3, hi=3):
+  return rng.integers(lo, hi + 1, (n, d)).astype(np.float32)
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+@pytest.mark.parametrize("block_size", [1, 7, 64, 10_000])
+def test_reverse_knn_matches_dense_reference_with_ties(k, block_size):
+  rng = np.random.default_rng(k * 100 + block_size)
+  x = int_features(rng, 90, 4)
+  q = int_features(rng, 6, 4)
+  q = np.concatenate([q, q[:3]])  # duplicated queries: exact ties on purpose
+  got = np.asarray(connection.reverse_knn(x, q, k, block_size=block_size))
+  assert got.dtype == np.int32 and got.shape == (90, k)
+  np.testing.assert_array_equal(got, reference_reverse_knn(x, q, k))
+
+
+def test_every_record_has_out_degree_exactly_k_distinct_queries():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(257, 8)).astype(np.float32)
+  q = rng.normal(size=(11, 8)).astype(np.float32)
+  for k in (1, 3, 11):
+    b = np.asarray(connection.reverse_knn(x, q, k, block_size=32))
+    assert b.shape == (257, k) and b.min() >= 0 and b.max() < 11
+    assert all(len(set(row)) == k for row in b.tolist())
+    # Nearest first: distances along each row are non-decreasing.
+    d = np.take_along_axis(dense_sq(x, q), b, axis=1)
+    assert np.all(np.diff(d, axis=1) >= -1e-5)
+
+
+def test_equidistant_record_goes_to_lower_query_index():
+  # Record 0 sits exactly between queries 1 and 2 (and 0 and 3 are far).
+  q = np.array([[10.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, 10.0]], np.float32)
+  x = np.array([[0.0, 0.0], [0.0, 0.0], [0.5, 0.0]], np.float32)
+  got = np.asarray(connection.reverse_knn(x, q, 2, block_size=1)).tolist()
+  assert got == [[1, 2], [1, 2], [2, 1]]
+  # Identical queries: the lower index wins every tie.
+  got = np.asarray(connection.reverse_knn(x, np.zeros((4, 2), np.float32), 3)).tolist()
+  assert got == [[0, 1, 2]] * 3
+
+
+def test_reverse_knn_on_real_valued_data_is_exact_up_to_float32():
+  rng = np.random.default_rng(1)
+  x = rng.random((500, 32), dtype=np.float32)
+  q = rng.random((40, 32), dtype=np.float32)
+  got = np.asarray(connection.reverse_knn(x, q, 3, block_size=128))
+  ref = reference_reverse_knn(x, q, 3)
+  d = dense_sq(x, q)
+  # Any disagreement must be a float32 near-tie: same distances to 1e-5 relative.
+  np.testing.assert_allclose(np.take_along_axis(d, got, 1), np.take_along_axis(d, ref, 1), rtol=1e-5)
+  assert np.mean(got == ref) > 0.99
+
+
+def test_reverse_knn_feeds_make_bsvs_input():
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(50, 3)).astype(np.float32)
+  q = rng.normal(size=(8, 3)).astype(np.float32)
+  conn = connection.reverse_knn_connection(x, q, 2)
+  labels = rng.integers(0, 4, 50)
+  inp, shape = conn.bsvs_input(labels, num_labels=4)
+  assert shape.k == 2 and shape.num_buckets == 8
+  counts = np.asarray(mechanisms.bsvs_counts(inp, shape))
+  expected = np.zeros((8, 4), np.int64)
+  np.add.at(expected, (conn.buckets.reshape(-1), np.repeat(labels, 2)), 1)
+  np.testing.assert_array_equal(counts, expected)
+  assert conn.privacy.sensitivity() == 4 and conn.privacy.dp_valid
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 1000])
+def test_knn_labeling_in_degree_exactly_k_and_matches_reference(block_size):
+  rng = np.random.default_rng(block_size)
+  x = int_features(rng, 40, 3)
+  x = np.concatenate([x, x[:10]])  # duplicated records: ties resolved by lower record index
+  q = int_features(rng, 7, 3)
+  k = 4
+  conn = connection.knn_labeling(x, q, k, block_size=block_size)
+  np.testing.assert_array_equal(conn.in_degrees, np.full(7, k))
+  ref = reference_knn_labeling(x, q, k)
+  for t in range(7):
+    chosen = np.flatnonzero((conn.buckets == t).any(axis=1))
+    np.testing.assert_array_equal(np.sort(chosen), np.sort(ref[t]))
+  assert conn.diagnostics["max_out_degree"] == conn.out_degrees.max()
+  assert conn.privacy.shape_k == 7 and conn.privacy.models == ("central",)
+
+
+def test_knn_labeling_sensitivity_grows_with_s():
+  """One record among every query's k nearest: replacing it changes all s rows (L1 = 2s > 2k)."""
+  s, k = 6, 1
+  q = np.stack([np.cos(np.arange(s)), np.sin(np.arange(s))], 1).astype(np.float32) * 10
+  x = np.concatenate([np.zeros((1, 2)), q * 3.0]).astype(np.float32)  # record 0 at the centre
+  labels = np.array([0] + [1] * s)
+
+  def votes(feats):
+    conn = connection.knn_labeling(feats, q, k)
+    inp, shape = conn.bsvs_input(labels, num_labels=2)
+    return np.asarray(mechanisms.bsvs_counts(inp, shape)), conn
+
+  a, conn = votes(x)
+  x2 = x.copy()
+  x2[0] = [100.0, 100.0]  # replace record 0 (same label) by a far-away point
+  a2, _ = votes(x2)
+  change = np.abs(a - a2).sum()
+  assert change == 2 * s > 2 * k
+  assert change <= conn.privacy.sensitivity()
+  assert conn.diagnostics["max_out_degree"] == s
+
+
+def test_reverse_knn_replacing_a_record_changes_only_its_own_row():
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(60, 4)).astype(np.float32)
+  q = rng.normal(size=(9, 4)).astype(np.float32)
+  k = 3
+  base = np.asarray(connection.reverse_knn(x, q, k))
+  labels = rng.integers(0, 3, 60)
+  for i in range(0, 60, 7):
+    x2 = x.copy()
+    x2[i] = rng.normal(size=4) * 3
+    new = np.asarray(connection.reverse_knn(x2, q, k))
+    np.testing.assert_array_equal(np.delete(new, i, 0), np.delete(base, i, 0))
+    y2 = labels.copy()
+    y2[i] = (labels[i] + 1) % 3
+    a = np.zeros((9, 3))
+    a2 = np.zeros((9, 3))
+    np.add.at(a, (base.reshape(-1), np.repeat(labels, k)), 1)
+    np.add.at(a2, (new.reshape(-1), np.repeat(y2, k)), 1)
+    assert np.abs(a - a2).sum() <= 2 * k
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x, q: connection.reverse_knn(x, q, 0), "k=0"),
+    (lambda x, q: connection.reverse_knn(x, q, 6), "k=6"),
+    (lambda x, q: connection.reverse_knn(x, q, 2.5), "k"),
+    (lambda x, q: connection.reverse_knn(x[:, :2], q, 1), "private_features"),
+    (lambda x, q: connection.reverse_knn(x, q[:, :1], 1), "private_features"),
+    (lambda x, q: connection.reverse_knn(np.where(x > 0, np.nan, x), q, 1), "NaN"),
+    (lambda x, q: connection.reverse_knn(x, np.full_like(q, np.inf), 1), "query_features"),
+    (lambda x, q: connection.reverse_knn(x[0], q, 1), "private_features"),
+    (lambda x, q: connection.reverse_knn(x, q, 1, block_size=0), "block_size"),
+    (lambda x, q: connection.knn_labeling(x, q, 11), "k=11"),
+    (lambda x, q: connection.knn_labeling(x, q[:, :2], 1), "private_features"),
+    (lambda x, q: connection.connect("nearest", x, q, 1), "rule"),
+])
+def test_bad_input_raises_value_error_naming_the_parameter(call, match):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(10, 3)).astype(np.float32)
+  q = rng.normal(size=(5, 3)).astype(np.float32)
+  with pytest.raises(ValueError, match=match):
+    call(x, q)

@@ -1,0 +1,195 @@
+"""Representations: definitions against independent references, public-only fitting, errors."""
+
+import dataclasses
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxdistill import data, representations as R
+
+
+@pytest.fixture(scope="module")
+def mnist():
+  d = data.load_embedded_mnist()  # sorted by class: take a fixed random 600 (all ten classes)
+  return d.take(np.sort(np.random.default_rng(0).permutation(len(d))[:600]))
+
+
+def reference_hog(img, cell=4, block=2, bins=9):
+  """Plain-Python HOG of one grey image [H, W] (loops; independent of the JAX version)."""
+  img = np.asarray(img, np.float64)
+  h, w = img.shape
+  p = np.pad(img, 1, mode="edge")
+  hist = np.zeros((h // cell, w // cell, bins))
+  for i in range(h // cell * cell):
+    for j in range(w // cell * cell):
+      gx = p[i + 1, j + 2] - p[i + 1, j]
+      gy = p[i + 2, j + 1] - p[i, j + 1]
+      mag = np.hypot(gx, gy)
+      ang = np.arctan2(gy, gx) % np.pi
+      pos = ang / (np.pi / bins) - 0.5
+      lo = int(np.floor(pos))
+      frac = pos - lo
+      hist[i // cell, j // cell, lo % bins] += mag * (1 - frac)
+      hist[i // cell, j // cell, (lo + 1) % bins] += mag * frac
+  out = []
+  for bi in range(h // cell - block + 1):
+    for bj in range(w // cell - block + 1):
+      v = np.concatenate([hist[bi + a, bj + b] for a in range(block) for b in range(block)])
+      v = v / np.sqrt(np.sum(v * v) + 1e-6)
+      v = np.minimum(v, 0.2)
+      out.append(v / np.sqrt(np.sum(v * v) + 1e-6))
+  return np.concatenate(out)
+
+
+def test_raw_pixels_is_the_flattened_image(mnist):
+  f = R.raw_pixels(mnist.images[:5])
+  assert f.dtype == np.float32 and f.shape == (5, 784)
+  np.testing.assert_array_equal(f, mnist.images[:5].reshape(5, -1))
+
+
+@pytest.mark.parametrize("cell, block, bins", [(4, 2, 9), (7, 2, 6)])
+def test_hog_matches_loop_reference(mnist, cell, block, bins):
+  x = mnist.images[:4]
+  f = R.hog(x, cell_size=cell, block_size=block, num_bins=bins)
+  nb = 28 // cell - block + 1
+  assert f.shape == (4, nb * nb * block * block * bins)
+  for i in range(4):
+    # float32 vs float64, after two normalisations: 1e-4 absolute on entries <= 1.
+    np.testing.assert_allclose(f[i], reference_hog(x[i, ..., 0], cell, block, bins), atol=1e-4)
+
+
+def test_hog_is_invariant_to_brightness_offset(mnist):
+  x = mnist.images[:4] * 0.8
+  np.testing.assert_allclose(R.hog(x + 0.1), R.hog(x), atol=1e-5)
+
+
+def test_hog_colour_uses_strongest_channel(mnist):
+  grey = mnist.images[:4]
+  colour = np.concatenate([grey, 0.5 * grey, np.zeros_like(grey)], axis=-1)
+  np.testing.assert_allclose(R.hog(colour), R.hog(grey), atol=1e-5)
+
+
+def test_pca_matches_numpy_svd_and_whitens_public_data(mnist):
+  x = mnist.images[:200]
+  pca = R.fit_pca(x, 10)
+  f = pca(x).astype(np.float64)
+  flat = x.reshape(200, -1).astype(np.float64)
+  centred = flat - flat.mean(0)
+  sv = np.linalg.svd(centred, compute_uv=False)
+  np.testing.assert_allclose(pca.explained_variance, sv[:10] ** 2 / 199, rtol=2e-3)
+  comps = np.asarray(pca.components, np.float64)
+  np.testing.assert_allclose(comps.T @ comps, np.eye(10), atol=1e-4)
+  np.testing.assert_allclose(f.mean(0), 0.0, atol=1e-4)
+  np.testing.assert_allclose(np.cov(f.T), np.diag(pca.explained_variance), atol=2e-3 * sv[0] ** 2 / 199)
+
+
+def test_fit_functions_read_only_the_public_split(mnist):
+  """A LabelingSplits whose private part is poisoned (NaN) fits exactly as its public part does."""
+  public = mnist.take(np.arange(200))
+  poisoned = data.ImageData(np.full((50, 28, 28, 1), np.nan, np.float32), np.zeros(50, np.int32), 10)
+  splits = data.LabelingSplits(private=poisoned, public=public, evaluation=public)
+  a = R.fit_pca(splits, 5)
+  b = R.fit_pca(public.images, 5)
+  np.testing.assert_array_equal(np.asarray(a.components), np.asarray(b.components))
+  cfg = R.ContrastiveConfig(width=8, feature_dim=64, projection_dim=32, steps=3, batch_size=64)
+  e1 = R.fit_contrastive(jax.random.key(0), splits, cfg)
+  e2 = R.fit_contrastive(jax.random.key(0), public.images, cfg)
+  for u, v in zip(jax.tree.leaves(e1.params), jax.tree.leaves(e2.params)):
+    np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+  # No fit function offers a parameter for private data or labels.
+  for fn in (R.fit_pca, R.fit_contrastive, R.fit_representation):
+    names = set(inspect.signature(fn).parameters)
+    assert not {n for n in names if "private" in n or "label" in n}, (fn.__name__, names)
+
+
+def test_contrastive_encoder_learns_and_is_reproducible(mnist):
+  cfg = R.ContrastiveConfig(width=8, feature_dim=64, projection_dim=32, steps=120, batch_size=64)
+  x = mnist.images
+  enc = R.fit_contrastive(jax.random.key(1), x, cfg, log_every=20)
+  again = R.fit_contrastive(jax.random.key(1), x, cfg, log_every=20)
+  assert enc.loss_history == again.loss_history
+  other = R.fit_contrastive(jax.random.key(2), x, dataclasses.replace(cfg, steps=1))
+  f = enc(x)
+  assert f.shape == (600, 32) and f.dtype == np.float32
+  np.testing.assert_allclose(np.linalg.norm(f, axis=1), 1.0, rtol=1e-5)
+  np.testing.assert_array_equal(f, again(x))
+  # Training lowers the NT-Xent loss well below its starting value ~ln(2B - 1) = 4.85.
+  assert enc.loss_history[-1] < 0.8 * enc.loss_history[0]
+
+  def loo_1nn_accuracy(feats):  # leave-one-out 1-NN label agreement (labels: evaluation only)
+    d = ((feats[:, None] - feats[None]) ** 2).sum(-1)
+    np.fill_diagonal(d, np.inf)
+    return np.mean(mnist.labels[np.argmin(d, 1)] == mnist.labels)
+
+  # The trained encoder's neighbourhoods are more label-consistent than an
+  # (almost) untrained network's. Fixed seeds: deterministic.
+  assert loo_1nn_accuracy(f) > loo_1nn_accuracy(other(x)) + 0.05
+
+
+def test_embed_with_wraps_any_model(mnist):
+  w = jnp.asarray(np.random.default_rng(0).normal(size=(784, 6)), jnp.float32)
+  rep = R.embed_with(lambda z: z.reshape(z.shape[0], -1) @ w, normalize=True)
+  f = rep(mnist.images[:70], batch_size=32)  # 70 = 2 full batches + 1 padded batch
+  expected = mnist.images[:70].reshape(70, -1) @ np.asarray(w)
+  expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+  np.testing.assert_allclose(f, expected, rtol=1e-4, atol=1e-5)
+  # A flax nnx module (e.g. a student's penultimate layer) closed over by the function.
+  layer = nnx.Linear(784, 4, rngs=nnx.Rngs(0))
+  student = R.embed_with(lambda z: layer(z.reshape(z.shape[0], -1)))
+  np.testing.assert_allclose(student(mnist.images[:5]),
+                             np.asarray(layer(mnist.images[:5].reshape(5, -1))), rtol=1e-5, atol=1e-6)
+  host = R.embed_with(lambda z: np.asarray(z).reshape(len(z), -1)[:, :3], jit=False)
+  np.testing.assert_array_equal(host(mnist.images[:4]), mnist.images[:4].reshape(4, -1)[:, :3])
+  with pytest.raises(ValueError, match="model_fn"):
+    R.embed_with(lambda z: z)(mnist.images[:2])
+  with pytest.raises(ValueError, match="model_fn"):
+    R.embed_with(3)
+
+
+def test_fit_representation_by_name(mnist):
+  x = mnist.images[:200]
+  key = jax.random.key(0)
+  assert R.fit_representation(key, "raw", x)(x).shape == (200, 784)
+  assert R.fit_representation(key, "hog", x, cell_size=7)(x).shape == (200, 324)
+  assert R.fit_representation(key, "pca", x, num_components=8)(x).shape == (200, 8)
+  hp = R.fit_representation(key, "hog-pca", x, num_components=12, cell_size=7)
+  assert hp(x).shape == (200, 12) and hp.name == "hog-pca"
+  with pytest.raises(ValueError, match="representation"):
+    R.fit_representation(key, "sift", x)
+  with pytest.raises(ValueError, match="cell"):
+    R.fit_representation(key, "pca", x, cell=3)
+
+
+@pytest.mark.parametrize("images, match", [
+    (np.zeros((5, 28, 28)), r"\[N, H, W, C\]"),
+    (np.full((2, 28, 28, 1), np.nan), "NaN"),
+    (np.full((2, 28, 28, 1), 255.0), r"\[0, 1\]"),
+    (np.zeros((0, 28, 28, 1)), "at least one"),
+    (np.array([["a"]]), "real numbers"),
+])
+def test_bad_images_raise_value_error(images, match):
+  with pytest.raises(ValueError, match=match):
+    R.raw_pixels(images)
+
+
+def test_bad_parameters_raise_value_error(mnist):
+  x = mnist.images[:200]
+  pca = R.fit_pca(x, 4)
+  with pytest.raises(ValueError, match="images of shape"):
+    pca(np.zeros((2, 14, 14, 1), np.float32))
+  with pytest.raises(ValueError, match="num_components"):
+    R.fit_pca(x, 201)
+  with pytest.raises(ValueError, match="cell_size"):
+    R.hog(x, cell_size=0)
+  with pytest.raises(ValueError, match="at least"):
+    R.hog(x, cell_size=20)
+  with pytest.raises(ValueError, match="temperature"):
+    R.ContrastiveConfig(temperature=0.0)
+  with pytest.raises(ValueError, match="batch_size"):
+    R.fit_contrastive(jax.random.key(0), x, R.ContrastiveConfig(batch_size=256))
+  with pytest.raises(ValueError, match="public"):
+    R.fit_pca(np.zeros((3, 4)), 1)
