@@ -364,7 +364,12 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
           priv_emb = embed(priv.images)
         else:
           with _bar(len(priv), f"student embedding of D_priv t={t}", progress) as bar:
-            priv_emb = embed(priv.images, progress=bar.update if bar is not None else None)
+            parts = []
+            for a in range(0, len(priv), 4096):
+              parts.append(embed(priv.images[a:a + 4096]))
+              if bar is not None:
+                bar.update(parts[-1].shape[0])
+            priv_emb = np.concatenate(parts)
       with timer("connection"):
         buckets = (cache[(t, "buckets")] if (t, "buckets") in cache
                    else components.connect(config.connection, priv_emb, pub_emb[queries], k).buckets)

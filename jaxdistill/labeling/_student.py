@@ -24,6 +24,7 @@ import optax
 from flax import nnx
 
 from jaxdistill import models
+from jaxdistill import representations
 from jaxdistill.labeling._config import StudentConfig
 
 __all__ = ["Student", "train_student"]
@@ -67,39 +68,39 @@ class Student:
     """Top-1 accuracy, float64."""
     return models.accuracy(self.logits(images), labels)
 
-  def penultimate(self, images: np.ndarray, *, chunk: int = 512, project: Any = None,
-                  progress: Any = None) -> np.ndarray:
-    """float32 ``[n, F]`` features feeding the dense head (eval mode).
+  def _penultimate_fn(self):
+    state, clf = self.state, self.classifier
+    return lambda x: _features(state, x, clf=clf)
 
-    ``project`` (optional) maps each chunk's features, so that a projection
-    of n records never materialises the full ``[n, F]`` matrix;
-    ``progress(count)`` is called after each chunk.
-    """
-    images = np.asarray(images, np.float32)
-    out = []
-    for a in range(0, images.shape[0], chunk):
-      xb = images[a:a + chunk]
-      pad = chunk - xb.shape[0]
-      xb = np.pad(xb, ((0, pad), (0, 0), (0, 0), (0, 0))) if pad else xb
-      feats = np.asarray(_features(self.state, jnp.asarray(xb), clf=self.classifier))[:chunk - pad]
-      out.append(feats if project is None else project(feats))
-      if progress is not None:
-        progress(feats.shape[0])
-    return np.concatenate(out)
+  def penultimate(self, images: np.ndarray) -> np.ndarray:
+    """float32 ``[n, F]`` features feeding the dense head (eval mode)."""
+    rep = representations.embed_with(self._penultimate_fn(), name="student-penultimate")
+    return rep(images, batch_size=512)
 
-  def embedding(self, key: jax.Array, public_images: np.ndarray) -> Any:
-    """An ``embed(images) -> float32 [n, embedding_dim]`` fitted on D_pub only.
+  def embedding(self, key: jax.Array, public_images: np.ndarray) -> representations.Representation:
+    """The student's penultimate layer, PCA-reduced on D_pub only, as a representation.
 
-    A PCA of the penultimate features of ``public_images`` (randomized range
-    finder with 4 power iterations, Halko, Martinsson, Tropp 2011, Alg. 4.4),
-    whose randomness comes from ``key``.
+    ``embed_with`` (:mod:`jaxdistill.representations`) of
+    ``x -> V^T (f(x) - mu)`` where f is the penultimate layer and (mu, V) the
+    mean and top ``embedding_dim`` principal directions of f over
+    ``public_images``. The directions come from a randomized range finder
+    with 4 power iterations (Halko, Martinsson, Tropp 2011, Alg. 4.4) drawn
+    from ``key``: the FedMD CNN's penultimate layer has thousands of
+    features (5,408 for 28x28 inputs and widths (16, 32)), where a full
+    eigendecomposition of the covariance costs tens of seconds on a CPU.
+
+    Returns:
+      A :class:`jaxdistill.representations.Representation`:
+      ``rep(images) -> float32 [n, embedding_dim]``.
     """
     feats = self.penultimate(public_images)
     mean = feats.mean(0)
     dim = min(self.config.embedding_dim, feats.shape[0], feats.shape[1])
-    comps = _pca_components(key, feats - mean, dim)
-    return lambda imgs, progress=None: self.penultimate(imgs, project=lambda f: (f - mean) @ comps,
-                                                        progress=progress)
+    comps = jnp.asarray(_pca_components(key, feats - mean, dim))
+    mean = jnp.asarray(mean)
+    f = self._penultimate_fn()
+    return representations.embed_with(lambda x: (f(x) - mean) @ comps, name="student-embedding",
+                                      image_shape=tuple(np.shape(public_images)[1:]))
 
 
 def _pca_components(key: jax.Array, x: np.ndarray, dim: int, power_iterations: int = 4) -> np.ndarray:
