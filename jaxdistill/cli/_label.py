@@ -52,7 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="draw the vote noise from a secret OS-random seed (never recorded) instead of --seed")
   p.add_argument("--out-dir", default=None,
                  help="output directory: release ledger, report.json, plots (default: runs/label-<settings>)")
-  p.add_argument("--private-size", type=int, default=None, help="|D_priv| (default: all training images; embedded: 3000)")
+  p.add_argument("--private-size", type=int, default=None,
+                 help="|D_priv| (default: all training images; embedded: 3000)")
   p.add_argument("--public-size", type=int, default=None, help="|D_pub| (default: 5000; embedded: 1000)")
   p.add_argument("--eval-size", type=int, default=None, help="|D_eval| (default: 5000; embedded: 1000)")
   p.add_argument("--student-epochs", type=int, default=st.epochs, help="student epochs (default: %(default)s)")
