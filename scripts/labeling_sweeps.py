@@ -138,7 +138,8 @@ def write_markdown(path, rows, args, command, wall, splits):
   aggs = {k: aggregate(rows, k) for k in keys}
   lines = [f"# {args.dataset}: accuracy against {args.sweep}", "",
            "Command:", "", "```bash", command, "```", "",
-           f"|D_priv| = {len(splits.private)}, |D_pub| = {len(splits.public)}, |D_eval| = {len(splits.evaluation)}; "
+           f"|D_priv| = {len(splits.private)}, |D_pub| = {len(splits.public)}, "
+           f"|D_eval| = {len(splits.evaluation)}; "
            f"representation = {args.representation}; T = {args.T}; student widths {args.student_widths}, "
            f"{args.student_epochs} epochs, {args.student_targets} targets; seeds {args.seeds}; "
            f"wall time {wall:.0f} s (shared 2-core CPU).",

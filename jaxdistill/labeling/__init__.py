@@ -38,6 +38,7 @@ from jaxdistill.labeling._student import train_student
 __all__ = [
     "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "CONNECTIONS", "MECHANISMS", "REPRESENTATIONS",
     "LabelingConfig", "StudentConfig", "ReleaseLedger", "StoredRelease", "data_fingerprint",
-    "ChainResult", "IterationResult", "LabelingResult", "build_mechanism", "check_splits", "fit_first_representation", "load_splits",
+    "ChainResult", "IterationResult", "LabelingResult", "build_mechanism", "check_splits",
+    "fit_first_representation", "load_splits",
     "privacy_report", "run_labeling", "Student", "train_student",
 ]

@@ -127,8 +127,9 @@ def build_mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.Bs
   if m == "none":
     return None
   if m == "central":
-    cls = mech_lib.CentralDiscreteLaplace if config.central_noise == "discrete-laplace" else mech_lib.CentralLaplace
-    return cls(shape, eps, Relation.REPLACE_ONE)
+    if config.central_noise == "discrete-laplace":
+      return mech_lib.CentralDiscreteLaplace(shape, eps, Relation.REPLACE_ONE)
+    return mech_lib.CentralLaplace(shape, eps, Relation.REPLACE_ONE)
   if m == "local-rr":
     return mech_lib.RandomizedResponse(shape, eps)
   if m == "local-collision":
@@ -190,7 +191,7 @@ def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list
                   "connection": config.connection, "declared_out_degree": rule.shape_k,
                   "k": config.k, "num_queries": config.num_queries, "num_private_records": n,
                   "sensitivity_l1": 2 * rule.shape_k if config.mechanism == "central" else None,
-                  "model": {"central": "central", "none": "none"}.get(config.mechanism, config.mechanism.split("-")[0])},
+                  "model": config.mechanism.split("-")[0]},
       warnings=tuple(warnings))
   notes = [
       "Queries, clusters and the first representation are fitted on D_pub only; queries of iterations "
@@ -557,7 +558,8 @@ def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingS
   return _jsonable({
       "task": "reverse k-NN private labeling (Algorithm 1, arXiv:2207.13253)",
       "settings": config.to_dict(),
-      "data": {"dataset": config.dataset, "num_classes": num_classes, "image_shape": list(splits.public.images.shape[1:]),
+      "data": {"dataset": config.dataset, "num_classes": num_classes,
+               "image_shape": list(splits.public.images.shape[1:]),
                "private_size": len(splits.private), "public_size": len(splits.public),
                "eval_size": len(splits.evaluation)},
       "results": results,
