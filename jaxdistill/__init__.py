@@ -12,6 +12,8 @@ Public subpackages:
   folders, tfds), splits and client partitions.
 * :mod:`jaxdistill.fedmd` -- FedMD-NFDP and its baselines (NP, LDP, local,
   centralized) with per-party privacy reports and resumable checkpoints.
+* :mod:`jaxdistill.labeling` -- reverse k-NN private labeling end to end
+  (Algorithm 1): queries, votes, pseudo-labels, student, release ledger.
 * :mod:`jaxdistill.mechanisms` -- BSVS inputs and mechanisms (central,
   local, shuffle) as pure JAX functions.
 * :mod:`jaxdistill.models` -- FedMD's CNN family in flax nnx and optax
@@ -29,6 +31,7 @@ from jaxdistill import audit
 from jaxdistill import connection
 from jaxdistill import data
 from jaxdistill import fedmd
+from jaxdistill import labeling
 from jaxdistill import mechanisms
 from jaxdistill import models
 from jaxdistill import representations
@@ -36,5 +39,5 @@ from jaxdistill import simulation
 
 __version__ = "0.1.0"
 
-__all__ = ["accounting", "audit", "connection", "data", "fedmd", "mechanisms", "models",
-           "representations", "simulation", "__version__"]
+__all__ = ["accounting", "audit", "connection", "data", "fedmd", "labeling", "mechanisms",
+           "models", "representations", "simulation", "__version__"]

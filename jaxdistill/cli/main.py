@@ -6,6 +6,7 @@ import sys
 from typing import Sequence
 
 from jaxdistill.cli import _fedmd
+from jaxdistill.cli import _label
 from jaxdistill.cli import _privacy
 from jaxdistill.cli import _simulate
 from jaxdistill.cli._common import CliError, Parser
@@ -16,6 +17,7 @@ def build_parser() -> Parser:
   sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
   _privacy.add_parser(sub)
   _simulate.add_parser(sub)
+  _label.add_parser(sub)
   _fedmd.add_parser(sub)
   return parser
 

@@ -1,0 +1,50 @@
+"""The pipeline's view of representations and connection rules.
+
+The pipeline needs three operations, delegated to
+:mod:`jaxdistill.representations` and :mod:`jaxdistill.connection`:
+
+* ``fit_representation(key, name, public_images, dim) -> embed`` (fitted on
+  D_pub only; ``embed(images) -> float32 [N, d]``);
+* ``select_queries(key, public_emb, s) -> (queries [s], assignment [m])``:
+  k-means++ on D_pub, queries = the public samples nearest the centres;
+* ``connect(rule, private_emb, query_emb, k) -> Connection`` (buckets and the
+  rule's privacy statement).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import numpy as np
+
+from jaxdistill import connection
+from jaxdistill import representations
+
+Embed = Callable[[np.ndarray], np.ndarray]
+
+#: Representations :func:`fit_representation` knows (``pca`` and ``hog-pca`` use ``dim`` components).
+REPRESENTATIONS = representations.REPRESENTATIONS
+#: Connection rules (reverse k-NN is the paper's and the only per-record one).
+RULES = connection.RULES
+
+
+def fit_representation(key: jax.Array, name: str, public_images: np.ndarray, dim: int,
+                       progress: Callable[[int, float], None] | None = None) -> Embed:
+  opts = {"num_components": dim} if name in ("pca", "hog-pca") else {}
+  if progress is not None and name == "contrastive":
+    opts["progress"] = progress
+  return representations.fit_representation(key, name, public_images, **opts)
+
+
+def select_queries(key: jax.Array, public_emb: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
+  sel = connection.select_queries(key, public_emb, s)
+  return np.asarray(sel.query_indices, np.int64), np.asarray(sel.assignment, np.int64)
+
+
+def connect(rule: str, private_emb: np.ndarray, query_emb: np.ndarray, k: int) -> connection.Connection:
+  return connection.connect(rule, private_emb, query_emb, k)
+
+
+def connection_privacy(rule: str, k: int, s: int) -> connection.ConnectionPrivacy:
+  return connection.connection_privacy(rule, k=k, num_queries=s)

@@ -1,0 +1,240 @@
+"""Settings of a reverse k-NN private labeling run (Algorithm 1), validated once.
+
+A :class:`LabelingConfig` is a frozen, hashable, JSON-serialisable record of
+every setting; :func:`run_labeling` takes one and nothing else (plus data
+when the caller brings its own). Sizes left as ``None`` take the paper's
+protocol for the data set (MNIST protocol: D_priv = the 60k training
+images, D_pub = 5k test images, evaluation = the other 5k) or, for the
+embedded 5,000 digits, a three-way split (3,000 / 1,000 / 1,000).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from jaxdistill import _validate
+from jaxdistill.data import DATASETS
+from jaxdistill.labeling import _components
+
+__all__ = ["MECHANISMS", "REPRESENTATIONS", "CONNECTIONS", "StudentConfig", "LabelingConfig"]
+
+#: Vote mechanisms: BSVS under central, local or shuffle DP, or no noise.
+MECHANISMS = ("central", "local-rr", "local-collision", "shuffle-multi", "shuffle-single", "none")
+#: Representations fitted on D_pub alone for the first query selection
+#: (:func:`jaxdistill.representations.fit_representation`; ``contrastive`` is learned).
+REPRESENTATIONS = _components.REPRESENTATIONS
+#: Connection rules (:func:`jaxdistill.connection.connect`); only ``reverse-knn`` is the paper's.
+CONNECTIONS = _components.RULES
+#: Central noise laws (discrete Laplace is the library default for counts).
+CENTRAL_NOISES = ("discrete-laplace", "laplace")
+#: Local randomizers of the single-message shuffle protocol.
+SHUFFLE_LOCALS = ("collision", "rr")
+#: Training targets of the student: argmax labels (the paper) or the noisy vote shares.
+STUDENT_TARGETS = ("hard", "soft")
+
+_EMBEDDED_SIZES = (3000, 1000, 1000)  # D_priv, D_pub, D_eval of the 5,000 embedded digits
+
+
+@dataclasses.dataclass(frozen=True)
+class StudentConfig:
+  """The student CNN (a :class:`jaxdistill.models.FedMDCNN`) and its training.
+
+  Attributes:
+    widths: conv widths ``(n1, n2)`` or ``(n1, n2, n3)``.
+    dropout: dropout rate.
+    epochs: training epochs on D_pub.
+    batch_size: minibatch size.
+    learning_rate: Adam step size.
+    embedding_dim: PCA dimension of the penultimate features used to
+      re-select queries at iterations t >= 2 (fitted on D_pub only).
+    targets: ``hard`` (argmax labels, the paper) or ``soft`` (each query's
+      noisy votes clipped at 0 and normalised; post-processing, no privacy
+      cost).
+  """
+
+  widths: tuple[int, ...] = (16, 32)
+  dropout: float = 0.2
+  epochs: int = 20
+  batch_size: int = 64
+  learning_rate: float = 1e-3
+  embedding_dim: int = 64
+  targets: str = "hard"
+
+  def __post_init__(self):
+    widths = tuple(self.widths) if isinstance(self.widths, (tuple, list)) else (self.widths,)
+    if len(widths) not in (2, 3):
+      raise ValueError(f"Expected student widths of 2 or 3 conv layers; got {self.widths!r}.")
+    object.__setattr__(self, "widths", tuple(_validate.integer("widths", w, minimum=1) for w in widths))
+    rate = _validate.probability("dropout", self.dropout)
+    if rate >= 1:
+      raise ValueError(f"Expected dropout={rate!r} < 1.")
+    object.__setattr__(self, "dropout", rate)
+    object.__setattr__(self, "epochs", _validate.integer("epochs", self.epochs, minimum=1))
+    object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=1))
+    object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
+    object.__setattr__(self, "embedding_dim",
+                       _validate.integer("embedding_dim", self.embedding_dim, minimum=1))
+    object.__setattr__(self, "targets", _validate.choice("targets", self.targets, STUDENT_TARGETS))
+
+  def to_dict(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["widths"] = list(self.widths)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelingConfig:
+  """Every setting of one run of Algorithm 1.
+
+  Attributes:
+    dataset: one of :data:`jaxdistill.data.DATASETS`.
+    data_dir: folder of IDX files (``mnist``, ``idx``; optional for
+      ``fashion-mnist``).
+    mechanism: one of :data:`MECHANISMS`.
+    epsilon: the TOTAL epsilon over all T iterations (``inf`` only with
+      ``mechanism="none"``).
+    delta: the TOTAL delta; ``None`` means 0 for the central and local
+      mechanisms (pure DP) and ``min(1e-6, 1/(10 n))`` for shuffle.
+    num_queries: s, the number of queries (k-means clusters of D_pub).
+    k: each private record votes for its k nearest queries.
+    connection: ``reverse-knn`` (the paper's rule, per record: sensitivity
+      2k), ``knn-labeling`` (each query takes its k nearest records:
+      sensitivity 2s, central model only) or ``balanced-max-min`` /
+      ``balanced-harmonic`` (Appendix C: they couple records, so NO DP
+      guarantee is claimed; the report says so).
+    iterations: T >= 1; t >= 2 re-selects queries with the student's
+      penultimate-layer embeddings.
+    representation: one of :data:`REPRESENTATIONS` (fitted on D_pub only).
+    seed: the run's seed (splits, k-means, student; and the noise unless
+      ``noise_seed`` is given).
+    noise_seed: a SECRET seed for the vote noise, or ``None`` to derive the
+      noise from ``seed`` (reproducible, but anyone who knows ``seed`` can
+      remove the noise: fine for experiments, not for a real release; the
+      report warns). It is never written to the report or the ledger.
+    private_size, public_size, eval_size: |D_priv|, |D_pub|, |D_eval|
+      (``None``: the paper's protocol for the data set).
+    student: :class:`StudentConfig`.
+    central_noise: ``discrete-laplace`` (default) or ``laplace``.
+    shuffle_local: local randomizer of ``shuffle-single`` (``collision`` or ``rr``).
+    pca_dim: output dimension of the ``pca`` and ``hog-pca`` representations.
+    out_dir: where the release ledger, report and plots go (``None``: keep
+      nothing on disk; the ledger then cannot protect a re-run).
+    baselines: also run the noise-free pipeline and the supervised ceiling.
+  """
+
+  dataset: str = "mnist-embedded"
+  data_dir: str | None = None
+  mechanism: str = "central"
+  epsilon: float = 1.0
+  delta: float | None = None
+  num_queries: int = 40
+  k: int = 1
+  connection: str = "reverse-knn"
+  iterations: int = 1
+  representation: str = "hog-pca"
+  seed: int = 0
+  noise_seed: int | None = dataclasses.field(default=None, repr=False)
+  private_size: int | None = None
+  public_size: int | None = None
+  eval_size: int | None = None
+  student: StudentConfig = dataclasses.field(default_factory=StudentConfig)
+  central_noise: str = "discrete-laplace"
+  shuffle_local: str = "collision"
+  pca_dim: int = 50
+  out_dir: str | None = None
+  baselines: bool = True
+
+  def __post_init__(self):
+    if not isinstance(self.dataset, str) or not (self.dataset in DATASETS or self.dataset.startswith("tfds:")):
+      raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {self.dataset!r}.")
+    if self.data_dir is not None and not isinstance(self.data_dir, str):
+      object.__setattr__(self, "data_dir", str(self.data_dir))
+    mech = _validate.choice("mechanism", self.mechanism, MECHANISMS)
+    if mech == "none":
+      eps = _validate.positive("epsilon", self.epsilon, allow_inf=True)
+    else:
+      eps = _validate.positive("epsilon", self.epsilon)
+    object.__setattr__(self, "epsilon", eps)
+    if self.delta is not None:
+      delta = _validate.probability("delta", self.delta)
+      if delta >= 1:
+        raise ValueError(f"Expected delta={delta!r} < 1.")
+      if mech.startswith("shuffle") and delta <= 0:
+        raise ValueError(f"Expected delta={delta!r} > 0 for mechanism={mech}.")
+      object.__setattr__(self, "delta", delta)
+    s = _validate.integer("num_queries", self.num_queries, minimum=1)
+    k = _validate.integer("k", self.k, minimum=1)
+    if k > s:
+      raise ValueError(f"Expected k={k} <= num_queries (s)={s}: each record connects to k distinct queries.")
+    object.__setattr__(self, "num_queries", s)
+    object.__setattr__(self, "k", k)
+    rule = _validate.choice("connection", self.connection, CONNECTIONS)
+    if rule == "knn-labeling" and mech not in ("central", "none"):
+      raise ValueError(f"Expected mechanism=central or none with connection=knn-labeling (a record's edges "
+                       f"depend on the other records, so clients cannot randomize them); got {mech}.")
+    object.__setattr__(self, "iterations", _validate.integer("iterations", self.iterations, minimum=1))
+    _validate.choice("representation", self.representation, REPRESENTATIONS)
+    object.__setattr__(self, "seed", _validate.integer("seed", self.seed, minimum=0))
+    if self.noise_seed is not None:
+      object.__setattr__(self, "noise_seed", _validate.integer("noise_seed", self.noise_seed, minimum=0))
+    for name in ("private_size", "public_size", "eval_size"):
+      value = getattr(self, name)
+      if value is not None:
+        object.__setattr__(self, name, _validate.integer(name, value, minimum=1))
+    if self.public_size is not None and s > self.public_size:
+      raise ValueError(f"Expected num_queries (s)={s} <= public_size={self.public_size}: queries are "
+                       "public samples.")
+    if not isinstance(self.student, StudentConfig):
+      raise ValueError(f"Expected student to be a StudentConfig; got {type(self.student).__name__}.")
+    _validate.choice("central_noise", self.central_noise, CENTRAL_NOISES)
+    _validate.choice("shuffle_local", self.shuffle_local, SHUFFLE_LOCALS)
+    object.__setattr__(self, "pca_dim", _validate.integer("pca_dim", self.pca_dim, minimum=1))
+    if self.out_dir is not None:
+      object.__setattr__(self, "out_dir", str(self.out_dir))
+    if not isinstance(self.baselines, bool):
+      raise ValueError(f"Expected baselines to be a bool; got {self.baselines!r}.")
+
+  # -- derived settings ------------------------------------------------------------
+  def sizes(self, has_test_split: bool) -> tuple[int | None, int, int]:
+    """``(private_size, public_size, eval_size)`` with the data set's defaults filled in."""
+    if has_test_split:
+      default = (None, 5000, 5000)
+    else:
+      default = _EMBEDDED_SIZES
+    priv = self.private_size if self.private_size is not None else default[0]
+    pub = self.public_size if self.public_size is not None else default[1]
+    ev = self.eval_size if self.eval_size is not None else default[2]
+    return priv, pub, ev
+
+  def resolved_delta(self, num_private: int) -> float:
+    """The total delta: given, or 0 (central, local, none), or min(1e-6, 1/(10 n)) (shuffle)."""
+    if self.delta is not None:
+      return float(self.delta)
+    if self.mechanism.startswith("shuffle"):
+      return float(min(1e-6, 1.0 / (10.0 * num_private)))
+    return 0.0
+
+  def replace(self, **changes: Any) -> "LabelingConfig":
+    """A copy with some fields changed (validated again)."""
+    return dataclasses.replace(self, **changes)
+
+  def to_dict(self) -> dict[str, Any]:
+    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    out["student"] = self.student.to_dict()
+    out["noise_seed"] = "public (derived from seed)" if self.noise_seed is None else "secret (not recorded)"
+    if isinstance(out["epsilon"], float) and math.isinf(out["epsilon"]):
+      out["epsilon"] = "inf"
+    return out
+
+  def release_fingerprint(self) -> dict[str, Any]:
+    """The settings a vote release depends on (the ledger refuses to mix runs that differ).
+
+    Student settings are left out: they only shape the queries of t >= 2,
+    which the ledger stores beside each release.
+    """
+    d = self.to_dict()
+    for name in ("out_dir", "baselines", "student", "data_dir", "noise_seed"):
+      d.pop(name)
+    return d

@@ -1,0 +1,211 @@
+"""The release ledger: released votes are saved at once and never paid for twice.
+
+A vote release spends privacy budget the moment the noisy matrix exists. If
+a run is interrupted after that (while training the student, say) and is
+started again, drawing fresh noise would release a *second* noisy view of
+the same private data, silently doubling the cost. The ledger prevents it:
+
+* right after iteration t's votes are computed, ``release-iter{t}.npz`` is
+  written to the output directory (atomically: temporary file, fsync,
+  rename). It holds the noisy votes ``[s, |Y|] float64``, the query indices
+  and the public samples' cluster assignment it was computed for, and a JSON
+  record of what was released (mechanism, parameters, privacy statement,
+  iteration, seed, the run's release fingerprint, the data's hash);
+* ``ledger.json`` indexes the releases and records every run that used the
+  directory (which iterations it released, which it reused);
+* a later run with the same output directory *reuses* a stored release
+  instead of drawing noise again, and refuses (``ValueError``) to release
+  anything when the stored releases were made with other settings or other
+  data, which would also spend budget again.
+
+Reuse is post-processing of a release already paid for, so it costs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StoredRelease", "ReleaseLedger", "data_fingerprint"]
+
+_VERSION = 1
+
+
+def data_fingerprint(*arrays: np.ndarray) -> str:
+  """sha256 over the arrays' shapes, dtypes and bytes (which data a release is about)."""
+  h = hashlib.sha256()
+  for a in arrays:
+    a = np.ascontiguousarray(a)
+    h.update(str((a.shape, a.dtype.str)).encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
+def _now() -> str:
+  return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _atomic_write(path: pathlib.Path, write) -> None:
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      write(f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredRelease:
+  """One released iteration, as stored.
+
+  Attributes:
+    iteration: t (1-based).
+    votes: float64 ``[s, |Y|]`` noisy votes.
+    queries: int64 ``[s]`` indices into D_pub of the queries.
+    assignment: int64 ``[|D_pub|]`` cluster (query) of every public sample.
+    record: JSON record of the release (mechanism, parameters, privacy, ...).
+    path: file it was read from or written to.
+  """
+
+  iteration: int
+  votes: np.ndarray
+  queries: np.ndarray
+  assignment: np.ndarray
+  record: dict
+  path: str
+
+
+class ReleaseLedger:
+  """Releases of one output directory (see the module docstring).
+
+  Args:
+    out_dir: the run's output directory (created if missing).
+    fingerprint: the settings releases depend on
+      (:meth:`LabelingConfig.release_fingerprint`).
+    data_hash: :func:`data_fingerprint` of the private and public data.
+
+  Raises:
+    ValueError: if the directory holds releases made with other settings or
+      other data (reusing them would be wrong, releasing again would spend
+      budget again).
+  """
+
+  def __init__(self, out_dir: Any, fingerprint: dict, data_hash: str):
+    self.dir = pathlib.Path(out_dir)
+    if self.dir.exists() and not self.dir.is_dir():
+      raise ValueError(f"Expected out_dir={str(self.dir)!r} to be a directory; it is a file.")
+    self.dir.mkdir(parents=True, exist_ok=True)
+    self.fingerprint = json.loads(json.dumps(fingerprint))
+    self.data_hash = data_hash
+    self.index_path = self.dir / "ledger.json"
+    self.index = self._read_index()
+    self.run = {"started": _now(), "released": [], "reused": []}
+    self.index["runs"].append(self.run)
+    for path in sorted(self.dir.glob("release-iter*.npz")):
+      self._check_compatible(self._load(path).record, path)
+
+  # -- files -----------------------------------------------------------------------
+  def _read_index(self) -> dict:
+    if self.index_path.exists():
+      try:
+        index = json.loads(self.index_path.read_text())
+      except json.JSONDecodeError as err:
+        raise ValueError(f"{self.index_path} is not valid JSON ({err}); move it away to continue.") from None
+      if index.get("version") != _VERSION:
+        raise ValueError(f"{self.index_path} has ledger version {index.get('version')!r}; expected {_VERSION}.")
+      return index
+    return {"version": _VERSION, "releases": [], "runs": []}
+
+  def _write_index(self) -> None:
+    text = json.dumps(self.index, indent=2, sort_keys=False).encode()
+    _atomic_write(self.index_path, lambda f: f.write(text))
+
+  def path(self, iteration: int) -> pathlib.Path:
+    return self.dir / f"release-iter{iteration}.npz"
+
+  @staticmethod
+  def _load(path: pathlib.Path) -> StoredRelease:
+    try:
+      with np.load(path, allow_pickle=False) as z:
+        record = json.loads(str(z["record"]))
+        return StoredRelease(int(record["iteration"]), np.asarray(z["votes"], np.float64),
+                             np.asarray(z["queries"], np.int64), np.asarray(z["assignment"], np.int64),
+                             record, str(path))
+    except (OSError, KeyError, ValueError) as err:
+      raise ValueError(f"Stored release {path} cannot be read ({err}); it may hold a release already "
+                       "paid for, so it is not overwritten: inspect or move it.") from None
+
+  def _check_compatible(self, record: dict, path: pathlib.Path) -> None:
+    if record.get("fingerprint") != self.fingerprint:
+      old, new = record.get("fingerprint", {}), self.fingerprint
+      diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+      shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff[:4])
+      raise ValueError(f"Output directory {str(self.dir)!r} holds a release ({path.name}) made with other "
+                       f"settings ({shown}); releasing again would spend budget again. Use another --out-dir.")
+    if record.get("data_hash") != self.data_hash:
+      raise ValueError(f"Output directory {str(self.dir)!r} holds a release ({path.name}) about other data "
+                       "(data hash differs). Use another --out-dir.")
+
+  # -- API -------------------------------------------------------------------------
+  def lookup(self, iteration: int) -> StoredRelease | None:
+    """The stored release of ``iteration``, or None (then the caller may release)."""
+    path = self.path(iteration)
+    if not path.exists():
+      if any(e.get("iteration") == iteration for e in self.index["releases"]):
+        raise ValueError(f"The ledger {self.index_path} records a release of iteration {iteration} but "
+                         f"{path.name} is missing; releasing it again would spend budget again. Restore the "
+                         "file or use another --out-dir.")
+      return None
+    stored = self._load(path)
+    self._check_compatible(stored.record, path)
+    if not any(e.get("iteration") == iteration for e in self.index["releases"]):
+      # Written but not indexed (interrupted between the two writes): index it now.
+      self.index["releases"].append({**_summary(stored.record, path), "indexed": "recovered"})
+    self.run["reused"].append(iteration)
+    self._write_index()
+    return stored
+
+  def record(self, iteration: int, votes: np.ndarray, queries: np.ndarray, assignment: np.ndarray,
+             record: dict) -> StoredRelease:
+    """Saves a fresh release at once (never overwrites one)."""
+    path = self.path(iteration)
+    if path.exists():
+      raise ValueError(f"Release {path} already exists; refusing to overwrite a release already paid for.")
+    full = {**record, "iteration": iteration, "fingerprint": self.fingerprint, "data_hash": self.data_hash,
+            "released_at": _now()}
+    arrays = {"votes": np.asarray(votes, np.float64), "queries": np.asarray(queries, np.int64),
+              "assignment": np.asarray(assignment, np.int64), "record": np.asarray(json.dumps(full))}
+    _atomic_write(path, lambda f: np.savez(f, **arrays))
+    self.index["releases"].append(_summary(full, path))
+    self.run["released"].append(iteration)
+    self._write_index()
+    return StoredRelease(iteration, arrays["votes"], arrays["queries"], arrays["assignment"], full, str(path))
+
+  def finish(self, **info: Any) -> None:
+    """Marks the current run finished (with optional summary numbers)."""
+    self.run["finished"] = _now()
+    self.run.update(info)
+    self._write_index()
+
+  def releases(self) -> list[dict]:
+    """Index entries of every release in the directory."""
+    return list(self.index["releases"])
+
+
+def _summary(record: dict, path: pathlib.Path) -> dict:
+  return {"iteration": record["iteration"], "file": path.name, "mechanism": record.get("mechanism"),
+          "privacy": record.get("privacy"), "seed": record.get("seed"),
+          "released_at": record.get("released_at")}

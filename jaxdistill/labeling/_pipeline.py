@@ -1,0 +1,574 @@
+"""Reverse k-NN private labeling end to end (Algorithm 1 of arXiv:2207.13253).
+
+For t = 1..T (spec/REVERSE_KNN.md §1.2):
+
+1. **Queries.** Embed D_pub (t = 1: a representation fitted on D_pub alone;
+   t >= 2: the previous student's penultimate layer, reduced by a PCA fitted
+   on D_pub), cluster it into s clusters with k-means++, and take as query
+   q_j the public sample nearest centre j.
+2. **Connection.** Every private record connects to its k nearest queries
+   (reverse k-NN): T_i in {0,1}^s with exactly k ones.
+3. **Votes.** A = sum_i T_i y_i^T is released through the chosen BSVS
+   mechanism (central, local, shuffle), every private record being its own
+   client (n = |D_priv|, spec §5 I11). The release is saved at once to the
+   output directory's ledger; a re-run reuses it instead of paying again.
+4. **Labels.** Query j gets argmax_y of its noisy votes (ties: the smallest
+   label); every public sample inherits the label of its cluster's query.
+   Acc_pl = fraction of D_pub labelled correctly.
+5. **Student.** A CNN trained on the pseudo-labelled D_pub; Acc_pc on the
+   evaluation split.
+
+Beside it, always: the same pipeline without noise (``mechanism="none"``)
+and the supervised ceiling (the same student on D_pub's true labels).
+
+Formal guarantees:
+  The T releases are (epsilon, delta)-DP under replace-one at record level
+  (D_priv and D'_priv of equal size, differing in one record), composed as
+  :func:`jaxdistill.labeling.plan_budget` says. Queries, clusters,
+  connections' *targets*, labels and students depend on D_priv only through
+  earlier releases (post-processing and adaptive composition); the
+  reverse k-NN rule is per record, so one record changes only its own k
+  edges and the sensitivity of A is 2kr (spec §5 I1; r = 1). The noise-free
+  baseline reads the exact votes and is NOT private: it is a reference for
+  evaluation, disabled by ``baselines=False``.
+
+References:
+  Li, Wang, Wang, Li, Qian, Xin, Yang, "Fine-grained Private Knowledge
+  Distillation", arXiv:2207.13253 (https://arxiv.org/abs/2207.13253),
+  Algorithm 1, Propositions/Theorems 1-2 and §5 (experiments).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import pathlib
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from jaxdistill import data as data_lib
+from jaxdistill import mechanisms as mech_lib
+from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
+from jaxdistill.labeling import _components as components
+from jaxdistill.labeling._budget import BudgetPlan, plan_budget
+from jaxdistill.labeling._config import LabelingConfig
+from jaxdistill.labeling._ledger import ReleaseLedger, data_fingerprint
+from jaxdistill.labeling._student import Student, train_student
+from jaxdistill.simulation import simulate
+
+__all__ = ["IterationResult", "ChainResult", "LabelingResult", "run_labeling", "fit_first_representation",
+           "load_splits",
+           "check_splits", "build_mechanism", "privacy_report"]
+
+RELATION_TEXT = ("replace-one: D_priv and D'_priv have the same size and differ in one record "
+                 "(record-level DP; every private record is its own client, n = |D_priv|)")
+
+# Stream ids of the run's key: fold_in(key, stream) then fold_in(., iteration).
+_REP, _KMEANS, _NOISE, _STUDENT, _CEILING = 1, 2, 3, 4, 5
+
+
+# -- data ----------------------------------------------------------------------------
+def check_splits(splits: data_lib.LabelingSplits) -> int:
+  """Validates caller-provided splits; returns the number of classes.
+
+  Raises:
+    ValueError: naming the problem (wrong image shapes, mismatched classes,
+      labels outside the classes, non-finite pixels, empty splits).
+  """
+  if not isinstance(splits, data_lib.LabelingSplits):
+    raise ValueError(f"Expected splits to be a jaxdistill.data.LabelingSplits; got {type(splits).__name__}.")
+  parts = (("private", splits.private), ("public", splits.public), ("evaluation", splits.evaluation))
+  shape = splits.public.images.shape[1:]
+  classes = splits.public.num_classes
+  for name, part in parts:
+    img, lab = np.asarray(part.images), np.asarray(part.labels)
+    if len(part) < 1:
+      raise ValueError(f"Expected a non-empty {name} split.")
+    if img.ndim != 4 or img.shape[1:] != shape:
+      raise ValueError(f"Expected {name} images of shape [N, {', '.join(map(str, shape))}] like the public "
+                       f"split; got {img.shape}.")
+    if lab.dtype.kind not in "iu" or lab.min() < 0 or lab.max() >= classes:
+      raise ValueError(f"Expected {name} labels to be integers in [0, {classes}) (the public split's "
+                       f"classes); got dtype {lab.dtype}, range [{lab.min()}, {lab.max()}].")
+    if part.num_classes != classes:
+      raise ValueError(f"Expected {name} split to have {classes} classes like the public split; "
+                       f"got {part.num_classes}.")
+    if not np.isfinite(img).all():
+      raise ValueError(f"Expected finite {name} pixels; found NaN or inf.")
+  if shape[0] < 8 or shape[1] < 8:
+    raise ValueError(f"Expected images of at least 8x8 pixels for the student CNN; got {shape}.")
+  return int(classes)
+
+
+def load_splits(config: LabelingConfig) -> data_lib.LabelingSplits:
+  """Loads ``config.dataset`` and applies the paper's splits with the configured sizes."""
+  # Check s against D_pub before loading anything (only the embedded set has no test split).
+  _, pub, _ = config.sizes(config.dataset != "mnist-embedded")
+  if config.num_queries > pub:
+    raise ValueError(f"Expected num_queries (s)={config.num_queries} <= public_size={pub}: queries are "
+                     "public samples.")
+  train, test = data_lib.load_dataset(config.dataset, config.data_dir)
+  priv, pub, ev = config.sizes(test is not None)
+  return data_lib.paper_splits(train, test, seed=config.seed, public_size=pub, eval_size=ev,
+                               private_size=priv)
+
+
+# -- mechanisms ----------------------------------------------------------------------
+def build_mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.BsvsShape,
+                    num_private: int) -> mech_lib.BsvsMechanism | None:
+  """The BSVS mechanism of one iteration (None for ``none``)."""
+  eps, delta = plan.epsilon_per_iteration, plan.delta_per_iteration
+  m = config.mechanism
+  if m == "none":
+    return None
+  if m == "central":
+    if config.central_noise == "discrete-laplace":
+      return mech_lib.CentralDiscreteLaplace(shape, eps, Relation.REPLACE_ONE)
+    return mech_lib.CentralLaplace(shape, eps, Relation.REPLACE_ONE)
+  if m == "local-rr":
+    return mech_lib.RandomizedResponse(shape, eps)
+  if m == "local-collision":
+    return mech_lib.Collision(shape, eps)
+  if m == "shuffle-multi":
+    return mech_lib.ShuffleMultiMessage(shape, eps, delta, num_private)
+  return mech_lib.ShuffleSingleMessage(shape, eps, delta, num_private, local=config.shuffle_local)
+
+
+def _warnings(config: LabelingConfig, plan: BudgetPlan, statement: PrivacyStatement | None,
+              n: int, rule: Any) -> list[PrivacyWarning]:
+  out: list[PrivacyWarning] = list(rule.warnings)
+  if config.mechanism == "none":
+    out.append(PrivacyWarning("no_privacy", "mechanism=none releases the exact votes: nothing is private."))
+  if config.mechanism.startswith("shuffle") and plan.total_delta >= 1.0 / n:
+    out.append(PrivacyWarning(
+        "delta_at_least_1_over_n",
+        f"delta={plan.total_delta:.3g} >= 1/n={1.0 / n:.3g}: a mechanism that publishes one random record "
+        "verbatim meets such a delta; choose delta well below 1/n.",
+        {"delta": plan.total_delta, "one_over_n": 1.0 / n}))
+  if config.mechanism.startswith("local") and config.delta:
+    out.append(PrivacyWarning("delta_unused", f"delta={config.delta} is not used: the local mechanisms are "
+                              "pure eps-LDP (delta = 0).", {"delta": config.delta}))
+  if config.mechanism != "none" and config.noise_seed is None:
+    out.append(PrivacyWarning(
+        "noise_from_public_seed",
+        f"The vote noise is derived from seed={config.seed}, which this report records: results reproduce, "
+        "but anyone who knows the seed can subtract the noise. For a real release use a secret noise seed "
+        "(CLI: --secret-noise) and keep the ledger's output directory.", {"seed": config.seed}))
+  if config.baselines and config.mechanism != "none":
+    out.append(PrivacyWarning(
+        "baselines_not_private",
+        "The noise-free baseline reads the exact votes of D_priv: its numbers are an evaluation reference "
+        "NOT covered by this statement (run with baselines off in deployment).", {}))
+  if statement is not None:
+    out.extend(statement.warnings)
+  return out
+
+
+def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list[PrivacyStatement | None],
+                   n: int) -> dict[str, Any]:
+  """The report's privacy section: the total statement, how it composes, warnings, notes.
+
+  When the connection rule has no DP guarantee (Appendix C's balanced
+  rules) the statement's epsilon is ``inf`` and ``nominal_epsilon`` records
+  what the noise was calibrated for.
+  """
+  rule = components.connection_privacy(config.connection, config.k, config.num_queries)
+  first = next((s for s in per_iteration if s is not None), None)
+  warnings = _warnings(config, plan, first, n, rule)
+  valid = rule.dp_valid or config.mechanism == "none"
+  total = PrivacyStatement(
+      mechanism=f"{config.connection}-labeling/{config.mechanism}", relation=Relation.REPLACE_ONE,
+      epsilon=plan.composed_epsilon if valid else math.inf, delta=plan.composed_delta if valid else 1.0,
+      count=plan.iterations, method=plan.method if valid else "no-guarantee",
+      parameters={"epsilon_per_iteration": plan.epsilon_per_iteration,
+                  "delta_per_iteration": plan.delta_per_iteration, "iterations": plan.iterations,
+                  "nominal_epsilon": plan.composed_epsilon, "nominal_delta": plan.composed_delta,
+                  "connection": config.connection, "declared_out_degree": rule.shape_k,
+                  "k": config.k, "num_queries": config.num_queries, "num_private_records": n,
+                  "sensitivity_l1": 2 * rule.shape_k if config.mechanism == "central" else None,
+                  "model": config.mechanism.split("-")[0]},
+      warnings=tuple(warnings))
+  notes = [
+      "Queries, clusters and the first representation are fitted on D_pub only; queries of iterations "
+      "t >= 2 use the student trained on earlier releases (post-processing), so Q depends on D_priv only "
+      "through DP outputs (spec §5 I1) and the T releases compose adaptively.",
+      rule.guarantee,
+      "Pseudo-labels, the student and every accuracy are post-processing of the releases "
+      "(evaluation uses public labels only), except the noise-free baseline.",
+  ]
+  if config.mechanism.startswith(("local", "shuffle")):
+    notes.append("Every record sends one message per iteration (T messages in all); the guarantee is per "
+                 "record, and a client holding m records would be m*epsilon-protected (spec §5 I11).")
+  return {"statement": total.to_dict(), "neighbouring_relation": RELATION_TEXT,
+          "connection": rule.to_dict(),
+          "composition": plan.describe(), "budget": plan.to_dict(),
+          "per_iteration": [s.to_dict() if s is not None else None for s in per_iteration],
+          "warnings": [w.to_dict() for w in warnings], "notes": notes}
+
+
+# -- results -------------------------------------------------------------------------
+@dataclasses.dataclass
+class IterationResult:
+  """One iteration of one chain.
+
+  Attributes:
+    iteration: t.
+    queries: int64 ``[s]`` query indices into D_pub.
+    assignment: int64 ``[|D_pub|]`` cluster of every public sample.
+    votes: float64 ``[s, |Y|]`` released (noisy) votes.
+    query_labels: int64 ``[s]`` argmax labels.
+    pseudo_labels: int64 ``[|D_pub|]`` labels inherited by D_pub.
+    acc_pl: fraction of D_pub correctly labelled.
+    acc_pc: student accuracy on the evaluation split.
+    reused: whether the votes came from the ledger.
+    release_file: the ledger file of the release (None without a ledger).
+    privacy: the iteration mechanism's statement (None for ``none``).
+    timings: seconds per stage.
+  """
+
+  iteration: int
+  queries: np.ndarray
+  assignment: np.ndarray
+  votes: np.ndarray
+  query_labels: np.ndarray
+  pseudo_labels: np.ndarray
+  acc_pl: float
+  acc_pc: float
+  reused: bool
+  release_file: str | None
+  privacy: PrivacyStatement | None
+  timings: dict[str, float]
+  student: Student | None = dataclasses.field(default=None, repr=False)
+
+  def summary(self) -> dict[str, Any]:
+    empty = int(np.sum(np.all(self.votes == 0, axis=1)))
+    return {"iteration": self.iteration, "acc_pl": self.acc_pl, "acc_pc": self.acc_pc,
+            "reused_release": self.reused, "release_file": self.release_file,
+            "queries_without_votes_in_release": empty,
+            "privacy": self.privacy.to_dict() if self.privacy is not None else None,
+            "timings_s": {k: round(v, 3) for k, v in self.timings.items()}}
+
+
+@dataclasses.dataclass
+class ChainResult:
+  """T iterations of one mechanism."""
+
+  mechanism: str
+  iterations: list[IterationResult]
+
+  @property
+  def final(self) -> IterationResult:
+    return self.iterations[-1]
+
+
+@dataclasses.dataclass
+class LabelingResult:
+  """Everything a run produced.
+
+  Attributes:
+    config: the settings.
+    plan: the budget plan.
+    private: the chain with the chosen mechanism.
+    noise_free: the same chain without noise (None without baselines).
+    ceiling_acc: the supervised ceiling's accuracy (None without baselines).
+    report: the JSON-ready report (also written to ``out_dir/report.json``).
+    splits: the data splits used.
+    representation: the first iteration's fitted representation
+      (``embed(images) -> float32 [N, d]``), reusable via
+      ``run_labeling(..., representation=...)``.
+  """
+
+  config: LabelingConfig
+  plan: BudgetPlan
+  private: ChainResult
+  noise_free: ChainResult | None
+  ceiling_acc: float | None
+  report: dict
+  splits: data_lib.LabelingSplits = dataclasses.field(repr=False)
+  representation: Callable[[np.ndarray], np.ndarray] | None = dataclasses.field(default=None, repr=False)
+
+
+# -- the chain -----------------------------------------------------------------------
+class _Timer:
+
+  def __init__(self):
+    self.times: dict[str, float] = {}
+
+  @contextlib.contextmanager
+  def __call__(self, name: str):
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - start
+
+
+def _bar(total: int, desc: str, enabled: bool):
+  if not enabled:
+    return contextlib.nullcontext(None)
+  from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+  return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
+
+
+def _secret_key(seed: int) -> jax.Array:
+  # All 64 bits of the secret seed enter the key (jax.random.key takes 32 without x64).
+  return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF), (seed >> 32) & 0xFFFFFFFF)
+
+
+def _targets(config: LabelingConfig, votes: np.ndarray, assignment: np.ndarray, pseudo: np.ndarray) -> np.ndarray:
+  if config.student.targets == "hard":
+    return pseudo.astype(np.int32)
+  pos = np.clip(votes, 0.0, None)
+  tot = pos.sum(axis=1, keepdims=True)
+  soft = np.where(tot > 0, pos / np.where(tot > 0, tot, 1.0), 1.0 / votes.shape[1])
+  return soft[assignment].astype(np.float32)
+
+
+def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingSplits, num_classes: int,
+               embed0: Callable[[np.ndarray], np.ndarray], key: jax.Array, ledger: ReleaseLedger | None,
+               progress: bool, cache: dict) -> ChainResult:
+  pub, priv, ev = splits.public, splits.private, splits.evaluation
+  n, s, k = len(priv), config.num_queries, config.k
+  results: list[IterationResult] = []
+  student: Student | None = None
+  degree = components.connection_privacy(config.connection, k, s).shape_k  # s for k-NN labeling
+  shape = mech_lib.BsvsShape(s, num_classes, degree)
+  mech = build_mechanism(config, plan, shape, n)  # the same mechanism every iteration
+  for t in range(1, config.iterations + 1):
+    timer = _Timer()
+    stored = ledger.lookup(t) if ledger is not None else None
+    if stored is not None:
+      queries, assignment, votes = stored.queries, stored.assignment, stored.votes
+      if votes.shape != (s, num_classes) or assignment.shape != (len(pub),):
+        raise ValueError(f"Stored release {stored.path} has votes {votes.shape} for "
+                         f"{assignment.shape[0]} public samples; expected {(s, num_classes)} and {len(pub)}.")
+    else:
+      with timer("embed"):
+        embed = embed0 if t == 1 else student.embedding(
+            jax.random.fold_in(jax.random.fold_in(key, _REP), t), pub.images)
+        pub_emb = embed(pub.images) if (t, "pub") not in cache else cache[(t, "pub")]
+      with timer("queries"):
+        if (t, "queries") in cache:
+          queries, assignment = cache[(t, "queries")]
+        else:
+          queries, assignment = components.select_queries(jax.random.fold_in(jax.random.fold_in(key, _KMEANS), t),
+                                                          pub_emb, s)
+      with timer("embed"):
+        if (t, "priv") in cache:
+          priv_emb = cache[(t, "priv")]
+        elif t == 1:
+          priv_emb = embed(priv.images)
+        else:
+          with _bar(len(priv), f"student embedding of D_priv t={t}", progress) as bar:
+            parts = []
+            for a in range(0, len(priv), 4096):
+              parts.append(embed(priv.images[a:a + 4096]))
+              if bar is not None:
+                bar.update(parts[-1].shape[0])
+            priv_emb = np.concatenate(parts)
+      with timer("connection"):
+        buckets = (cache[(t, "buckets")] if (t, "buckets") in cache
+                   else components.connect(config.connection, priv_emb, pub_emb[queries], k).buckets)
+      if t == 1:  # the first iteration is the same for every chain: share it
+        cache.update({(1, "pub"): pub_emb, (1, "priv"): priv_emb, (1, "queries"): (queries, assignment),
+                      (1, "buckets"): buckets})
+      with timer("votes"):
+        inputs, _ = mech_lib.make_bsvs_input(buckets, priv.labels[:, None], num_buckets=s,
+                                             num_labels=num_classes, k=degree)
+        if mech is None:
+          votes = np.asarray(mech_lib.bsvs_counts(inputs, shape), np.float64)
+        else:
+          noise_root = key if config.noise_seed is None else _secret_key(config.noise_seed)
+          noise_key = jax.random.fold_in(jax.random.fold_in(noise_root, _NOISE), t)
+          votes = simulate(noise_key, mech, inputs).estimate
+      if ledger is not None:
+        record = {"mechanism": config.mechanism, "bsvs_mechanism": mech.name if mech else "none",
+                  "privacy": mech.privacy().to_dict() if mech else None, "seed": config.seed,
+                  "budget": plan.to_dict(), "num_clients": n, "num_queries": s, "k": k}
+        stored_file = ledger.record(t, votes, queries, assignment, record).path
+    query_labels = np.argmax(votes, axis=1).astype(np.int64)
+    pseudo = query_labels[assignment]
+    acc_pl = float(np.mean(pseudo == pub.labels, dtype=np.float64))
+    with timer("student"):
+      with _bar(config.student.epochs, f"student {config.mechanism} t={t}", progress) as bar:
+        student = train_student(jax.random.fold_in(jax.random.fold_in(key, _STUDENT), t), config.student,
+                                pub.images, _targets(config, votes, assignment, pseudo), num_classes,
+                                progress=bar.update if bar is not None else None)
+      acc_pc = student.accuracy(ev.images, ev.labels)
+    release_file = None
+    if ledger is not None:
+      release_file = pathlib.Path(stored.path if stored is not None else stored_file).name
+    results.append(IterationResult(t, np.asarray(queries), np.asarray(assignment), votes, query_labels, pseudo,
+                                   acc_pl, acc_pc, stored is not None, release_file,
+                                   mech.privacy() if mech else None, timer.times, student))
+  return ChainResult(config.mechanism, results)
+
+
+# -- the run -------------------------------------------------------------------------
+def fit_first_representation(config: LabelingConfig, public_images: np.ndarray, *,
+                             progress: bool = False) -> Callable[[np.ndarray], np.ndarray]:
+  """The representation :func:`run_labeling` fits on D_pub for iteration 1 (same key), for reuse.
+
+  Sweeps over epsilon or the mechanism can fit it once and pass it as
+  ``run_labeling(..., representation=...)``.
+  """
+  key = jax.random.fold_in(jax.random.key(config.seed), _REP)
+  images = np.asarray(public_images, np.float32)
+  if config.representation != "contrastive" or not progress:
+    return components.fit_representation(key, config.representation, images, config.pca_dim)
+  from jaxdistill.representations import ContrastiveConfig  # pylint: disable=import-outside-toplevel
+  with _bar(ContrastiveConfig().steps, "contrastive representation on D_pub", True) as bar:
+    def update(steps: int, loss: float) -> None:
+      bar.update(steps - bar.n)
+      bar.set_postfix(loss=f"{loss:.3f}")
+    return components.fit_representation(key, config.representation, images, config.pca_dim, progress=update)
+
+
+def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | None = None,
+                 representation: Callable[[np.ndarray], np.ndarray] | None = None,
+                 progress: bool = False, write_files: bool = True) -> LabelingResult:
+  """Runs Algorithm 1 and its baselines; writes the ledger, report and plots to ``config.out_dir``.
+
+  Args:
+    config: the settings (:class:`LabelingConfig`).
+    splits: bring your own D_priv / D_pub / evaluation split (validated);
+      default: load ``config.dataset`` with the paper's splits.
+    representation: an already fitted ``embed(images) -> float32 [N, d]``
+      for the first query selection (it must have been fitted on D_pub
+      alone, or on other public data: the privacy statement assumes it);
+      default: fit ``config.representation`` on D_pub.
+    progress: show tqdm progress bars on stderr.
+    write_files: write ``report.json`` and PNG plots when ``out_dir`` is set
+      (the ledger is always written when ``out_dir`` is set).
+
+  Returns:
+    A :class:`LabelingResult`.
+
+  Raises:
+    ValueError: bad settings or data (one line naming the problem), or an
+      output directory holding releases made with other settings.
+  """
+  if not isinstance(config, LabelingConfig):
+    raise ValueError(f"Expected a LabelingConfig; got {type(config).__name__}.")
+  start = time.perf_counter()
+  timer = _Timer()
+  with timer("data"):
+    if splits is None:
+      splits = load_splits(config)
+    num_classes = check_splits(splits)
+  priv, pub = splits.private, splits.public
+  n = len(priv)
+  if config.num_queries > len(pub):
+    raise ValueError(f"Expected num_queries (s)={config.num_queries} <= |D_pub|={len(pub)}: queries are "
+                     "public samples.")
+  delta = config.resolved_delta(n)
+  degree = components.connection_privacy(config.connection, config.k, config.num_queries).shape_k
+  plan = plan_budget(config.mechanism, config.epsilon, delta, config.iterations, k=degree,
+                     central_noise=config.central_noise)
+  key = jax.random.key(config.seed)
+  ledger = None
+  if config.out_dir is not None and config.mechanism != "none":
+    with timer("data"):
+      digest = data_fingerprint(priv.images, priv.labels, pub.images)
+    ledger = ReleaseLedger(config.out_dir, config.release_fingerprint(), digest)
+  with timer("representation"):
+    if representation is not None:
+      if not callable(representation):
+        raise ValueError(f"Expected representation to be callable; got {type(representation).__name__}.")
+      embed0 = representation
+    else:
+      embed0 = fit_first_representation(config, pub.images, progress=progress)
+  cache: dict = {}
+  with timer("private_chain"):
+    chain = _run_chain(config, plan, splits, num_classes, embed0, key, ledger, progress, cache)
+  noise_free = None
+  ceiling = None
+  if config.baselines:
+    with timer("noise_free_chain"):
+      if config.mechanism == "none":
+        noise_free = chain
+      else:
+        nf_config = config.replace(mechanism="none", epsilon=math.inf, delta=None)
+        nf_plan = plan_budget("none", math.inf, 0.0, config.iterations, k=degree)
+        noise_free = _run_chain(nf_config, nf_plan, splits, num_classes, embed0, key, None, progress, cache)
+    with timer("ceiling"):
+      with _bar(config.student.epochs, "student supervised ceiling", progress) as bar:
+        ceiling_student = train_student(jax.random.fold_in(jax.random.fold_in(key, _STUDENT), 1), config.student,
+                                        pub.images, pub.labels, num_classes,
+                                        progress=bar.update if bar is not None else None)
+      ceiling = ceiling_student.accuracy(splits.evaluation.images, splits.evaluation.labels)
+  timer.times["total"] = time.perf_counter() - start
+  privacy = privacy_report(config, plan, [it.privacy for it in chain.iterations], n)
+  report = _report(config, plan, splits, num_classes, chain, noise_free, ceiling, privacy, timer.times, ledger)
+  report["settings"]["representation_source"] = "caller" if representation is not None else "fitted on D_pub"
+  result = LabelingResult(config, plan, chain, noise_free, ceiling, report, splits, embed0)
+  if ledger is not None:
+    ledger.finish(acc_pl=chain.final.acc_pl, acc_pc=chain.final.acc_pc)
+  if write_files and config.out_dir is not None:
+    from jaxdistill.labeling._plots import write_plots  # pylint: disable=import-outside-toplevel
+    out = pathlib.Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report["plots"] = write_plots(result, out)
+    _write_report(out, report)
+  return result
+
+
+def _write_report(out: pathlib.Path, report: dict) -> None:
+  path = out / "report.json"
+  if path.exists():  # keep earlier reports: nothing already saved is lost
+    history = out / "history"
+    history.mkdir(exist_ok=True)
+    n = len(list(history.glob("report-*.json"))) + 1
+    path.replace(history / f"report-{n}.json")
+  path.write_text(json.dumps(_jsonable(report), indent=2) + "\n")
+
+
+def _jsonable(x: Any) -> Any:
+  if isinstance(x, dict):
+    return {str(k): _jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_jsonable(v) for v in x]
+  if isinstance(x, (np.floating, float)):
+    x = float(x)
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf" if x < 0 else "nan")
+  if isinstance(x, np.integer):
+    return int(x)
+  if isinstance(x, np.ndarray):
+    return _jsonable(x.tolist())
+  return x
+
+
+def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingSplits, num_classes: int,
+            chain: ChainResult, noise_free: ChainResult | None, ceiling: float | None, privacy: dict,
+            timings: dict, ledger: ReleaseLedger | None) -> dict:
+  final = chain.final
+  results = {
+      "acc_pl": final.acc_pl, "acc_pc": final.acc_pc,
+      "noise_free_acc_pl": noise_free.final.acc_pl if noise_free else None,
+      "noise_free_acc_pc": noise_free.final.acc_pc if noise_free else None,
+      "supervised_ceiling_acc_pc": ceiling,
+      "gap_to_noise_free_pc": (noise_free.final.acc_pc - final.acc_pc) if noise_free else None,
+      "gap_to_ceiling_pc": (ceiling - final.acc_pc) if ceiling is not None else None,
+  }
+  return _jsonable({
+      "task": "reverse k-NN private labeling (Algorithm 1, arXiv:2207.13253)",
+      "settings": config.to_dict(),
+      "data": {"dataset": config.dataset, "num_classes": num_classes,
+               "image_shape": list(splits.public.images.shape[1:]),
+               "private_size": len(splits.private), "public_size": len(splits.public),
+               "eval_size": len(splits.evaluation)},
+      "results": results,
+      "privacy": privacy,
+      "iterations": [it.summary() for it in chain.iterations],
+      "noise_free_iterations": [it.summary() for it in noise_free.iterations] if noise_free else None,
+      "releases": {"ledger": str(pathlib.Path(ledger.dir) / "ledger.json") if ledger else None,
+                   "released_now": list(ledger.run["released"]) if ledger else [],
+                   "reused": list(ledger.run["reused"]) if ledger else [],
+                   "all": ledger.releases() if ledger else []},
+      "timings_s": {k: round(v, 3) for k, v in timings.items()},
+  })

@@ -1,0 +1,68 @@
+"""PNG plots of a labeling run (matplotlib, Agg backend; no display needed)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+
+__all__ = ["write_plots"]
+
+
+def _pyplot():
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  return plt
+
+
+def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
+  """Writes ``accuracy.png`` and ``labels.png``; returns their file names.
+
+  * ``accuracy.png``: Acc_pl and Acc_pc per iteration, with the noise-free
+    pipeline and the supervised ceiling beside them.
+  * ``labels.png``: the confusion matrix of D_pub's final pseudo-labels, and
+    each query's released vote total against its margin (top vote minus
+    runner-up).
+  """
+  plt = _pyplot()
+  cfg = result.config
+  its = result.private.iterations
+  ts = [it.iteration for it in its]
+  fig, ax = plt.subplots(figsize=(6, 4))
+  ax.plot(ts, [it.acc_pl for it in its], "o-", label=f"Acc_pl ({cfg.mechanism})")
+  ax.plot(ts, [it.acc_pc for it in its], "s-", label=f"Acc_pc ({cfg.mechanism})")
+  if result.noise_free is not None and result.noise_free is not result.private:
+    nf = result.noise_free.iterations
+    ax.plot(ts, [it.acc_pl for it in nf], "o--", color="gray", label="Acc_pl (no noise)")
+    ax.plot(ts, [it.acc_pc for it in nf], "s--", color="black", label="Acc_pc (no noise)")
+  if result.ceiling_acc is not None:
+    ax.axhline(result.ceiling_acc, color="green", ls=":", label="supervised ceiling")
+  eps = "inf" if cfg.mechanism == "none" else f"{cfg.epsilon:g}"
+  ax.set(xlabel="iteration t", ylabel="accuracy", xticks=ts,
+         title=f"{cfg.dataset}: s={cfg.num_queries}, k={cfg.k}, eps={eps} (total)")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(out_dir / "accuracy.png", dpi=100)
+  plt.close(fig)
+
+  final = its[-1]
+  labels = result.splits.public.labels
+  c = int(result.splits.public.num_classes)
+  conf = np.zeros((c, c), np.int64)
+  np.add.at(conf, (labels, final.pseudo_labels), 1)
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  im = axes[0].imshow(conf, cmap="Blues")
+  axes[0].set(xlabel="pseudo-label", ylabel="true label", title=f"D_pub pseudo-labels (Acc_pl={final.acc_pl:.3f})")
+  fig.colorbar(im, ax=axes[0])
+  srt = np.sort(final.votes, axis=1)
+  axes[1].scatter(final.votes.sum(axis=1), srt[:, -1] - srt[:, -2], s=10)
+  axes[1].set(xlabel="released vote total per query", ylabel="margin (top - runner-up)",
+              title=f"released votes, t={final.iteration}")
+  axes[1].grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(out_dir / "labels.png", dpi=100)
+  plt.close(fig)
+  return ["accuracy.png", "labels.png"]

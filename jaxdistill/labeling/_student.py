@@ -1,0 +1,149 @@
+"""The student: a flax nnx CNN trained with optax on the privately labelled D_pub.
+
+The model is :class:`jaxdistill.models.FedMDCNN` (a 2- or 3-layer
+Conv-BN-ReLU-Dropout network with a dense head), trained by
+:func:`jaxdistill.models.fit` with Adam on hard labels or soft targets.
+Its *penultimate-layer embedding* (the flattened input of the dense head)
+re-selects the queries at iterations t >= 2; it is reduced by a PCA fitted on
+D_pub only, so the embedding never looks at private data.
+
+Training sees only D_pub and labels derived from released votes: it is
+post-processing and costs no privacy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxdistill import models
+from jaxdistill import representations
+from jaxdistill.labeling._config import StudentConfig
+
+__all__ = ["Student", "train_student"]
+
+
+_CLASSIFIERS: dict = {}
+
+
+class _Identity(nnx.Module):
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return x
+
+
+@functools.partial(jax.jit, static_argnames=("clf",))
+def _features(state: models.TrainState, x: jax.Array, *, clf: models.Classifier) -> jax.Array:
+  module = nnx.merge(clf.graphdef, state.params, state.rest)
+  # The dense head's input is the penultimate layer: run the model with the head removed.
+  module.head = _Identity()
+  return module(x, train=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Student:
+  """A trained student.
+
+  Attributes:
+    classifier: the static :class:`jaxdistill.models.Classifier`.
+    state: its trained :class:`jaxdistill.models.TrainState`.
+    config: the :class:`StudentConfig` it was trained with.
+  """
+
+  classifier: models.Classifier
+  state: models.TrainState
+  config: StudentConfig
+
+  def logits(self, images: np.ndarray) -> np.ndarray:
+    """float32 ``[n, C]`` eval-mode logits."""
+    return np.asarray(models.predict_logits(self.classifier, self.state, images))
+
+  def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float:
+    """Top-1 accuracy, float64."""
+    return models.accuracy(self.logits(images), labels)
+
+  def _penultimate_fn(self):
+    state, clf = self.state, self.classifier
+    return lambda x: _features(state, x, clf=clf)
+
+  def penultimate(self, images: np.ndarray) -> np.ndarray:
+    """float32 ``[n, F]`` features feeding the dense head (eval mode)."""
+    rep = representations.embed_with(self._penultimate_fn(), name="student-penultimate")
+    return rep(images, batch_size=512)
+
+  def embedding(self, key: jax.Array, public_images: np.ndarray) -> representations.Representation:
+    """The student's penultimate layer, PCA-reduced on D_pub only, as a representation.
+
+    ``embed_with`` (:mod:`jaxdistill.representations`) of
+    ``x -> V^T (f(x) - mu)`` where f is the penultimate layer and (mu, V) the
+    mean and top ``embedding_dim`` principal directions of f over
+    ``public_images``. The directions come from a randomized range finder
+    with 4 power iterations (Halko, Martinsson, Tropp 2011, Alg. 4.4) drawn
+    from ``key``: the FedMD CNN's penultimate layer has thousands of
+    features (5,408 for 28x28 inputs and widths (16, 32)), where a full
+    eigendecomposition of the covariance costs tens of seconds on a CPU.
+
+    Returns:
+      A :class:`jaxdistill.representations.Representation`:
+      ``rep(images) -> float32 [n, embedding_dim]``.
+    """
+    feats = self.penultimate(public_images)
+    mean = feats.mean(0)
+    dim = min(self.config.embedding_dim, feats.shape[0], feats.shape[1])
+    comps = jnp.asarray(_pca_components(key, feats - mean, dim))
+    mean = jnp.asarray(mean)
+    f = self._penultimate_fn()
+    return representations.embed_with(lambda x: (f(x) - mean) @ comps, name="student-embedding",
+                                      image_shape=tuple(np.shape(public_images)[1:]))
+
+
+def _pca_components(key: jax.Array, x: np.ndarray, dim: int, power_iterations: int = 4) -> np.ndarray:
+  """float32 ``[F, dim]`` top principal directions of the centred ``x: [n, F]``."""
+  x = np.asarray(x, np.float64)
+  width = min(dim + 10, *x.shape)
+  q = np.asarray(jax.random.normal(key, (x.shape[1], width)), np.float64)
+  q, _ = np.linalg.qr(x @ q)
+  for _ in range(power_iterations):
+    q, _ = np.linalg.qr(x.T @ q)
+    q, _ = np.linalg.qr(x @ q)
+  _, _, vt = np.linalg.svd(q.T @ x, full_matrices=False)
+  return vt[:dim].T.astype(np.float32)
+
+
+def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, targets: np.ndarray,
+                  num_classes: int, *, progress: Any = None) -> Student:
+  """Trains a fresh student on ``images`` with ``targets``.
+
+  Args:
+    key: PRNG key (initialisation, shuffling, dropout).
+    config: :class:`StudentConfig`.
+    images: float32 ``[n, H, W, C]``.
+    targets: int ``[n]`` labels or float32 ``[n, C]`` soft targets.
+    num_classes: C.
+    progress: optional callable invoked once per epoch (a progress bar's ``update``).
+
+  Returns:
+    The trained :class:`Student`.
+  """
+  init_key, fit_key = jax.random.split(key)
+  seed = int(jax.random.randint(init_key, (), 0, 2**31 - 1))
+  spec = models.CNNSpec(config.widths, config.dropout)
+  model = models.FedMDCNN(spec, num_classes, input_shape=tuple(images.shape[1:]), rngs=nnx.Rngs(params=seed))
+  clf, state = models.create(model, optax.adam(config.learning_rate))
+  # jit caches key on the Classifier's identity: reuse one per architecture so
+  # that every student of a run shares compiled steps.
+  signature = (spec, num_classes, tuple(images.shape[1:]), config.learning_rate)
+  clf = _CLASSIFIERS.setdefault(signature, clf)
+  images = jnp.asarray(images, jnp.float32)
+  targets = jnp.asarray(targets)
+  for epoch_key in jax.random.split(fit_key, config.epochs):
+    state = models.fit(epoch_key, clf, state, images, targets, epochs=1, batch_size=config.batch_size)
+    if progress is not None:
+      progress(1)
+  return Student(clf, state, config)

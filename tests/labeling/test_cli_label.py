@@ -1,0 +1,82 @@
+"""``jaxdistill label``: a tiny end-to-end run, and one-line exit-2 errors for bad input."""
+
+import gzip
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from jaxdistill.cli.main import main
+
+
+def write_idx(directory, prefix, images, labels):
+  directory.mkdir(parents=True, exist_ok=True)
+  with gzip.open(directory / f"{prefix}-images-idx3-ubyte.gz", "wb") as f:
+    f.write(struct.pack(">BBBBIII", 0, 0, 8, 3, *images.shape) + images.astype(np.uint8).tobytes())
+  with gzip.open(directory / f"{prefix}-labels-idx1-ubyte.gz", "wb") as f:
+    f.write(struct.pack(">BBBBI", 0, 0, 8, 1, labels.shape[0]) + labels.astype(np.uint8).tobytes())
+
+
+def run_cli(args, capsys):
+  code = main(args)
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--s", "2000"], "num_queries"),
+    (["--k", "5", "--s", "3"], "k=5"),
+    (["--epsilon", "-1"], "epsilon"),
+    (["--mechanism", "gaussian"], "mechanism"),
+    (["--dataset", "mnist", "--data-dir", "/nonexistent/jaxdistill-data"], "does not exist"),
+    (["--dataset", "mnist"], "data_dir"),
+    (["--T", "0"], "iterations"),
+])
+def test_bad_input_is_one_line_exit_2(args, match, capsys, tmp_path):
+  code, out, err = run_cli(["label", "--no-progress", "--out-dir", str(tmp_path / "o"), *args], capsys)
+  assert code == 2
+  assert err.count("\n") == 1 and match in err
+  assert "Traceback" not in err
+
+
+def test_idx_labels_outside_the_classes(tmp_path, capsys):
+  rng = np.random.default_rng(0)
+  # Training labels reach 11 but the test split (which D_pub comes from) only has classes 0..9.
+  write_idx(tmp_path / "idx", "train", rng.integers(0, 255, (60, 28, 28)), np.arange(60) % 12)
+  write_idx(tmp_path / "idx", "t10k", rng.integers(0, 255, (40, 28, 28)), np.arange(40) % 10)
+  code, _, err = run_cli(["label", "--dataset", "idx", "--data-dir", str(tmp_path / "idx"), "--public-size", "20",
+                          "--eval-size", "20", "--s", "5", "--no-progress", "--out-dir", str(tmp_path / "o")],
+                         capsys)
+  assert code == 2 and err.count("\n") == 1
+  assert "private labels" in err and "[0, 10)" in err
+
+
+def test_idx_images_of_the_wrong_shape(tmp_path, capsys):
+  rng = np.random.default_rng(0)
+  write_idx(tmp_path / "idx", "train", rng.integers(0, 255, (60, 32, 32)), np.arange(60) % 10)
+  write_idx(tmp_path / "idx", "t10k", rng.integers(0, 255, (40, 28, 28)), np.arange(40) % 10)
+  code, _, err = run_cli(["label", "--dataset", "idx", "--data-dir", str(tmp_path / "idx"), "--public-size", "20",
+                          "--eval-size", "20", "--s", "5", "--no-progress", "--out-dir", str(tmp_path / "o")],
+                         capsys)
+  assert code == 2 and err.count("\n") == 1 and "private images" in err
+
+
+def test_tiny_run_writes_report_and_plots(tmp_path, capsys):
+  out_dir = tmp_path / "run"
+  args = ["label", "--private-size", "600", "--public-size", "200", "--eval-size", "200", "--s", "10",
+          "--epsilon", "5", "--student-epochs", "1", "--student-widths", "4,8", "--no-progress",
+          "--out-dir", str(out_dir)]
+  code, out, err = run_cli(args, capsys)
+  assert code == 0, err
+  rep = json.loads((out_dir / "report.json").read_text())
+  assert rep["settings"]["num_queries"] == 10 and rep["settings"]["mechanism"] == "central"
+  assert rep["privacy"]["statement"]["epsilon"] == pytest.approx(5.0)
+  assert {"accuracy.png", "labels.png"} <= {p.name for p in out_dir.iterdir()}
+  assert "Acc_pl" in out and "supervised ceiling" in out
+  # The same command again reuses the release instead of paying for it twice (baselines are not
+  # part of a release's settings; leaving them out keeps the test short).
+  code, out, _ = run_cli(args + ["--no-baselines"], capsys)
+  assert code == 0 and "reused released votes of iterations [1]" in out
+  ledger = json.loads((out_dir / "ledger.json").read_text())
+  assert len(ledger["releases"]) == 1 and len(ledger["runs"]) == 2

@@ -1,0 +1,238 @@
+"""Algorithm 1 end to end on the embedded MNIST digits at tiny settings.
+
+Every run here is deterministic (fixed seeds, integer vote statistics), so
+the floors below fail only if the pipeline regresses; each states the margin
+it was set with.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from jaxdistill import data as data_lib
+from jaxdistill import labeling
+from jaxdistill.labeling import _pipeline
+
+TINY_STUDENT = labeling.StudentConfig(widths=(8, 16), epochs=5, batch_size=64, learning_rate=3e-3)
+TINY = dict(private_size=1500, public_size=300, eval_size=300, num_queries=20, k=1, representation="pca",
+            student=TINY_STUDENT, baselines=False, seed=3)
+
+
+def tiny(**changes):
+  return labeling.LabelingConfig(**{**TINY, **changes})
+
+
+@pytest.fixture(scope="module")
+def splits():
+  return labeling.load_splits(tiny())
+
+
+@pytest.fixture(scope="module")
+def noise_free(splits):
+  return labeling.run_labeling(tiny(mechanism="none", epsilon=math.inf), splits=splits)
+
+
+def test_noise_free_pipeline_reaches_floor(noise_free):
+  it = noise_free.private.final
+  # PCA-50 + 20 k-means clusters of 300 digits with 1,500 voters: measured Acc_pl 0.64 at this seed;
+  # the floor 0.55 leaves room for BLAS/platform differences in k-means, and chance is 0.1.
+  assert it.acc_pl >= 0.55
+  # A 5-epoch (8, 16) student on 300 pseudo-labelled digits: measured 0.63; chance is 0.1.
+  assert it.acc_pc >= 0.45
+  assert it.votes.sum() == 1500  # every private record voted exactly once (k = 1), exact counts
+  assert np.array_equal(it.pseudo_labels, it.query_labels[it.assignment])
+  assert noise_free.report["privacy"]["statement"]["epsilon"] == "inf"
+  codes = [w["code"] for w in noise_free.report["privacy"]["warnings"]]
+  assert "no_privacy" in codes
+
+
+def test_large_noise_destroys_labels(splits, noise_free):
+  noisy = labeling.run_labeling(tiny(mechanism="central", epsilon=0.01), splits=splits)
+  # eps = 0.01, k = 1: discrete Laplace with a = 0.005 (std ~ 283) on ~75 votes per query, so the
+  # argmax is close to uniform: Acc_pl near 0.1. The expected drop from the noise-free 0.64 is ~0.5;
+  # we ask for 0.3.
+  assert noisy.private.final.acc_pl <= noise_free.private.final.acc_pl - 0.3
+  assert noisy.private.final.acc_pl <= 0.35
+  st = noisy.report["privacy"]["statement"]
+  assert st["epsilon"] == pytest.approx(0.01) and st["delta"] == 0.0 and st["relation"] == "replace-one"
+  # Same queries and clusters as the noise-free run (shared first iteration): only the votes differ.
+  assert np.array_equal(noisy.private.final.queries, noise_free.private.final.queries)
+
+
+def test_moderate_noise_keeps_most_labels(splits, noise_free):
+  res = labeling.run_labeling(tiny(mechanism="central", epsilon=20.0), splits=splits)
+  # eps = 20: noise std ~ 0.14 votes, labels flip only on exact ties: Acc_pl within 0.05 of noise-free.
+  assert res.private.final.acc_pl >= noise_free.private.final.acc_pl - 0.05
+
+
+def test_report_lists_every_setting_and_statement(splits, tmp_path):
+  cfg = tiny(mechanism="local-collision", epsilon=4.0, out_dir=str(tmp_path), baselines=True)
+  res = labeling.run_labeling(cfg, splits=splits)
+  rep = json.loads((tmp_path / "report.json").read_text())
+  for key in ("dataset", "mechanism", "epsilon", "delta", "num_queries", "k", "iterations",
+              "representation", "seed", "student"):
+    assert key in rep["settings"]
+  for key in ("acc_pl", "acc_pc", "noise_free_acc_pl", "noise_free_acc_pc", "supervised_ceiling_acc_pc"):
+    assert isinstance(rep["results"][key], float)
+  assert rep["privacy"]["statement"]["relation"] == "replace-one"
+  codes = {w["code"] for w in rep["privacy"]["warnings"]}
+  assert {"baselines_not_private", "noise_from_public_seed"} <= codes
+  assert rep["privacy"]["per_iteration"][0]["mechanism"] == "local-collision"
+  assert (tmp_path / "accuracy.png").stat().st_size > 1000 and (tmp_path / "labels.png").stat().st_size > 1000
+  assert set(rep["timings_s"]) >= {"data", "representation", "private_chain", "ceiling", "total"}
+  assert res.ceiling_acc is not None
+
+
+class Interrupt(Exception):
+  pass
+
+
+def test_resume_reuses_released_votes_and_never_releases_twice(splits, tmp_path, monkeypatch):
+  cfg = tiny(mechanism="central", epsilon=2.0, iterations=2, out_dir=str(tmp_path), noise_seed=11)
+
+  # Run 1 is interrupted while training the first student, i.e. after iteration 1's release.
+  def boom(*args, **kwargs):
+    raise Interrupt()
+
+  with monkeypatch.context() as m:
+    m.setattr(_pipeline, "train_student", boom)
+    with pytest.raises(Interrupt):
+      labeling.run_labeling(cfg, splits=splits)
+  ledger = json.loads((tmp_path / "ledger.json").read_text())
+  assert [r["iteration"] for r in ledger["releases"]] == [1]
+  with np.load(tmp_path / "release-iter1.npz") as z:
+    stored = np.array(z["votes"])
+
+  # Run 2 uses ANOTHER secret noise seed: a fresh draw would differ, the ledger must reuse.
+  res = labeling.run_labeling(cfg.replace(noise_seed=12), splits=splits)
+  assert res.report["releases"]["reused"] == [1] and res.report["releases"]["released_now"] == [2]
+  assert np.array_equal(res.private.iterations[0].votes, stored)
+  assert res.private.iterations[0].reused and not res.private.iterations[1].reused
+  ledger = json.loads((tmp_path / "ledger.json").read_text())
+  assert [r["iteration"] for r in ledger["releases"]] == [1, 2]  # no second release of iteration 1
+  assert len(ledger["runs"]) == 2
+
+  # Run 3 reuses both; nothing new is released and the numbers are the same.
+  again = labeling.run_labeling(cfg.replace(noise_seed=13), splits=splits)
+  assert again.report["releases"]["reused"] == [1, 2] and again.report["releases"]["released_now"] == []
+  assert again.private.final.acc_pl == res.private.final.acc_pl
+  assert [r["iteration"] for r in json.loads((tmp_path / "ledger.json").read_text())["releases"]] == [1, 2]
+  assert (tmp_path / "history" / "report-1.json").exists()  # the earlier report is kept
+
+  # Had iteration 1 been released again with seed 12, its votes would have differed.
+  fresh = labeling.run_labeling(cfg.replace(noise_seed=12, out_dir=None, iterations=1, epsilon=1.0),
+                                splits=splits)
+  assert not np.array_equal(fresh.private.iterations[0].votes, stored)
+
+  # Other settings in the same directory: refused before anything is released.
+  with pytest.raises(ValueError, match="other settings"):
+    labeling.run_labeling(cfg.replace(epsilon=3.0), splits=splits)
+
+
+# -- bad input: one-line ValueErrors naming the problem ------------------------------
+def one_line(err):
+  assert "\n" not in str(err.value)
+  return str(err.value)
+
+
+def test_s_larger_than_public_set():
+  with pytest.raises(ValueError) as err:
+    labeling.LabelingConfig(public_size=100, num_queries=200)
+  assert "num_queries" in one_line(err)
+  with pytest.raises(ValueError) as err:  # default embedded D_pub has 1,000 samples
+    labeling.run_labeling(labeling.LabelingConfig(num_queries=2000, baselines=False))
+  assert "num_queries" in one_line(err) and "1000" in one_line(err)
+
+
+def test_k_larger_than_s():
+  with pytest.raises(ValueError) as err:
+    labeling.LabelingConfig(k=5, num_queries=3)
+  assert "k=5" in one_line(err)
+
+
+def test_missing_data_dir(tmp_path):
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(labeling.LabelingConfig(dataset="mnist", data_dir=str(tmp_path / "nope")))
+  assert "does not exist" in one_line(err)
+
+
+def test_labels_outside_the_classes(splits):
+  bad = data_lib.ImageData(splits.private.images, (splits.private.labels + 3).astype(np.int32), 13)
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(tiny(), splits=data_lib.LabelingSplits(bad, splits.public, splits.evaluation))
+  assert "private labels" in one_line(err) and "[0, 10)" in one_line(err)
+  with pytest.raises(ValueError) as err:
+    data_lib.ImageData(splits.public.images, splits.public.labels + 10, 10)
+  assert "labels" in one_line(err)
+
+
+def test_images_of_the_wrong_shape(splits):
+  wide = np.pad(splits.private.images, ((0, 0), (2, 2), (2, 2), (0, 0)))
+  bad = data_lib.ImageData(wide, splits.private.labels, 10)
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(tiny(), splits=data_lib.LabelingSplits(bad, splits.public, splits.evaluation))
+  assert "private images" in one_line(err) and "(1500, 32, 32, 1)" in one_line(err)
+  with pytest.raises(ValueError) as err:
+    data_lib.ImageData(splits.public.images[..., 0], splits.public.labels, 10)
+  assert "images" in one_line(err)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("mechanism", "laplace", "mechanism"), ("epsilon", 0.0, "epsilon"), ("epsilon", math.inf, "epsilon"),
+    ("delta", 1.0, "delta"), ("iterations", 0, "iterations"), ("representation", "sift", "representation"),
+    ("dataset", "cifar100", "dataset"),
+])
+def test_bad_settings(field, value, match):
+  with pytest.raises(ValueError) as err:
+    labeling.LabelingConfig(**{field: value})
+  assert match in one_line(err)
+
+
+def test_ledger_refuses_when_a_recorded_release_file_is_missing(tmp_path):
+  ledger = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  ledger.record(1, np.zeros((2, 3)), np.arange(2), np.zeros(5, np.int64), {"mechanism": "central"})
+  (tmp_path / "release-iter1.npz").unlink()
+  again = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  with pytest.raises(ValueError, match="missing"):
+    again.lookup(1)
+  assert again.lookup(2) is None
+  labeling.ReleaseLedger(tmp_path / "x", {"a": 1}, "hash").record(1, np.zeros((2, 3)), np.arange(2),
+                                                                   np.zeros(5, np.int64), {})
+  with pytest.raises(ValueError, match="other settings"):
+    labeling.ReleaseLedger(tmp_path / "x", {"a": 2}, "hash")
+  with pytest.raises(ValueError, match="other data"):
+    labeling.ReleaseLedger(tmp_path / "x", {"a": 1}, "other-hash")
+
+
+# -- connection rules: what the statement says ---------------------------------------
+def statement_for(**changes):
+  cfg = labeling.LabelingConfig(**changes)
+  plan = labeling.plan_budget(cfg.mechanism, cfg.epsilon, cfg.resolved_delta(1000), cfg.iterations,
+                              k=cfg.num_queries if cfg.connection == "knn-labeling" else cfg.k)
+  return labeling.privacy_report(cfg, plan, [None], 1000)
+
+
+def test_reverse_knn_statement_has_sensitivity_2k():
+  rep = statement_for(mechanism="central", epsilon=0.5, k=3, num_queries=20)
+  st = rep["statement"]
+  assert st["epsilon"] == pytest.approx(0.5) and st["parameters"]["sensitivity_l1"] == 6
+  assert rep["connection"]["dp_valid"] and rep["connection"]["per_record"]
+
+
+def test_knn_labeling_statement_grows_with_s_and_is_central_only():
+  rep = statement_for(mechanism="central", epsilon=0.5, k=3, num_queries=20, connection="knn-labeling")
+  assert rep["statement"]["parameters"]["sensitivity_l1"] == 40  # 2s, not 2k
+  assert "knn_labeling_sensitivity_grows_with_s" in {w["code"] for w in rep["warnings"]}
+  with pytest.raises(ValueError, match="knn-labeling"):
+    labeling.LabelingConfig(mechanism="local-rr", connection="knn-labeling")
+
+
+@pytest.mark.parametrize("rule", ["balanced-max-min", "balanced-harmonic"])
+def test_balanced_rules_claim_no_guarantee(rule):
+  rep = statement_for(mechanism="central", epsilon=0.5, num_queries=20, connection=rule)
+  st = rep["statement"]
+  assert st["epsilon"] == "inf" and st["method"] == "no-guarantee"
+  assert st["parameters"]["nominal_epsilon"] == pytest.approx(0.5)
+  assert "balanced_connection_no_dp" in {w["code"] for w in rep["warnings"]}

@@ -1,0 +1,36 @@
+"""The student's t >= 2 embedding: penultimate layer, PCA fitted on public images only."""
+
+import jax
+import numpy as np
+
+from jaxdistill import labeling, representations
+from jaxdistill.labeling import _student
+
+
+def test_randomized_pca_matches_exact_svd():
+  rng = np.random.default_rng(0)
+  # Low-rank signal (decaying spectrum) plus noise: the top directions are well separated.
+  x = rng.normal(size=(400, 8)) @ (rng.normal(size=(8, 300)) * np.linspace(5, 1, 8)[:, None])
+  x += 0.01 * rng.normal(size=x.shape)
+  x -= x.mean(0)
+  got = _student._pca_components(jax.random.key(0), x, 5)
+  want = np.linalg.svd(x, full_matrices=False)[2][:5].T
+  # Same subspace and directions up to sign: |cos| of matched columns ~ 1.
+  cos = np.abs(np.sum(got * want, axis=0)) / (np.linalg.norm(got, axis=0) * np.linalg.norm(want, axis=0))
+  np.testing.assert_allclose(cos, 1.0, atol=1e-6)
+
+
+def test_student_embedding_is_a_public_only_representation():
+  train, _ = labeling.load_splits(labeling.LabelingConfig(private_size=200, public_size=100, eval_size=100,
+                                                          num_queries=10)), None
+  pub = train.public
+  cfg = labeling.StudentConfig(widths=(4, 8), epochs=1, embedding_dim=6)
+  student = labeling.train_student(jax.random.key(0), cfg, pub.images, pub.labels, 10)
+  rep = student.embedding(jax.random.key(1), pub.images)
+  assert isinstance(rep, representations.Representation)
+  z = rep(train.private.images[:50])
+  assert z.shape == (50, 6) and z.dtype == np.float32
+  # Centred on D_pub: the public embedding has mean ~0 (PCA fitted on D_pub only).
+  np.testing.assert_allclose(rep(pub.images).mean(0), 0.0, atol=1e-3)
+  # Embedding is a deterministic function of the images (same batch, same features).
+  np.testing.assert_array_equal(rep(pub.images[:7]), rep(pub.images[:7]))
