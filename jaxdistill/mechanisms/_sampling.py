@@ -99,6 +99,8 @@ def uniform_plan(bound: int, num: int) -> tuple[int, int, int, int, int]:
   """
   if not 1 <= bound <= 2**31 - 1:
     raise ValueError(f"Expected bound={bound!r} in [1, 2^31 - 1].")
+  if bound == 1 or num == 0:  # nothing random to draw (and 1^g never exceeds the pack limit)
+    return 1, 1, 2**32, 0, 0
   g = 1
   while bound ** (g + 1) <= _PACK_LIMIT:
     g += 1
