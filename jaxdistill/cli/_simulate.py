@@ -68,14 +68,19 @@ def max_error_prediction(mech: Any, counts: np.ndarray, n: int,
                          beta: float = MAX_ERROR_BETA) -> tuple[float, str]:
   """A level-(1 - beta) bound on max |error| over all s|Y| entries, and how it was obtained.
 
-  A mechanism may provide ``max_error_bound(beta, counts, num_clients)`` (e.g.
-  Proposition 1 for central Laplace); otherwise each entry's error is taken as
-  normal with its closed-form variance (sums over many clients) and a union
+  A mechanism may provide ``max_error_bound(beta, counts, num_clients)``
+  returning an exact bound or ``None`` (central Laplace and discrete Laplace:
+  Proposition 1 over all entries; the multi-message shuffle: its exact
+  discrete-Laplace error). Otherwise each entry's error is taken as normal
+  with its closed-form variance -- appropriate for the local mechanisms, whose
+  error is a sum of many independent bounded per-client terms -- and a union
   bound over the d entries gives ``max_j |bias_j| + sigma_j * z_{beta / (2 d)}``.
   """
   hook = getattr(mech, "max_error_bound", None)
   if callable(hook):
-    return float(hook(beta, counts, n)), "mechanism"
+    bound = hook(beta, counts, n)
+    if bound is not None:
+      return float(bound), "exact-tail-union"
   sigma = np.sqrt(np.asarray(mech.entry_variance(counts, n), np.float64))
   bias = np.abs(np.asarray(mech.entry_bias(counts, n), np.float64))
   z = sps.norm.isf(beta / (2 * sigma.size))

@@ -166,6 +166,15 @@ class CentralLaplace(BsvsMechanism):
     entries = self.shape.num_labels * (self.shape.num_buckets if simultaneous else 1)
     return _bounds.laplace_alpha(self.scale, beta, num_entries=entries)
 
+  def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float:
+    """Bound on max |error| over all s|Y| entries with probability >= 1 - beta.
+
+    Proposition 1 over all entries at once: ``accuracy(beta, simultaneous=True)``
+    (the error does not depend on the counts or the number of clients).
+    """
+    del counts, num_clients
+    return float(self.accuracy(beta, simultaneous=True))
+
   def labeling_error(self, gap: Any) -> Any:
     """Theorem 1: bound on Pr[argmax_y hat a_{t,y} != y*] given Gap_t."""
     return _bounds.laplace_labeling_error(gap, self.scale, num_labels=self.shape.num_labels)
@@ -269,6 +278,11 @@ class CentralDiscreteLaplace(BsvsMechanism):
     """Proposition 1 (exact discrete tail): integer alpha with failure <= beta."""
     entries = self.shape.num_labels * (self.shape.num_buckets if simultaneous else 1)
     return _bounds.discrete_laplace_alpha(self.parameter, beta, num_entries=entries)
+
+  def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float:
+    """Integer bound on max |error| over all s|Y| entries w.p. >= 1 - beta (Proposition 1, exact tail)."""
+    del counts, num_clients
+    return float(self.accuracy(beta, simultaneous=True))
 
   def labeling_error(self, gap: Any) -> Any:
     """Theorem 1 (discrete tail): bound on Pr[label of bucket t wrong]."""

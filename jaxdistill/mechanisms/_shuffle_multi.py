@@ -48,6 +48,7 @@ from jaxdistill.accounting._multi_message import (
     multi_message_expected_messages,
     multi_message_statement,
 )
+from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, client_entries, entry_histogram
 from jaxdistill.mechanisms._nb_sampler import (
@@ -226,6 +227,24 @@ class ShuffleMultiMessage(BsvsMechanism):
     m = _validate.integer("num_clients", num_clients, minimum=1)
     v = (m / self.num_clients) * self.noise.entry_variance
     return np.full((self.shape.num_buckets, self.shape.num_labels), v, dtype=np.float64)
+
+  def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float | None:
+    """Bound on max |error| over all d entries w.p. >= 1 - beta, when all n clients take part.
+
+    The flooding shares cancel in #(j,+) - #(j,-), so entry j's error is
+    G1 - G2 with G1, G2 i.i.d. NB(m/n, p). With m = n each is geometric,
+    Pr[G = g] = (1 - p) p^g, and their difference is exactly discrete
+    Laplace with parameter a = -ln p; the union bound over the d entries
+    then gives the least integer alpha with d Pr[|Z| > alpha] <= beta
+    (:func:`discrete_laplace_alpha`). The errors are heavier-tailed than a
+    normal with the same variance, so a normal approximation would be too
+    small. Returns ``None`` (no exact bound) when m != n.
+    """
+    del counts
+    if num_clients is not None and int(num_clients) != self.num_clients:
+      return None
+    return float(_bounds.discrete_laplace_alpha(-math.log(self.noise.p), beta,
+                                                num_entries=self.shape.d))
 
   def expected_messages(self) -> float:
     """Expected messages per client with kr real messages."""

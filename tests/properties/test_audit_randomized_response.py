@@ -11,7 +11,6 @@ fixed set of 4, so at most 4 compilations.
 """
 
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +21,8 @@ from hypothesis import strategies as st
 from jaxdistill import audit
 from jaxdistill import mechanisms as M
 
-THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
+# The active profile (HYPOTHESIS_PROFILE or --hypothesis-profile): `thorough` has 600 examples.
+THOROUGH = settings().max_examples >= 600
 S, Y = 4, 2
 
 
