@@ -3,7 +3,7 @@
 Times, in one run on the same machine and data, the reverse k-NN connection
 (each of n private records to its k nearest of s queries, exact L2):
 
-* jaxdistill.connection.reverse_knn (jitted blockwise matmul + argmin/top_k),
+* jaxdistill.connection.reverse_knn (jitted blockwise matmul + lax.top_k, also for k = 1),
 * faiss IndexFlatL2 (exact), add + search,
 * scikit-learn NearestNeighbors(algorithm="brute"), fit + kneighbors,
 * NumPy float32 matmul x @ q.T of the same size (the roofline: the FLOPs of

@@ -54,12 +54,13 @@ def main():
   p.add_argument("--s", nargs="+", type=int, default=[40, 100, 200, 500])
   p.add_argument("--seeds", type=int, default=3, help="k-means seeds per (representation, s)")
   p.add_argument("--steps", type=int, default=None, help="contrastive training steps (default: config)")
-  p.add_argument("--public-size", type=int, default=5000)
+  p.add_argument("--public-size", type=int, default=None,
+                 help="|D_pub| (default: 5000 test images; 2000 for a set without a test split)")
   args = p.parse_args()
 
   train, test = data.load_dataset(args.dataset, args.data_dir)
   eval_size = 5000 if test is not None else 500
-  public_size = args.public_size if test is not None else 2000
+  public_size = args.public_size or (5000 if test is not None else 2000)
   splits = data.paper_splits(train, test, seed=0, public_size=public_size, eval_size=eval_size)
   print(f"dataset={args.dataset} |D_priv|={len(splits.private)} |D_pub|={len(splits.public)} "
         f"devices={jax.devices()}")

@@ -72,3 +72,39 @@ def test_partitions_cover_every_record_once(scheme):
   np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.arange(300))
   if scheme == "classes":
     assert all(len(np.unique(labels[p])) <= 2 for p in parts)
+
+
+def test_data_dir_errors_name_the_parameter(tmp_path):
+  missing = tmp_path / "nope"
+  with pytest.raises(ValueError, match="data_dir=.*does not exist"):
+    data.load_dataset("mnist", missing)
+  with pytest.raises(ValueError, match="data_dir=.*does not exist"):
+    data.load_dataset("fashion-mnist", missing)
+  with pytest.raises(ValueError, match="data_dir"):
+    data.load_dataset("idx")
+  with pytest.raises(ValueError, match="directory=.*does not exist"):
+    data.load_idx_dir(missing)
+  with pytest.raises(ValueError, match="split"):
+    data.load_idx_dir(tmp_path, "validation")
+
+
+@pytest.mark.parametrize("images, labels, classes, match", [
+    (np.zeros((3, 28, 28), np.float32), np.zeros(3, np.int32), 10, r"\[N, H, W, C\]"),
+    (np.zeros((3, 28, 28, 1), np.float32), np.zeros(2, np.int32), 10, r"labels of shape \[3\]"),
+    (np.zeros((3, 28, 28, 1), np.float32), np.array([0, 1, 10]), 10, r"labels in \[0, 10\)"),
+    (np.zeros((3, 28, 28, 1), np.float32), np.array([0, -1, 2]), 10, r"labels in \[0, 10\)"),
+    (np.zeros((3, 28, 28, 1), np.float32), np.array([0.0, 1.5, 2.0]), 10, "integer labels"),
+    (np.zeros((3, 28, 28, 1), np.float32), np.zeros(3, np.int32), -1, "num_classes"),
+])
+def test_image_data_rejects_bad_input(images, labels, classes, match):
+  with pytest.raises(ValueError, match=match):
+    data.ImageData(images, labels, classes)
+
+
+def test_partition_rejects_bad_labels():
+  with pytest.raises(ValueError, match="labels"):
+    data.partition_clients(np.zeros((4, 2), np.int64), 2, seed=0)
+  with pytest.raises(ValueError, match="labels"):
+    data.partition_clients(np.array([0.5, 1.0]), 2, seed=0, scheme="dirichlet")
+  with pytest.raises(ValueError, match="num_clients"):
+    data.partition_clients(np.arange(3), 4, seed=0)

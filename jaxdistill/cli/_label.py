@@ -15,6 +15,7 @@ import secrets
 from jaxdistill import labeling
 from jaxdistill.cli._common import print_json, print_table
 from jaxdistill.data import DATASETS
+from jaxdistill.labeling import _config as label_config
 
 
 def _widths(text: str) -> tuple[int, ...]:
@@ -59,10 +60,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--student-epochs", type=int, default=st.epochs, help="student epochs (default: %(default)s)")
   p.add_argument("--student-widths", type=_widths, default=st.widths,
                  help="student conv widths, e.g. 16,32 (default: 16,32)")
-  p.add_argument("--student-targets", default=st.targets, choices=("hard", "soft"),
+  p.add_argument("--student-targets", default=st.targets, choices=label_config.STUDENT_TARGETS,
                  help="train on argmax labels or on the noisy vote shares (default: %(default)s)")
-  p.add_argument("--central-noise", default=d.central_noise, choices=("discrete-laplace", "laplace"))
-  p.add_argument("--shuffle-local", default=d.shuffle_local, choices=("collision", "rr"),
+  p.add_argument("--central-noise", default=d.central_noise, choices=label_config.CENTRAL_NOISES)
+  p.add_argument("--shuffle-local", default=d.shuffle_local, choices=label_config.SHUFFLE_LOCALS,
                  help="local randomizer of shuffle-single (default: %(default)s)")
   p.add_argument("--pca-dim", type=int, default=d.pca_dim, help="representation dimension (default: %(default)s)")
   p.add_argument("--no-baselines", action="store_true",
@@ -94,7 +95,7 @@ def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:
 
 def run_label(args: argparse.Namespace) -> int:
   if args.data_dir is not None and not pathlib.Path(args.data_dir).is_dir():
-    raise ValueError(f"Data directory {args.data_dir!r} does not exist.")
+    raise ValueError(f"Expected --data-dir={args.data_dir!r} to be an existing folder; it does not exist.")
   config = config_from_args(args)
   result = labeling.run_labeling(config, progress=not args.no_progress)
   rep = result.report

@@ -44,9 +44,13 @@ def _canonical(dist: jax.Array) -> jax.Array:
   return jnp.where(dist > 0, dist, 0.0)
 
 
-def squared_distances(x: jax.Array, q: jax.Array) -> jax.Array:
-  """Dense ``||x_i - q_j||^2``: float32 ``[n, s]`` (small inputs only; for references)."""
-  x2 = jnp.sum(x * x, axis=1)
+def squared_distances(x: jax.Array, q: jax.Array, x2: jax.Array | None = None) -> jax.Array:
+  """Dense ``||x_i - q_j||^2``: float32 ``[n, s]`` (small ``s``, or small inputs).
+
+  ``x2``: the row norms ``||x_i||^2`` when the caller already has them.
+  """
+  if x2 is None:
+    x2 = jnp.sum(x * x, axis=1)
   q2 = jnp.sum(q * q, axis=1)
   return _canonical(x2[:, None] + q2[None, :] - 2.0 * jnp.matmul(x, q.T, precision=_HIGHEST))
 

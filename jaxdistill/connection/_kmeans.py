@@ -20,11 +20,9 @@ from jax import lax
 
 from jaxdistill import _validate
 from jaxdistill.connection._common import as_features, block_size as _block_size
-from jaxdistill.connection._distances import nearest_columns
+from jaxdistill.connection._distances import nearest_columns, squared_distances
 
 __all__ = ["KMeansResult", "kmeans", "QuerySelection", "select_queries"]
-
-_HIGHEST = lax.Precision.HIGHEST
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,12 +51,6 @@ class KMeansResult:
   seed_indices: np.ndarray
 
 
-def _sq_to(x: jax.Array, x2: jax.Array, points: jax.Array) -> jax.Array:
-  """``||x_i - p_j||^2`` float32 ``[m, L]`` for a few points ``[L, d]``."""
-  p2 = jnp.sum(points * points, axis=1)
-  return jnp.maximum(x2[:, None] + p2[None, :] - 2.0 * jnp.matmul(x, points.T, precision=_HIGHEST), 0.0)
-
-
 @functools.partial(jax.jit, static_argnames=("num_clusters", "num_trials"))
 def _kmeans_pp(key: jax.Array, x: jax.Array, num_clusters: int, num_trials: int) -> jax.Array:
   """Greedy k-means++ seeding (Arthur & Vassilvitskii 2007; greedy trials as in scikit-learn).
@@ -72,7 +64,7 @@ def _kmeans_pp(key: jax.Array, x: jax.Array, num_clusters: int, num_trials: int)
   x2 = jnp.sum(x * x, axis=1)
   k_first, k_rest = jax.random.split(key)
   first = jax.random.randint(k_first, (), 0, m)
-  mind = _sq_to(x, x2, x[first][None, :])[:, 0]
+  mind = squared_distances(x, x[first][None, :], x2)[:, 0]
   chosen = jnp.zeros(num_clusters, jnp.int32).at[0].set(first)
 
   def body(t, state):
@@ -81,7 +73,7 @@ def _kmeans_pp(key: jax.Array, x: jax.Array, num_clusters: int, num_trials: int)
     # All points coincide with chosen centres (duplicates): sample uniformly.
     logits = jnp.where(total > 0, jnp.log(mind), 0.0)
     cand = jax.random.categorical(jax.random.fold_in(k_rest, t), logits, shape=(num_trials,))
-    new = jnp.minimum(mind[:, None], _sq_to(x, x2, x[cand]))  # [m, L]
+    new = jnp.minimum(mind[:, None], squared_distances(x, x[cand], x2))  # [m, L]
     best = jnp.argmin(jnp.sum(new, axis=0))
     return new[:, best], chosen.at[t].set(cand[best].astype(jnp.int32))
 

@@ -212,10 +212,15 @@ class Connection:
                            k=self.privacy.shape_k, r=r)
 
 
-def _check_pair(private_features: Any, query_features: Any, k: int):
+def _check_pair(private_features: Any, query_features: Any, k: int, *, k_at_most: str):
+  """Validates the features and ``1 <= k <= s`` (``k_at_most="s"``) or ``<= n`` (``"n"``)."""
   q = as_features("query_features", query_features)
   x = as_features("private_features", private_features, dim=q.shape[1], dim_name="query_features")
   k = _validate.integer("k", k, minimum=1)
+  if k_at_most == "s" and k > q.shape[0]:
+    raise ValueError(f"Expected k={k} <= num_queries s={q.shape[0]}.")
+  if k_at_most == "n" and k > x.shape[0]:
+    raise ValueError(f"Expected k={k} <= the number of private records n={x.shape[0]}.")
   return x, q, k
 
 
@@ -263,10 +268,7 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
   >>> reverse_knn(np.array([[0.0], [2.9]]), np.array([[0.0], [1.0], [3.0]]), 2).tolist()
   [[0, 1], [2, 1]]
   """
-  x, q, k = _check_pair(private_features, query_features, k)
-  s = q.shape[0]
-  if k > s:
-    raise ValueError(f"Expected k={k} <= num_queries s={s}.")
+  x, q, k = _check_pair(private_features, query_features, k, k_at_most="s")
   bs = min(_block_size(block_size), x.shape[0])
   idx, _ = nearest_columns(x, q, k, bs)
   return idx
@@ -330,10 +332,8 @@ def knn_labeling(private_features: Any, query_features: Any, k: int, *,
   Raises:
     ValueError: k outside ``[1, n]``, mismatched widths, NaN or inf features.
   """
-  x, q, k = _check_pair(private_features, query_features, k)
+  x, q, k = _check_pair(private_features, query_features, k, k_at_most="n")
   n, s = x.shape[0], q.shape[0]
-  if k > n:
-    raise ValueError(f"Expected k={k} <= the number of private records n={n}.")
   bs = min(_block_size(block_size), n)
   rows, _ = nearest_rows(x, q, k, bs)
   buckets = _record_lists(np.asarray(rows), n)
@@ -391,6 +391,8 @@ def _balance(cand: jax.Array, sim: jax.Array, active: jax.Array, objective: str,
   * harmonic with all scores > 0: steepest descent on F = sum_t 1 / S[t];
     a move is taken only if it lowers F by more than 1e-6 F (float32
     safety), so F strictly decreases.
+
+  Returns ``(active, scores, moves, stuck, initial scores)``.
   """
   s = num_queries
 
@@ -439,9 +441,9 @@ def _balance(cand: jax.Array, sim: jax.Array, active: jax.Array, objective: str,
     _, _, moves, stuck = state
     return ~stuck & (moves < max_moves)
 
-  act, S, moves, stuck = lax.while_loop(cond, body, (active, scores(active), jnp.int32(0),
-                                                     jnp.bool_(False)))
-  return act, scores(act), moves, stuck
+  S0 = scores(active)
+  act, S, moves, stuck = lax.while_loop(cond, body, (active, S0, jnp.int32(0), jnp.bool_(False)))
+  return act, scores(act), moves, stuck, S0
 
 
 def balanced_connection(private_features: Any, query_features: Any, k: int, *,
@@ -507,10 +509,8 @@ def balanced_connection(private_features: Any, query_features: Any, k: int, *,
     ValueError: bad k, objective, num_candidates, bandwidth, max_moves or
       features.
   """
-  x, q, k = _check_pair(private_features, query_features, k)
+  x, q, k = _check_pair(private_features, query_features, k, k_at_most="s")
   n, s = x.shape[0], q.shape[0]
-  if k > s:
-    raise ValueError(f"Expected k={k} <= num_queries s={s}.")
   objective = _validate.choice("objective", objective, OBJECTIVES)
   L = min(s, max(32, 4 * k)) if num_candidates is None else num_candidates
   L = _validate.integer("num_candidates", L, minimum=k, maximum=s)
@@ -521,10 +521,9 @@ def balanced_connection(private_features: Any, query_features: Any, k: int, *,
   cand, dist = nearest_columns(x, q, L, bs)
   sim = 1.0 / (1.0 + dist / h)
   active = jnp.arange(L)[None, :] < k  # reverse k-NN: the k nearest candidates
-  S0 = np.asarray(jax.ops.segment_sum(jnp.where(active, sim, 0.0).reshape(-1), cand.reshape(-1), s),
-                  np.float64)
-  act, S, moves, stuck = _balance(cand, sim, jnp.broadcast_to(active, cand.shape), objective, s,
-                                  moves_cap)
+  act, S, moves, stuck, S0 = _balance(cand, sim, jnp.broadcast_to(active, cand.shape), objective, s,
+                                      moves_cap)
+  S0 = np.asarray(S0, np.float64)
   # Exactly k active slots per row; keep them in candidate (= distance) order.
   slot = lax.top_k(act.astype(jnp.int32) * (L - jnp.arange(L))[None, :], k)[1]
   buckets = np.asarray(jnp.take_along_axis(cand, slot, axis=1), np.int32)

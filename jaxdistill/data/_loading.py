@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxdistill import _validate
+
 __all__ = [
     "ImageData",
     "load_embedded_mnist",
@@ -62,10 +64,13 @@ class ImageData:
   name: str = ""
 
   def __post_init__(self):
+    _validate.integer("num_classes", self.num_classes, minimum=0)
     if self.images.ndim != 4:
       raise ValueError(f"Expected images of shape [N, H, W, C]; got {self.images.shape}.")
     if self.labels.shape != (self.images.shape[0],):
       raise ValueError(f"Expected labels of shape [{self.images.shape[0]}]; got {self.labels.shape}.")
+    if self.labels.dtype.kind not in "iu":
+      raise ValueError(f"Expected integer labels; got dtype {self.labels.dtype}.")
     if self.labels.size and (self.labels.min() < 0 or self.labels.max() >= self.num_classes):
       raise ValueError(f"Expected labels in [0, {self.num_classes}); got range "
                        f"[{self.labels.min()}, {self.labels.max()}].")
@@ -121,6 +126,13 @@ def _read_idx(path: pathlib.Path) -> np.ndarray:
   return body.reshape(shape)
 
 
+def _existing_dir(name: str, value: Any) -> pathlib.Path:
+  d = pathlib.Path(value)
+  if not d.is_dir():
+    raise ValueError(f"Expected {name}={str(d)!r} to be an existing folder; it does not exist.")
+  return d
+
+
 def _find(directory: pathlib.Path, stem: str) -> pathlib.Path:
   for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz"):
     p = directory / name
@@ -139,11 +151,8 @@ def load_idx_dir(directory: Any, split: str = "train") -> ImageData:
   Raises:
     ValueError: if the directory or a file is missing or malformed.
   """
-  d = pathlib.Path(directory)
-  if not d.is_dir():
-    raise ValueError(f"Data directory {str(d)!r} does not exist.")
-  if split not in ("train", "test"):
-    raise ValueError(f"Expected split to be 'train' or 'test'; got {split!r}.")
+  d = _existing_dir("directory", directory)
+  split = _validate.choice("split", split, ("train", "test"))
   prefix = "train" if split == "train" else "t10k"
   images = _read_idx(_find(d, f"{prefix}-images-idx3-ubyte"))
   labels = _read_idx(_find(d, f"{prefix}-labels-idx1-ubyte")).astype(np.int32)
@@ -191,12 +200,13 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
     data_dir: folder with IDX files, when needed.
 
   Raises:
-    ValueError: unknown name or missing data.
+    ValueError: unknown name, missing or nonexistent ``data_dir``, or missing
+      data.
   """
   if name == "mnist-embedded":
     return load_embedded_mnist(), None
   if name == "fashion-mnist":
-    d = pathlib.Path(data_dir) if data_dir else find_fashion_mnist()
+    d = _existing_dir("data_dir", data_dir) if data_dir else find_fashion_mnist()
     if d is None:
       raise ValueError("Fashion-MNIST not found: pass --data-dir, set JAXDISTILL_FASHION_MNIST, or "
                        "apt-get install dataset-fashion-mnist.")
@@ -204,7 +214,8 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
   if name in ("mnist", "idx"):
     if not data_dir:
       raise ValueError(f"Data set {name!r} needs data_dir (a folder of IDX files).")
-    return load_idx_dir(data_dir, "train"), load_idx_dir(data_dir, "test")
+    d = _existing_dir("data_dir", data_dir)
+    return load_idx_dir(d, "train"), load_idx_dir(d, "test")
   if name.startswith("tfds:"):
     tf_name = name.split(":", 1)[1]
     return load_tfds(tf_name, "train"), load_tfds(tf_name, "test")

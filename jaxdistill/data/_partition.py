@@ -70,17 +70,23 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
     num_clients: m >= 1 (``len(labels)`` clients of one record each is the
       reverse-k-NN paper's setting).
     seed: RNG seed.
-    scheme: ``iid`` (random equal split), ``dirichlet`` (class proportions per
-      client ~ Dir(alpha)), or ``classes`` (each client holds
-      ``classes_per_client`` classes).
+    scheme: ``iid`` (random equal split), ``dirichlet`` (each class is split
+      over the clients in proportions ~ Dir(alpha, ..., alpha)), or
+      ``classes`` (each client holds ``classes_per_client`` classes).
     alpha: Dirichlet concentration.
     classes_per_client: for ``classes``.
 
   Returns:
     A list of ``num_clients`` sorted int64 index arrays that partition
     ``range(N)``.
+
+  Raises:
+    ValueError: ``labels`` not a 1-D integer array, or a bad count, seed,
+      scheme, alpha or classes_per_client.
   """
   labels = np.asarray(labels)
+  if labels.ndim != 1 or (labels.size and labels.dtype.kind not in "iu"):
+    raise ValueError(f"Expected labels to be 1-D integers [N]; got shape {labels.shape}, dtype {labels.dtype}.")
   n = labels.shape[0]
   m = _validate.integer("num_clients", num_clients, minimum=1, maximum=max(n, 1))
   scheme = _validate.choice("scheme", scheme, ("iid", "dirichlet", "classes"))

@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 
 from jaxdistill import _validate
-from jaxdistill.representations._base import Representation, as_images, public_images, register
+from jaxdistill.representations._base import Representation, public_images, register
 
 __all__ = ["raw_pixels", "hog", "RawPixels", "Hog", "Pca", "fit_pca"]
 
@@ -112,8 +112,7 @@ def hog(images: Any, *, cell_size: int = 4, block_size: int = 2, num_bins: int =
   Raises:
     ValueError: bad images, or parameters that do not fit the image size.
   """
-  x = as_images("images", images)
-  return Hog(cell_size, block_size, num_bins)(x)
+  return Hog(cell_size, block_size, num_bins)(images)  # __call__ validates the images
 
 
 @dataclasses.dataclass(frozen=True)
