@@ -111,7 +111,9 @@ class FedMDResult:
       (nfdp and ldp runs).
     timings: seconds per phase.
     samples: per party, the list of sample index arrays drawn (nfdp /
-      local-sample).
+      local-sample). Resume restores them from the checkpoint; they are
+      not written to :meth:`to_report` (which users share), since they name
+      exactly the private records that are exposed.
     public_subsets: ``[R, q] int`` public indices queried per round.
     consensus: ``[R, q, C] float32`` consensus broadcast per round.
     releases: ``[R, N, q, C]`` per-party releases (only if requested).
@@ -147,7 +149,7 @@ class FedMDResult:
     raise ValueError(f"Expected a party index in [0, {self.config.num_parties}); got {party}.")
 
   def to_report(self) -> dict:
-    """A JSON-ready summary (no arrays of data)."""
+    """A JSON-ready summary (no arrays of data, and no sampled record indices)."""
     acc = self.accuracy
     return {
         "config": self.config.to_dict(),
@@ -170,7 +172,6 @@ class FedMDResult:
         },
         "privacy": self.privacy,
         "ldp_sigma_table": self.ldp_sigma_table,
-        "samples": [[d.tolist() for d in draws] for draws in self.samples],
         "timings_s": self.timings,
         "resumed_from_round": self.resumed_from,
     }

@@ -39,6 +39,7 @@ def test_report_and_plots(tmp_path, capsys):
   assert run["accuracy"]["eval_rounds"] == [0, 1]
   assert len(run["accuracy"]["per_round_per_party"][0]) == 2
   assert run["ldp_sigma_table"]["rows"][0]["epsilon"] == 0.0
+  assert "samples" not in run  # sampled record indices stay in the checkpoint, not the shared report
   pngs = sorted(p.name for p in out.glob("*.png"))
   assert "accuracy_vs_k.png" in pngs and "accuracy_per_round_nfdp-k3-wr.png" in pngs
   assert all((out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)

@@ -1,6 +1,7 @@
 """The FedMD runner: NFDP touches nothing but the sample, resume is lossless, reports are honest."""
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
@@ -144,6 +145,10 @@ def test_privacy_report_per_party(data3):
   assert rep["exact"]["delta_for_every_epsilon"] == pytest.approx(4 / n)
   assert rep["records_exposed"] == pytest.approx(4)
   assert rep["sample"] == "drawn once, reused" and rep["draws"] == 1
+  # The shareable report names no sampled record (the indices live only in the checkpoint).
+  report = json.loads(json.dumps(res.to_report()))
+  assert "samples" not in report and "samples" not in report["privacy"][0]
+  assert report["privacy"][0]["draws"] == 1
   codes = {w["code"] for w in rep["warnings"]}
   assert {"delta_at_least_1_over_n", "paper_epsilon_vacuous"} <= codes
   table = res.ldp_sigma_table
