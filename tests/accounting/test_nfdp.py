@@ -111,3 +111,11 @@ def test_statement_records_relation_and_warnings():
   d = st.to_dict()
   assert d["relation"] == "replace-one" and d["delta"] == pytest.approx(0.01)
   assert any(w["code"] == "delta_at_least_1_over_n" for w in d["warnings"])
+
+
+@pytest.mark.parametrize("fn", [accounting.nfdp_paper_guarantee, accounting.nfdp_inclusion_probability,
+                                accounting.nfdp_privacy])
+def test_with_replacement_must_be_a_bool(fn):
+  # A truthy string must not silently switch to Theorem 2's sampler.
+  with pytest.raises(ValueError, match="with_replacement"):
+    fn(300, 3, with_replacement="no")
