@@ -32,6 +32,7 @@ def test_report_and_plots(tmp_path, capsys):
   assert main(TINY + ["--k", "2,3", "--sampling", "both", "--out", str(out)]) == 0
   assert "report.json" in capsys.readouterr().out
   rep = json.loads((out / "report.json").read_text())
+  assert rep["command"] == " ".join(["jaxdistill"] + TINY + ["--k", "2,3", "--sampling", "both", "--out", str(out)])
   assert [r["name"] for r in rep["runs"]] == ["nfdp-k2-wor", "nfdp-k3-wor", "nfdp-k2-wr", "nfdp-k3-wr"]
   run = rep["runs"][1]
   n = run["data"]["party_sizes"][0]
