@@ -61,7 +61,6 @@ def test_no_one_over_n_warning_when_delta_is_small():
 
 
 def test_composition_across_rounds():
-  p = 1.04e-3
   n, k = 2880, 3
   reused = accounting.nfdp_privacy(n, k, rounds=20)
   fresh = accounting.nfdp_privacy(n, k, rounds=20, resample_each_round=True)
@@ -74,7 +73,6 @@ def test_composition_across_rounds():
   pld = reused.to_pld()
   composed = pld.self_compose(20)
   assert composed.get_delta_for_epsilon(0.5) == pytest.approx(fresh.flat_delta, rel=1e-9)
-  del p
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.3, 1.0, 3.0])
