@@ -192,15 +192,16 @@ def _public_fingerprint(d: ImageData) -> str:
   return h.hexdigest()
 
 
-def _classifier(spec: M.CNNSpec, num_classes: int, input_shape: tuple, lr: float) -> M.Classifier:
+def _classifier(model: M.FedMDCNN, lr: float) -> M.Classifier:
   """One Classifier per architecture and step size, reused across runs so that
-  jitted steps compile once per process (sweeps run many configurations)."""
-  k = (spec, num_classes, tuple(input_shape), lr)
+  jitted steps compile once per process (sweeps run many configurations).
+
+  ``model`` is any instance of the architecture: only its graph definition is
+  kept (parameter values live in each party's state)."""
+  k = (model.spec, model.num_classes, model.input_shape, lr)
   if k not in _CLASSIFIERS:
-    model = M.FedMDCNN(spec, num_classes, input_shape=input_shape, rngs=nnx.Rngs(params=0))
     _CLASSIFIERS[k] = M.create(model, optax.adam(lr))[0]
   return _CLASSIFIERS[k]
-
 
 
 def _use_vmap(config: FedMDConfig) -> bool:
@@ -447,12 +448,10 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     by_spec.setdefault(s, []).append(i)
   init_key = _phase(key, _INIT)
   for spec, parties in by_spec.items():
-    clf = _classifier(spec, data.num_classes, data.input_shape, config.learning_rate)
-    states = []
-    for i in parties:
-      model = M.FedMDCNN(spec, data.num_classes, input_shape=data.input_shape,
-                         rngs=nnx.Rngs(params=jax.random.fold_in(init_key, i)))
-      states.append(M.create(model, clf.tx)[1])
+    models = [M.FedMDCNN(spec, data.num_classes, input_shape=data.input_shape,
+                         rngs=nnx.Rngs(params=jax.random.fold_in(init_key, i))) for i in parties]
+    clf = _classifier(models[0], config.learning_rate)
+    states = [M.create(model, clf.tx)[1] for model in models]
     groups.append(_Group(spec, parties, clf, M.stack_states(states)))
 
   # Private views.
