@@ -53,8 +53,8 @@ def test_warning_when_delta_at_least_one_over_n():
 
 
 def test_no_one_over_n_warning_when_delta_is_small():
-  # k >= 1 always gives delta >= 1/n for WOR; only WR with k=1 ties it. Force
-  # the comparison through a huge n where the WR delta still equals 1/n.
+  # Under add/remove or replace-one p >= 1/n for every k >= 1. Only add-one,
+  # where the record joins n others, gets below: k = 1 gives p = 1/(n + 1) < 1/n.
   rep = accounting.nfdp_privacy(10, 1, with_replacement=True, relation="add-one")
   assert rep.flat_delta == pytest.approx(1 / 11)
   assert "delta_at_least_1_over_n" not in {w.code for w in rep.warnings}
