@@ -22,6 +22,7 @@ __all__ = [
     "probability",
     "open_unit",
     "choice",
+    "boolean",
 ]
 
 
@@ -112,6 +113,18 @@ def open_unit(name: str, value: Any) -> float:
   if not 0.0 < out < 1.0:
     raise ValueError(f"Expected {name}={out!r} in (0, 1).")
   return out
+
+
+def boolean(name: str, value: Any) -> bool:
+  """Returns ``value`` as a Python bool, or raises naming ``name``.
+
+  Only ``True``/``False`` (or NumPy bools) pass: a truthy ``1`` or ``"no"``
+  is rejected, since flags such as ``with_replacement`` change the privacy
+  analysis and must be explicit.
+  """
+  if not _is_bool(value):
+    raise ValueError(f"Expected {name} to be a bool, got {value!r}.")
+  return bool(value)
 
 
 def choice(name: str, value: Any, options: tuple[str, ...]) -> str:

@@ -41,3 +41,13 @@ def test_choice():
   assert v.choice("method", "numeric", ("numeric", "closed-form")) == "numeric"
   with pytest.raises(ValueError, match="method"):
     v.choice("method", "exact", ("numeric", "closed-form"))
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", "False", None, 1.0])
+def test_boolean_rejects_truthy_non_bools(value):
+  with pytest.raises(ValueError, match="with_replacement"):
+    v.boolean("with_replacement", value)
+
+
+def test_boolean_accepts_python_and_numpy_bools():
+  assert v.boolean("flag", True) is True and v.boolean("flag", np.bool_(False)) is False

@@ -75,6 +75,17 @@ def _one_direction(p: np.ndarray, q: np.ndarray, epsilons: np.ndarray) -> np.nda
   return np.clip(p[None, :] - gamma * q[None, :], 0.0, None).sum(axis=1)
 
 
+def _epsilons(name: str, value: Any) -> np.ndarray:
+  """``value`` as a float64 array of epsilons >= 0 (``inf`` allowed), or raises naming ``name``."""
+  try:
+    eps = np.asarray(value, dtype=np.float64)
+  except (TypeError, ValueError):
+    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {value!r}.") from None
+  if np.any(np.isnan(eps)) or np.any(eps < 0):
+    raise ValueError(f"Expected {name} >= 0; got {value!r}.")
+  return eps
+
+
 def hockey_stick_divergence(p: Any, q: Any, epsilon: Any) -> Any:
   """Hockey-stick divergence H_{e^eps}(P || Q) = sum_o max(0, P(o) - e^eps Q(o)).
 
@@ -90,9 +101,7 @@ def hockey_stick_divergence(p: Any, q: Any, epsilon: Any) -> Any:
   0.25
   """
   pa, qa = align_pmfs(p, q)
-  eps = np.asarray(epsilon, dtype=np.float64)
-  if np.any(np.isnan(eps)) or np.any(eps < 0):
-    raise ValueError(f"Expected epsilon >= 0; got {epsilon!r}.")
+  eps = _epsilons("epsilon", epsilon)
   out = _one_direction(pa, qa, eps.reshape(-1)).reshape(eps.shape)
   return float(out) if out.ndim == 0 else out
 
@@ -114,9 +123,7 @@ def privacy_profile(p: Any, q: Any, epsilons: Any) -> Any:
   0.0
   """
   pa, qa = align_pmfs(p, q)
-  eps = np.asarray(epsilons, dtype=np.float64)
-  if np.any(np.isnan(eps)) or np.any(eps < 0):
-    raise ValueError(f"Expected epsilons >= 0; got {epsilons!r}.")
+  eps = _epsilons("epsilons", epsilons)
   flat = eps.reshape(-1)
   out = np.maximum(_one_direction(pa, qa, flat), _one_direction(qa, pa, flat)).reshape(eps.shape)
   return float(out) if out.ndim == 0 else out

@@ -59,9 +59,10 @@ __all__ = [
 ]
 
 
-def _check_nk(n: Any, k: Any, with_replacement: bool, relation: Relation) -> tuple[int, int]:
+def _check_nk(n: Any, k: Any, with_replacement: Any, relation: Relation) -> tuple[int, int, bool]:
   n = _validate.integer("n", n, minimum=1)
   k = _validate.integer("k", k, minimum=1)
+  with_replacement = _validate.boolean("with_replacement", with_replacement)
   if not with_replacement and k > n:
     raise ValueError(f"Expected k={k} <= n={n} for sampling without replacement.")
   if relation in (Relation.REMOVE_ONE, Relation.ADD_OR_REMOVE):
@@ -72,7 +73,7 @@ def _check_nk(n: Any, k: Any, with_replacement: bool, relation: Relation) -> tup
       raise ValueError(
           f"Expected k={k} <= n - 1 = {n - 1} for sampling without replacement under "
           f"relation={relation.value}: the neighbour holds only n - 1 records.")
-  return n, k
+  return n, k, with_replacement
 
 
 def nfdp_paper_guarantee(n: int, k: int, *, with_replacement: bool = False) -> tuple[float, float]:
@@ -98,7 +99,7 @@ def nfdp_paper_guarantee(n: int, k: int, *, with_replacement: bool = False) -> t
   >>> round(eps, 6), delta
   (0.010017, 0.01)
   """
-  n, k = _check_nk(n, k, with_replacement, Relation.ADD_ONE)
+  n, k, with_replacement = _check_nk(n, k, with_replacement, Relation.ADD_ONE)
   if with_replacement:
     eps = k * math.log1p(1.0 / n)
     delta = -math.expm1(k * math.log1p(-1.0 / n)) if n > 1 else 1.0
@@ -130,7 +131,7 @@ def nfdp_inclusion_probability(n: int, k: int, *, with_replacement: bool = False
     relation: a :class:`Relation` or its string value.
   """
   rel = Relation.parse(relation)
-  n, k = _check_nk(n, k, with_replacement, rel)
+  n, k, with_replacement = _check_nk(n, k, with_replacement, rel)
   m = n + 1 if rel is Relation.ADD_ONE else n
   if with_replacement:
     return float(-math.expm1(k * math.log1p(-1.0 / m))) if m > 1 else 1.0
@@ -280,12 +281,9 @@ def nfdp_privacy(n: int, k: int, *, with_replacement: bool = False,
   (True, inf)
   """
   rel = Relation.parse(relation)
-  n, k = _check_nk(n, k, with_replacement, rel)
+  n, k, with_replacement = _check_nk(n, k, with_replacement, rel)
   rounds = _validate.integer("rounds", rounds, minimum=1)
-  if not isinstance(resample_each_round, bool):
-    raise ValueError(f"Expected resample_each_round to be a bool, got {resample_each_round!r}.")
-  if not isinstance(with_replacement, bool):
-    raise ValueError(f"Expected with_replacement to be a bool, got {with_replacement!r}.")
+  resample_each_round = _validate.boolean("resample_each_round", resample_each_round)
   paper_eps, paper_delta = nfdp_paper_guarantee(n, k, with_replacement=with_replacement)
   p = nfdp_inclusion_probability(n, k, with_replacement=with_replacement, relation=rel)
   draws = rounds if resample_each_round else 1

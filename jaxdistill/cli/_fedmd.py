@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
   if args.method in ("nfdp", "local-sample"):
     fedmd.plot_accuracy_vs_k([r for _, r in results], out / "accuracy_vs_k.png")
-  report = {"command": "jaxdistill " + " ".join(sys.argv[1:]) if sys.argv else "jaxdistill fedmd",
+  report = {"command": " ".join(["jaxdistill", *getattr(args, "argv", sys.argv[1:])]),
             "wall_time_s": time.perf_counter() - t0, "backend": jax.default_backend(),
             "runs": [{"name": n, **r.to_report()} for n, r in results]}
   (out / "report.json").write_text(json.dumps(_clean(report), indent=1))

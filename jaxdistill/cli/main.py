@@ -26,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   """Runs the CLI; bad input exits 2 with one line on stderr, no traceback."""
   try:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what was asked, for reports
     return int(args.func(args) or 0)
   except (CliError, ValueError) as err:
     msg = str(err).splitlines()[0] if str(err) else type(err).__name__

@@ -98,8 +98,7 @@ class FedMDConfig:
     s("width_multiplier", _validate.positive("width_multiplier", self.width_multiplier))
     s("k", _validate.integer("k", self.k, minimum=1))
     for name in ("with_replacement", "resample_each_round"):
-      if not isinstance(getattr(self, name), bool):
-        raise ValueError(f"Expected {name} to be a bool; got {getattr(self, name)!r}.")
+      s(name, _validate.boolean(name, getattr(self, name)))
     s("rounds", _validate.integer("rounds", self.rounds, minimum=0))
     s("public_subset", _validate.integer("public_subset", self.public_subset, minimum=1))
     _validate.choice("aggregation", self.aggregation, RELEASE_MODES)

@@ -107,11 +107,14 @@ class FedMDResult:
       task's classes (a 6-way task instead of 16-way).
     eval_rounds: the round number of each row of ``accuracy``.
     privacy: per-party privacy report dicts.
-    ldp_sigma_table: sigma FedMD-LDP needs at the NFDP delta for several eps
-      (nfdp and ldp runs).
+    ldp_sigma_table: sigma FedMD-LDP needs at party 0's NFDP delta (or at
+      ``config.ldp_delta`` when set; ``matched_to`` says which) for several
+      eps (nfdp and ldp runs).
     timings: seconds per phase.
     samples: per party, the list of sample index arrays drawn (nfdp /
-      local-sample).
+      local-sample). Resume restores them from the checkpoint; they are
+      not written to :meth:`to_report` (which users share), since they name
+      exactly the private records that are exposed.
     public_subsets: ``[R, q] int`` public indices queried per round.
     consensus: ``[R, q, C] float32`` consensus broadcast per round.
     releases: ``[R, N, q, C]`` per-party releases (only if requested).
@@ -147,7 +150,7 @@ class FedMDResult:
     raise ValueError(f"Expected a party index in [0, {self.config.num_parties}); got {party}.")
 
   def to_report(self) -> dict:
-    """A JSON-ready summary (no arrays of data)."""
+    """A JSON-ready summary (no arrays of data, and no sampled record indices)."""
     acc = self.accuracy
     return {
         "config": self.config.to_dict(),
@@ -170,7 +173,6 @@ class FedMDResult:
         },
         "privacy": self.privacy,
         "ldp_sigma_table": self.ldp_sigma_table,
-        "samples": [[d.tolist() for d in draws] for draws in self.samples],
         "timings_s": self.timings,
         "resumed_from_round": self.resumed_from,
     }
@@ -190,15 +192,16 @@ def _public_fingerprint(d: ImageData) -> str:
   return h.hexdigest()
 
 
-def _classifier(spec: M.CNNSpec, num_classes: int, input_shape: tuple, lr: float) -> M.Classifier:
+def _classifier(model: M.FedMDCNN, lr: float) -> M.Classifier:
   """One Classifier per architecture and step size, reused across runs so that
-  jitted steps compile once per process (sweeps run many configurations)."""
-  k = (spec, num_classes, tuple(input_shape), lr)
+  jitted steps compile once per process (sweeps run many configurations).
+
+  ``model`` is any instance of the architecture: only its graph definition is
+  kept (parameter values live in each party's state)."""
+  k = (model.spec, model.num_classes, model.input_shape, lr)
   if k not in _CLASSIFIERS:
-    model = M.FedMDCNN(spec, num_classes, input_shape=input_shape, rngs=nnx.Rngs(params=0))
     _CLASSIFIERS[k] = M.create(model, optax.adam(lr))[0]
   return _CLASSIFIERS[k]
-
 
 
 def _use_vmap(config: FedMDConfig) -> bool:
@@ -340,7 +343,7 @@ def _check(config: FedMDConfig, data: FedMDData) -> None:
 
 
 def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleOracle] | None,
-                     ldp_sigmas: list[float] | None, q: int) -> list[dict]:
+                     ldp_sigmas: list[float] | None, sens: float, count: int) -> list[dict]:
   reports = []
   weights_warning = None
   if config.weighting == "size" and config.method in ("nfdp", "ldp"):
@@ -357,8 +360,6 @@ def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleO
       rep["released"] = ("public-set predictions every round and the final model" if config.method == "nfdp"
                          else "nothing but the final model")
     elif config.method == "ldp":
-      sens = release_sensitivity(config.aggregation, config.ldp_clip)
-      count = q * config.rounds
       acct = accounting.gaussian(ldp_sigmas[i], sensitivity=sens, relation=config.relation, count=count)
       target_delta = _ldp_delta(config, n)
       rep = {
@@ -447,12 +448,10 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     by_spec.setdefault(s, []).append(i)
   init_key = _phase(key, _INIT)
   for spec, parties in by_spec.items():
-    clf = _classifier(spec, data.num_classes, data.input_shape, config.learning_rate)
-    states = []
-    for i in parties:
-      model = M.FedMDCNN(spec, data.num_classes, input_shape=data.input_shape,
-                         rngs=nnx.Rngs(params=jax.random.fold_in(init_key, i)))
-      states.append(M.create(model, clf.tx)[1])
+    models = [M.FedMDCNN(spec, data.num_classes, input_shape=data.input_shape,
+                         rngs=nnx.Rngs(params=jax.random.fold_in(init_key, i))) for i in parties]
+    clf = _classifier(models[0], config.learning_rate)
+    states = [M.create(model, clf.tx)[1] for model in models]
     groups.append(_Group(spec, parties, clf, M.stack_states(states)))
 
   # Private views.
@@ -477,18 +476,15 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
         out.append(o.draw(jax.random.fold_in(_phase(key, _SAMPLE, d + 1), i)))
     return out
 
-  # LDP calibration (once per distinct n_i).
+  # LDP calibration: one release's L2 sensitivity and T = Q x R releases per party
+  # (_check requires rounds >= 1 for ldp).
+  sens = release_sensitivity(config.aggregation, config.ldp_clip)
+  ldp_count = q * config.rounds
   ldp_sigmas = None
   if config.method == "ldp":
-    sens = release_sensitivity(config.aggregation, config.ldp_clip)
-    cache: dict[float, float] = {}
-    ldp_sigmas = []
-    for n in data.party_sizes:
-      d = _ldp_delta(config, n)
-      if d not in cache:
-        cache[d] = calibrate_ldp_sigma(config.ldp_epsilon, d, sensitivity=sens,
-                                       count=max(q * config.rounds, 1), relation=config.relation)
-      ldp_sigmas.append(cache[d])
+    ldp_sigmas = [calibrate_ldp_sigma(config.ldp_epsilon, _ldp_delta(config, n), sensitivity=sens,
+                                      count=ldp_count, relation=config.relation)
+                  for n in data.party_sizes]  # calibrate_ldp_sigma is memoised per (eps, delta, T)
 
   acc_rows: list[np.ndarray] = []
   eval_rounds: list[int] = []
@@ -632,21 +628,21 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
   timings["total_this_session"] = time.perf_counter() - t_start
   timings["train_total"] = sum(timings[k] for k in ("pretrain", "init_train", "digest", "revisit"))
   timings["vmap"] = vmap
-  privacy = _privacy_reports(config, data, oracles, ldp_sigmas, q)
+  privacy = _privacy_reports(config, data, oracles, ldp_sigmas, sens, ldp_count)
   table = None
   if config.method in ("nfdp", "ldp") and config.rounds > 0:
     n0 = data.party_sizes[0]
     kwargs = {} if ldp_table_epsilons is None else {"epsilons": tuple(ldp_table_epsilons)}
-    sens = release_sensitivity(config.aggregation, config.ldp_clip)
     p0 = _ldp_delta(config, n0)
+    source = (f"party 0's NFDP delta p = {p0:.6g} (n={n0}, k={config.k}, "
+              f"{'WR' if config.with_replacement else 'WOR'}, {config.relation})" if config.ldp_delta is None
+              else f"the configured ldp_delta = {p0:.6g} (not NFDP's p)")
     table = {
-        "matched_to": (f"delta = party 0's NFDP delta p = {p0:.6g} (n={n0}, k={config.k}, "
-                       f"{'WR' if config.with_replacement else 'WOR'}, {config.relation}); NFDP is (eps, p)-DP "
-                       "for every eps >= 0, so each row gives the Gaussian sigma per release for FedMD-LDP "
-                       "to be (eps, p)-DP; eps = 0 is the sigma whose whole profile lies below p"),
-        "delta": p0, "count": q * config.rounds, "sensitivity": sens,
-        "rows": ldp_sigma_table(p0, sensitivity=sens, count=q * config.rounds, relation=config.relation,
-                                **kwargs),
+        "matched_to": (f"delta = {source}; NFDP is (eps, p)-DP for every eps >= 0, so each row gives the "
+                       "Gaussian sigma per release for FedMD-LDP to be (eps, delta)-DP; eps = 0 is the sigma "
+                       "whose whole profile lies below delta"),
+        "delta": p0, "count": ldp_count, "sensitivity": sens,
+        "rows": ldp_sigma_table(p0, sensitivity=sens, count=ldp_count, relation=config.relation, **kwargs),
     }
   q_rows = len(subsets)
   return FedMDResult(

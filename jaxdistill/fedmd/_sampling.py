@@ -40,6 +40,15 @@ from jaxdistill.data import ImageData
 __all__ = ["NfdpSampler", "SampleOracle", "nfdp_sample"]
 
 
+def _check(n: Any, k: Any, with_replacement: Any) -> tuple[int, int, bool]:
+  n = _validate.integer("n", n, minimum=1)
+  k = _validate.integer("k", k, minimum=1)
+  with_replacement = _validate.boolean("with_replacement", with_replacement)
+  if not with_replacement and k > n:
+    raise ValueError(f"Expected k={k} <= n={n} for sampling without replacement.")
+  return n, k, with_replacement
+
+
 @functools.partial(jax.jit, static_argnames=("n", "k", "with_replacement"))
 def _sample(key: jax.Array, *, n: int, k: int, with_replacement: bool) -> jax.Array:
   if with_replacement:
@@ -80,13 +89,8 @@ def nfdp_sample(key: jax.Array, n: int, k: int, *, with_replacement: bool = Fals
   >>> idx.shape, len(set(idx.tolist()))
   ((3,), 3)
   """
-  n = _validate.integer("n", n, minimum=1)
-  k = _validate.integer("k", k, minimum=1)
-  if not isinstance(with_replacement, (bool, np.bool_)):
-    raise ValueError(f"Expected with_replacement to be a bool; got {with_replacement!r}.")
-  if not with_replacement and k > n:
-    raise ValueError(f"Expected k={k} <= n={n} for sampling without replacement.")
-  return _sample(key, n=n, k=k, with_replacement=bool(with_replacement))
+  n, k, with_replacement = _check(n, k, with_replacement)
+  return _sample(key, n=n, k=k, with_replacement=with_replacement)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,16 +108,14 @@ class NfdpSampler:
   with_replacement: bool = False
 
   def __post_init__(self):
-    n = _validate.integer("n", self.n, minimum=1)
-    k = _validate.integer("k", self.k, minimum=1)
-    if not self.with_replacement and k > n:
-      raise ValueError(f"Expected k={k} <= n={n} for sampling without replacement.")
+    n, k, wr = _check(self.n, self.k, self.with_replacement)
     object.__setattr__(self, "n", n)
     object.__setattr__(self, "k", k)
+    object.__setattr__(self, "with_replacement", wr)
 
   def sample(self, key: jax.Array) -> jax.Array:
-    """``[k] int32`` indices (see :func:`nfdp_sample`)."""
-    return nfdp_sample(key, self.n, self.k, with_replacement=self.with_replacement)
+    """``[k] int32`` indices (see :func:`nfdp_sample`; parameters checked at construction)."""
+    return _sample(key, n=self.n, k=self.k, with_replacement=self.with_replacement)
 
   def privacy(self, *, rounds: int = 1, resample_each_round: bool = False,
               relation: Any = accounting.Relation.ADD_OR_REMOVE) -> accounting.NfdpPrivacy:

@@ -113,7 +113,7 @@ def _out(size: int, kernel: int, stride: int, padding: str) -> int:
   return (size - kernel) // stride + 1
 
 
-def _layout(spec: CNNSpec, input_shape: Sequence[int]) -> list[tuple[int, int, str, str | None]]:
+def _layout(spec: CNNSpec) -> list[tuple[int, int, str, str | None]]:
   """(kernel, stride, padding, pool) per conv; pool in {None, 'same1', 'valid2'}."""
   if len(spec.widths) == 2:
     return [(3, 1, "SAME", "same1"), (3, 2, "VALID", None)]
@@ -124,7 +124,7 @@ def _spatial(spec: CNNSpec, input_shape: Sequence[int]) -> list[tuple[int, int]]
   """Spatial size after each conv (before its pool) and the final flattened size."""
   h, w = int(input_shape[0]), int(input_shape[1])
   sizes = []
-  for kernel, stride, padding, pool in _layout(spec, input_shape):
+  for kernel, stride, padding, pool in _layout(spec):
     h, w = _out(h, kernel, stride, padding), _out(w, kernel, stride, padding)
     if h < 1 or w < 1:
       raise ValueError(f"Input shape {tuple(input_shape)} is too small for {spec.name}.")
@@ -146,7 +146,7 @@ def forward_flops(spec: CNNSpec, *, num_classes: int = 16, input_shape: Sequence
   sizes = _spatial(spec, input_shape)
   cin = int(input_shape[2])
   total = 0
-  for (kernel, _, _, _), (h, w), cout in zip(_layout(spec, input_shape), sizes, spec.widths):
+  for (kernel, _, _, _), (h, w), cout in zip(_layout(spec), sizes, spec.widths):
     total += 2 * h * w * kernel * kernel * cin * cout
     cin = cout
   fh, fw = sizes[-1]
@@ -210,7 +210,7 @@ class FedMDCNN(nnx.Module):
       raise ValueError(f"Expected input_shape=(H, W, C); got {tuple(input_shape)!r}.")
     self.input_shape = tuple(int(s) for s in input_shape)
     sizes = _spatial(spec, self.input_shape)
-    self.layout = _layout(spec, self.input_shape)
+    self.layout = _layout(spec)
     cin = self.input_shape[2]
     convs, norms = [], []
     for (kernel, stride, padding, _), cout in zip(self.layout, spec.widths):

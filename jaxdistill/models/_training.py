@@ -290,15 +290,12 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
   size = n if size is None else _validate.integer("size", size, minimum=1, maximum=n)
   if epochs == 0:
     return state
-  n = images.shape[0]
   b = min(batch_size, n)
   state = _copy(state)
   for ekey in jax.random.split(key, epochs):
     order, weight, skeys = _plan_jit(ekey, jnp.int32(size), n=n, b=b)
     order, weight, skeys = np.asarray(order), np.asarray(weight), np.asarray(jax.random.key_data(skeys))
-    # A Python loop over jitted steps: XLA:CPU runs convolutions inside a
-    # lax.scan/while body about 10x slower than the same step dispatched
-    # from Python (measured on jax 0.10.2), and dispatch costs ~0.1 ms.
+    # A Python loop over jitted steps (see the module docstring, "Execution").
     for s in range(order.shape[0]):
       state = _step_jit(state, images[order[s]], targets[order[s]], weight[s], skeys[s], clf=clf, loss=loss)
   return state
@@ -431,8 +428,8 @@ def predict_proba(clf: Classifier, state: TrainState, images: Any, *, chunk: int
 def accuracy(logits: Any, labels: Any) -> float:
   """Top-1 accuracy (float64 on the host) of ``logits: [..., n, C]`` against ``labels: [n]``.
 
-  For stacked logits ``[m, n, C]`` returns the mean over models; use
-  ``accuracies`` via numpy for per-model values.
+  For stacked logits ``[m, n, C]`` returns the mean over models (per-model
+  values: ``np.mean(np.argmax(logits, -1) == labels, axis=-1)``).
   """
   logits = np.asarray(logits)
   labels = np.asarray(labels)

@@ -71,3 +71,11 @@ def test_shape_mismatch_and_bad_epsilon():
     accounting.privacy_profile([1.0], [1.0], -1.0)
   with pytest.raises(ValueError, match="delta"):
     accounting.epsilon_for_delta([1.0], [1.0], 1.5)
+
+
+@pytest.mark.parametrize("fn,name", [(accounting.hockey_stick_divergence, "epsilon"),
+                                     (accounting.privacy_profile, "epsilons")])
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), "one", [0.0, -0.5]])
+def test_bad_epsilons_name_the_parameter(fn, name, bad):
+  with pytest.raises(ValueError, match=f"Expected {name} "):
+    fn([0.5, 0.5], [0.25, 0.75], bad)

@@ -53,15 +53,14 @@ def test_warning_when_delta_at_least_one_over_n():
 
 
 def test_no_one_over_n_warning_when_delta_is_small():
-  # k >= 1 always gives delta >= 1/n for WOR; only WR with k=1 ties it. Force
-  # the comparison through a huge n where the WR delta still equals 1/n.
+  # Under add/remove or replace-one p >= 1/n for every k >= 1. Only add-one,
+  # where the record joins n others, gets below: k = 1 gives p = 1/(n + 1) < 1/n.
   rep = accounting.nfdp_privacy(10, 1, with_replacement=True, relation="add-one")
   assert rep.flat_delta == pytest.approx(1 / 11)
   assert "delta_at_least_1_over_n" not in {w.code for w in rep.warnings}
 
 
 def test_composition_across_rounds():
-  p = 1.04e-3
   n, k = 2880, 3
   reused = accounting.nfdp_privacy(n, k, rounds=20)
   fresh = accounting.nfdp_privacy(n, k, rounds=20, resample_each_round=True)
@@ -74,7 +73,6 @@ def test_composition_across_rounds():
   pld = reused.to_pld()
   composed = pld.self_compose(20)
   assert composed.get_delta_for_epsilon(0.5) == pytest.approx(fresh.flat_delta, rel=1e-9)
-  del p
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.3, 1.0, 3.0])
@@ -111,3 +109,11 @@ def test_statement_records_relation_and_warnings():
   d = st.to_dict()
   assert d["relation"] == "replace-one" and d["delta"] == pytest.approx(0.01)
   assert any(w["code"] == "delta_at_least_1_over_n" for w in d["warnings"])
+
+
+@pytest.mark.parametrize("fn", [accounting.nfdp_paper_guarantee, accounting.nfdp_inclusion_probability,
+                                accounting.nfdp_privacy])
+def test_with_replacement_must_be_a_bool(fn):
+  # A truthy string must not silently switch to Theorem 2's sampler.
+  with pytest.raises(ValueError, match="with_replacement"):
+    fn(300, 3, with_replacement="no")

@@ -32,6 +32,7 @@ def test_report_and_plots(tmp_path, capsys):
   assert main(TINY + ["--k", "2,3", "--sampling", "both", "--out", str(out)]) == 0
   assert "report.json" in capsys.readouterr().out
   rep = json.loads((out / "report.json").read_text())
+  assert rep["command"] == " ".join(["jaxdistill"] + TINY + ["--k", "2,3", "--sampling", "both", "--out", str(out)])
   assert [r["name"] for r in rep["runs"]] == ["nfdp-k2-wor", "nfdp-k3-wor", "nfdp-k2-wr", "nfdp-k3-wr"]
   run = rep["runs"][1]
   n = run["data"]["party_sizes"][0]
@@ -39,6 +40,7 @@ def test_report_and_plots(tmp_path, capsys):
   assert run["accuracy"]["eval_rounds"] == [0, 1]
   assert len(run["accuracy"]["per_round_per_party"][0]) == 2
   assert run["ldp_sigma_table"]["rows"][0]["epsilon"] == 0.0
+  assert "samples" not in run  # sampled record indices stay in the checkpoint, not the shared report
   pngs = sorted(p.name for p in out.glob("*.png"))
   assert "accuracy_vs_k.png" in pngs and "accuracy_per_round_nfdp-k3-wr.png" in pngs
   assert all((out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)

@@ -1,16 +1,19 @@
 """The FedMD runner: NFDP touches nothing but the sample, resume is lossless, reports are honest."""
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
 import pytest
+from scipy import stats
 
 from jaxdistill import fedmd
 from jaxdistill.data import ImageData
 from jaxdistill.models import CNNSpec
 
 from tests.fedmd.conftest import TINY_SPECS, tiny_config, tiny_data
+from tests.fedmd.test_ldp_privacy import delta_by_hand
 
 
 def run(key, cfg, data, **kw):
@@ -144,6 +147,10 @@ def test_privacy_report_per_party(data3):
   assert rep["exact"]["delta_for_every_epsilon"] == pytest.approx(4 / n)
   assert rep["records_exposed"] == pytest.approx(4)
   assert rep["sample"] == "drawn once, reused" and rep["draws"] == 1
+  # The shareable report names no sampled record (the indices live only in the checkpoint).
+  report = json.loads(json.dumps(res.to_report()))
+  assert "samples" not in report and "samples" not in report["privacy"][0]
+  assert report["privacy"][0]["draws"] == 1
   codes = {w["code"] for w in rep["warnings"]}
   assert {"delta_at_least_1_over_n", "paper_epsilon_vacuous"} <= codes
   table = res.ldp_sigma_table
@@ -176,6 +183,21 @@ def test_baselines_run_and_report(data3):
   assert ldp["epsilon_at_target_delta"] <= 2.0 * (1 + 1e-6)
   assert ldp["sigma"] == pytest.approx(fedmd.calibrate_ldp_sigma(2.0, 4 / data3.party_sizes[0],
                                                                  sensitivity=2**0.5, count=24))
+  # Independently of the library (Balle & Wang 2018, Thm 8 written out by hand): the sigma makes the
+  # T = Q x R = 24 x 1 argmax releases (2.0, 4/n)-DP, and 1% less noise would not (so T is the right count).
+  target = 4 / data3.party_sizes[0]
+  assert delta_by_hand(2.0, ldp["sigma"], 2**0.5, 24) <= target * (1 + 1e-6)
+  assert delta_by_hand(2.0, 0.99 * ldp["sigma"], 2**0.5, 24) > target
+  # The noise on the releases really is N(0, sigma^2): up to round 1's releases the np and ldp runs train
+  # the same models on the same data with the same keys, so their round-1 releases differ by the noise
+  # alone. Chi-square test of sum (noise / sigma)^2 over 3 x 24 x 16 entries, two-sided at 1e-3, plus a
+  # 4-sd test of the mean (false-failure rate ~1e-3 in all with a fresh key; the key here is fixed).
+  noise = out["ldp"].releases[0].astype(np.float64) - out["np"].releases[0]
+  z = noise / np.array([p["sigma"] for p in out["ldp"].privacy])[:, None, None]
+  dof = z.size
+  tail = stats.chi2.sf(np.sum(z**2), dof)
+  assert 5e-4 < tail < 1 - 5e-4
+  assert abs(z.mean()) < 4 / np.sqrt(dof)
   # LDP's consensus is projected back onto the simplex (post-processing).
   np.testing.assert_allclose(out["ldp"].consensus.sum(-1), 1.0, rtol=1e-5)
   assert out["ldp"].consensus.min() >= 0

@@ -95,6 +95,14 @@ def test_bad_input(n, k, wr, needle):
       fedmd.NfdpSampler(n, k, wr)
 
 
+@pytest.mark.parametrize("wr", ["yes", 1])
+def test_sampler_flag_must_be_a_bool(wr):
+  with pytest.raises(ValueError, match="with_replacement"):
+    fedmd.NfdpSampler(5, 2, wr)
+  with pytest.raises(ValueError, match="with_replacement"):
+    fedmd.FedMDConfig(with_replacement=wr)
+
+
 def test_k_equal_n_with_replacement_is_allowed():
   s = fedmd.nfdp_sample(jax.random.key(0), 3, 7, with_replacement=True)
   assert s.shape == (7,)
