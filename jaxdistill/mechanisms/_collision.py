@@ -26,7 +26,7 @@ from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsShape, client_entries
+from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape, client_entries
 from jaxdistill.mechanisms._sampling import uniform_below, uniform_index, uniform_words
 
 __all__ = ["Collision", "CollisionMessage", "collision_rates", "default_bloom_length"]
@@ -238,6 +238,7 @@ class Collision(BsvsMechanism):
   name: str = dataclasses.field(default="collision", init=False)
 
   def __post_init__(self):
+    check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     object.__setattr__(self, "epsilon", eps)
     c = self.shape.c

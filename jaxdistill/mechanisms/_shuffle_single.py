@@ -31,7 +31,7 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation, ShuffleAmplification, shuffle_local_epsilon
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsShape
+from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
 
 __all__ = ["ShuffleSingleMessage", "LOCAL_RANDOMIZERS"]
 
@@ -109,8 +109,7 @@ class ShuffleSingleMessage(BsvsMechanism):
   local_mechanism: BsvsMechanism = dataclasses.field(init=False, compare=False, repr=False)
 
   def __post_init__(self):
-    if not isinstance(self.shape, BsvsShape):
-      raise ValueError(f"Expected shape to be a BsvsShape; got {type(self.shape)}.")
+    check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     delta = _validate.open_unit("delta", self.delta)
     n = _validate.integer("num_clients", self.num_clients, minimum=1)

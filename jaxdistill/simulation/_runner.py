@@ -48,7 +48,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxdistill import _validate
 from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
-from jaxdistill.mechanisms._bsvs import entry_histogram
+from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator
 
 __all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "CLIENT_AXIS",
            "MAX_CLIENTS"]
@@ -100,9 +100,7 @@ class _WithCounts(BsvsMechanism):
 
   def analyze(self, message):
     msg, entries = message
-    d = self.shape.d
-    dense = jnp.zeros(d + 1, jnp.int32).at[jnp.where(entries >= 0, entries, d)].add(1)[:d]
-    return self.inner.analyze(msg), dense
+    return self.inner.analyze(msg), entry_indicator(entries, self.shape.d)
 
   def estimate(self, key, stats, num_clients):
     return self.inner.estimate(key, stats[0], num_clients)
