@@ -32,6 +32,8 @@ from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation, ShuffleAmplification, shuffle_local_epsilon
 from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
+from jaxdistill.mechanisms._collision import Collision
+from jaxdistill.mechanisms._randomized_response import RandomizedResponse
 
 __all__ = ["ShuffleSingleMessage", "LOCAL_RANDOMIZERS"]
 
@@ -45,15 +47,7 @@ def _amplification(eps: float, n: int, delta: float, method: str) -> ShuffleAmpl
 
 
 def _local_mechanism(local: str, shape: BsvsShape, eps0: float) -> BsvsMechanism:
-  if local == "rr":
-    from jaxdistill.mechanisms._randomized_response import RandomizedResponse
-    return RandomizedResponse(shape, eps0)
-  try:  # written concurrently in another branch; imported lazily.
-    from jaxdistill.mechanisms._collision import Collision
-  except ImportError:
-    raise ValueError("Expected local='collision' to be available; jaxdistill.mechanisms.Collision "
-                     "is missing from this build.") from None
-  return Collision(shape, eps0)
+  return (RandomizedResponse if local == "rr" else Collision)(shape, eps0)
 
 
 @dataclasses.dataclass(frozen=True)
