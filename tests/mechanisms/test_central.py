@@ -186,6 +186,22 @@ def test_closed_form_variances():
   np.testing.assert_allclose(dl.entry_variance(None, 10), (dlap_pmf(1.0, z) * z**2).sum(), rtol=1e-12)
 
 
+def test_max_error_bound_covers_all_entries():
+  # Proposition 1 over all s|Y| = 4 entries at once (the CLI's max-error bound):
+  # Laplace b ln(s|Y|/beta); discrete Laplace the least integer alpha with
+  # s|Y| Pr[|Z| > alpha] <= beta, by summing the pmf.
+  shape, beta = M.BsvsShape(2, 2, 1), 0.05
+  lap = M.CentralLaplace(shape, 2.0)  # b = 1
+  assert lap.max_error_bound(beta, np.zeros((2, 2)), 10) == pytest.approx(math.log(4 / beta), rel=1e-12)
+  dl = M.CentralDiscreteLaplace(shape, 2.0)  # a = 1
+  z = np.arange(-200, 201)
+  exceed = lambda alpha: dlap_pmf(1.0, z)[np.abs(z) > alpha].sum()
+  beta = 0.03  # here the per-bucket bound (2 entries) is 4, the all-entries one 5
+  alpha = dl.max_error_bound(beta)
+  assert alpha == int(alpha) and 4 * exceed(alpha) <= beta < 4 * exceed(alpha - 1)
+  assert alpha > dl.accuracy(beta)
+
+
 @pytest.mark.parametrize("cls", MECHANISMS)
 def test_bad_input(cls):
   shape = M.BsvsShape(3, 2, 1)
