@@ -193,8 +193,28 @@ def collision_hits(message: CollisionMessage, *, domain: int, bloom_length: int)
   return (hash_table(message.seed, domain, bloom_length) == message.output).astype(jnp.int32)
 
 
+class CollisionRates:
+  """``p``, ``q`` and ``Omega`` of a Collision message, for classes with
+  ``epsilon``, ``cardinality`` and ``bloom_length`` (see :func:`collision_rates`)."""
+
+  @property
+  def omega(self) -> float:
+    """Omega = c e^eps + l - c."""
+    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[2]
+
+  @property
+  def p(self) -> float:
+    """Pr[hit_j | j in S] = e^eps / Omega (the float64 just below it)."""
+    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[0]
+
+  @property
+  def q(self) -> float:
+    """Pr[hit_j | j not in S] = 1 / l."""
+    return 1.0 / self.bloom_length
+
+
 @dataclasses.dataclass(frozen=True)
-class Collision(BsvsMechanism):
+class Collision(CollisionRates, BsvsMechanism):
   """The (d, c, eps, l)-Collision mechanism on the flattened A^i (d = s|Y|, c = kr).
 
   .. math::
@@ -249,21 +269,6 @@ class Collision(BsvsMechanism):
   def cardinality(self) -> int:
     """c = kr, the largest number of non-zero entries per client."""
     return self.shape.c
-
-  @property
-  def omega(self) -> float:
-    """Omega = c e^eps + l - c."""
-    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[2]
-
-  @property
-  def p(self) -> float:
-    """Pr[hit_j | j in S] = e^eps / Omega."""
-    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[0]
-
-  @property
-  def q(self) -> float:
-    """Pr[hit_j | j not in S] = 1 / l."""
-    return 1.0 / self.bloom_length
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> CollisionMessage:
     """The message (hash seed, z) of one client."""

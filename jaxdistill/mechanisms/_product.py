@@ -32,7 +32,7 @@ from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
 from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
-from jaxdistill.mechanisms._collision import (CollisionMessage, check_bloom_length,
+from jaxdistill.mechanisms._collision import (CollisionMessage, CollisionRates, check_bloom_length,
                                               collision_hits, collision_randomize,
                                               collision_rates, default_bloom_length)
 
@@ -199,7 +199,7 @@ class Separation(BsvsMechanism):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Concatenated(BsvsMechanism):
+class _Concatenated(CollisionRates, BsvsMechanism):
   """Shared sampler and statistics of the two Concatenation estimators."""
 
   shape: BsvsShape
@@ -225,16 +225,6 @@ class _Concatenated(BsvsMechanism):
   def bloom_length(self) -> int:
     """l = floor((k + r) e^eps + 2(k + r) - 1)."""
     return default_bloom_length(self.epsilon, self.cardinality)
-
-  @property
-  def p(self) -> float:
-    """e^eps / Omega."""
-    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[0]
-
-  @property
-  def q(self) -> float:
-    """1 / l."""
-    return 1.0 / self.bloom_length
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> CollisionMessage:
     s = self.shape.num_buckets
