@@ -222,7 +222,7 @@ def _pad_rows(inp: BsvsInput, rows: int) -> BsvsInput:
 
 def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
   if not isinstance(mechanism, BsvsMechanism):
-    raise ValueError(f"Expected a BsvsMechanism; got {type(mechanism)}.")
+    raise ValueError(f"Expected mechanism to be a BsvsMechanism; got {type(mechanism).__name__}.")
   n, source_fn, sharded_rows = _source(clients)
   _validate.integer("num_clients", n, minimum=1, maximum=MAX_CLIENTS)
   chunk_size = _validate.integer("chunk_size", chunk_size, minimum=1)
