@@ -211,8 +211,8 @@ class CentralDiscreteLaplace(_Central):
      a = \\varepsilon/\\Delta;\\qquad \\mathrm{Var}[N] = \\frac{2e^{-a}}{(1 - e^{-a})^2}.
 
   N is sampled as G1 - G2 with G ~ Geometric(1 - e^{-a}) on {0, 1, ...},
-  G = floor(-ln(U)/a) with 53-bit uniforms U (tail beyond 36.7/a cut, mass
-  below 1e-16).
+  G = floor(-ln(U)/a) with 53-bit uniforms U >= 2^-54 (tail beyond
+  54 ln(2)/a = 37.4/a cut, mass e^{-37.4} < 1e-16).
 
   Formal guarantees:
     eps-DP (pure, delta = 0) under ``relation``; the exact privacy loss
