@@ -172,7 +172,7 @@ def entry_indicator(entries: jax.Array, d: int, dtype: Any = jnp.int32) -> jax.A
 
   The entries of :func:`client_entries` are distinct, so this is A^i flattened.
   """
-  return jnp.zeros(d + 1, dtype).at[jnp.where(entries >= 0, entries, d)].set(1)[:d]
+  return jnp.zeros(d + 1, dtype).at[jnp.where(entries >= 0, entries, d)].set(jnp.ones((), dtype))[:d]
 
 
 def entry_histogram(buckets: jax.Array, labels: jax.Array, valid: jax.Array | None,
