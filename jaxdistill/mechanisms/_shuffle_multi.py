@@ -240,7 +240,8 @@ class ShuffleMultiMessage(BsvsMechanism):
     small. Returns ``None`` (no exact bound) when m != n.
     """
     del counts
-    if num_clients is not None and int(num_clients) != self.num_clients:
+    if num_clients is not None and _validate.integer("num_clients", num_clients,
+                                                     minimum=1) != self.num_clients:
       return None
     return float(_bounds.discrete_laplace_alpha(-math.log(self.noise.p), beta,
                                                 num_entries=self.shape.d))

@@ -330,6 +330,8 @@ def test_max_error_bound_from_the_difference_of_two_geometrics(beta):
   assert alpha == 0 or shape.d * exceed(alpha - 1) > beta
   assert mech.max_error_bound(beta, None, 200) == alpha
   assert mech.max_error_bound(beta, None, 199) is None  # NB(m/n, p) with m != n: no exact bound
+  with pytest.raises(ValueError, match="num_clients"):
+    mech.max_error_bound(beta, None, 2.5)
 
 
 def test_message_counts_and_expected_messages():
