@@ -322,7 +322,7 @@ def worker_jax(args) -> dict:
   out = {"seconds_first": times[0], "seconds": times[-1], "devices": res.num_devices}
   if args.source == "generator":
     out["rms"] = _rms(res.estimate, res.counts)
-    out["predicted_rms"] = float(np.sqrt(np.mean(mech.entry_mse(res.counts, args.clients))))
+    out["predicted_rms"] = _predicted_rms(mech, res.counts, args.clients)
   else:
     out["rms"] = _rms(res.estimate, np.load(os.path.join(args.inputs, "truth.npy")))
   return out
@@ -335,8 +335,10 @@ _BASELINES = {
 }
 
 
-def _loop_clients(args) -> int:
-  return min(args.loop_clients_shuffle if args.mechanism == "shuffle-multi" else args.loop_clients,
+def _loop_clients(args, mechanism=None) -> int:
+  """Records the per-record loop runs for ``mechanism`` (default ``args.mechanism``)."""
+  name = mechanism or args.mechanism
+  return min(args.loop_clients_shuffle if name == "shuffle-multi" else args.loop_clients,
              args.clients)
 
 
@@ -415,7 +417,7 @@ def driver(args) -> dict:
       mech = _build(args, name)
       params = {"rr": rr_parameters, "collision": collision_parameters,
                 "shuffle-multi": shuffle_parameters}[name](mech)
-      m = min(args.loop_clients_shuffle if name == "shuffle-multi" else args.loop_clients, args.clients)
+      m = _loop_clients(args, name)
       row = {"mechanism": name, "params": params,
              "predicted_rms": _predicted_rms(mech, truth, args.clients),
              "predicted_rms_loop": _predicted_rms(mech, _truth(b[:m], lab[:m], shape), m),

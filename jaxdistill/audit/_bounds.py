@@ -7,15 +7,18 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from jaxdistill import _validate
+
 __all__ = ["clopper_pearson_lower", "clopper_pearson_upper"]
 
 
 def _check(successes: Any, trials: Any, alpha: Any) -> tuple[np.ndarray, np.ndarray, float]:
-  k = np.asarray(successes, dtype=np.float64)
-  n = np.asarray(trials, dtype=np.float64)
-  a = float(alpha)
-  if not 0.0 < a < 1.0:
-    raise ValueError(f"Expected alpha={a!r} in (0, 1).")
+  a = _validate.open_unit("alpha", alpha)
+  try:
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+  except (TypeError, ValueError):
+    raise ValueError(f"Expected successes and trials to be numbers; got {successes!r}, {trials!r}.") from None
   if np.any(~np.isfinite(k)) or np.any(~np.isfinite(n)) or np.any(n < 1) or np.any(k < 0) \
       or np.any(k > n):
     raise ValueError(f"Expected 0 <= successes <= trials and trials >= 1; got {successes!r}, {trials!r}.")

@@ -22,7 +22,7 @@ def local_randomizer(mechanism: BsvsMechanism) -> Callable[[jax.Array, Any], Any
   :func:`audit_privacy` compiles once per mechanism.
   """
   if not isinstance(mechanism, BsvsMechanism):
-    raise ValueError(f"Expected a BsvsMechanism; got {type(mechanism)}.")
+    raise ValueError(f"Expected mechanism to be a BsvsMechanism; got {type(mechanism).__name__}.")
 
   def randomize(key, x):
     buckets, labels = x

@@ -150,6 +150,13 @@ def make_bsvs_input(buckets: Any, labels: Any, *, num_buckets: int, num_labels: 
   return inp, shape
 
 
+def check_shape(shape: Any) -> BsvsShape:
+  """Returns ``shape`` if it is a :class:`BsvsShape`, else raises ``ValueError`` naming it."""
+  if not isinstance(shape, BsvsShape):
+    raise ValueError(f"Expected shape to be a BsvsShape; got {type(shape).__name__}.")
+  return shape
+
+
 def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> jax.Array:
   """Flattened non-zero positions of one client's A^i: ``int32 [k * r]``, -1 pads.
 
@@ -158,6 +165,14 @@ def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> ja
   ent = buckets[:, None] * num_labels + labels[None, :]
   valid = (buckets[:, None] >= 0) & (labels[None, :] >= 0)
   return jnp.where(valid, ent, -1).reshape(-1).astype(jnp.int32)
+
+
+def entry_indicator(entries: jax.Array, d: int, dtype: Any = jnp.int32) -> jax.Array:
+  """``[d]`` indicator (in ``dtype``) of one client's entries (int32 ``[<= c]``, -1 pads dropped).
+
+  The entries of :func:`client_entries` are distinct, so this is A^i flattened.
+  """
+  return jnp.zeros(d + 1, dtype).at[jnp.where(entries >= 0, entries, d)].set(jnp.ones((), dtype))[:d]
 
 
 def entry_histogram(buckets: jax.Array, labels: jax.Array, valid: jax.Array | None,

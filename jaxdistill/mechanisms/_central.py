@@ -30,7 +30,8 @@ from jaxdistill.accounting import discrete_laplace as discrete_laplace_account
 from jaxdistill.accounting import laplace as laplace_account
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsShape, bsvs_sensitivity, client_entries, entry_histogram
+from jaxdistill.mechanisms._bsvs import (BsvsShape, bsvs_sensitivity, check_shape, client_entries,
+                                        entry_histogram, entry_indicator)
 
 __all__ = ["CentralLaplace", "CentralDiscreteLaplace"]
 
@@ -59,19 +60,62 @@ def host_uniform(key: jax.Array, shape: tuple[int, ...]) -> np.ndarray:
   return (mantissa.astype(np.float64) + 0.5) / float(1 << 53)
 
 
-def _indicator(buckets: jax.Array, labels: jax.Array, shape: BsvsShape) -> jax.Array:
-  """int32 ``[d]`` indicator of one client's entries of A^i (-1 pads dropped)."""
-  d = shape.d
-  ent = client_entries(buckets, labels, shape.num_labels)
-  return jnp.zeros(d + 1, jnp.int32).at[jnp.where(ent >= 0, ent, d)].set(1)[:d]
-
-
 def _counts(stats: Any, shape: BsvsShape) -> np.ndarray:
   return np.asarray(stats, dtype=np.int64).reshape(shape.num_buckets, shape.num_labels)
 
 
+class _Central(BsvsMechanism):
+  """What the two central mechanisms share: validation, sensitivity and the exact contribution.
+
+  Subclasses are frozen dataclasses with fields ``shape``, ``epsilon`` and
+  ``relation`` and implement ``accuracy(beta, *, simultaneous)``.
+  """
+
+  shape: BsvsShape
+  epsilon: float
+  relation: Relation
+
+  def __post_init__(self):
+    check_shape(self.shape)
+    object.__setattr__(self, "epsilon", _validate.positive("epsilon", self.epsilon))
+    object.__setattr__(self, "relation", Relation.parse(self.relation))
+
+  @property
+  def sensitivity(self) -> int:
+    """L1 sensitivity Delta: 2kr (replace-one) or kr (add/remove)."""
+    return bsvs_sensitivity(self.shape.k, self.shape.r, self.relation)
+
+  def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
+    """int32 ``[d]``: the client's exact contribution (sent to the curator)."""
+    del key  # the client adds no noise in the central model
+    return entry_indicator(client_entries(buckets, labels, self.shape.num_labels), self.shape.d)
+
+  def analyze(self, message: jax.Array) -> jax.Array:
+    return message.astype(jnp.int32)
+
+  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
+                       valid: jax.Array) -> jax.Array:
+    """int32 ``[d]``: the chunk's exact counts by a scatter-add of its entries (no dense rows)."""
+    del keys
+    return entry_histogram(buckets, labels, valid, self.shape.num_buckets, self.shape.num_labels)
+
+  def _union_entries(self, simultaneous: bool) -> int:
+    """Entries under the union bound: |Y| per bucket, s|Y| over all buckets."""
+    return self.shape.num_labels * (self.shape.num_buckets if simultaneous else 1)
+
+  def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float:
+    """Bound on max |error| over all s|Y| entries with probability >= 1 - beta.
+
+    Proposition 1 over all entries at once: ``accuracy(beta, simultaneous=True)``
+    (Laplace: b ln(s|Y|/beta); discrete Laplace: the least integer alpha from
+    the exact tail). The error depends on neither the counts nor n.
+    """
+    del counts, num_clients
+    return float(self.accuracy(beta, simultaneous=True))
+
+
 @dataclasses.dataclass(frozen=True)
-class CentralLaplace(BsvsMechanism):
+class CentralLaplace(_Central):
   """Central Laplace mechanism on the BSVS counts: A + Lap(Delta/eps) per entry.
 
   .. math::
@@ -108,33 +152,10 @@ class CentralLaplace(BsvsMechanism):
   relation: Relation = Relation.REPLACE_ONE
   name: str = dataclasses.field(default="laplace", init=False)
 
-  def __post_init__(self):
-    object.__setattr__(self, "epsilon", _validate.positive("epsilon", self.epsilon))
-    object.__setattr__(self, "relation", Relation.parse(self.relation))
-
-  @property
-  def sensitivity(self) -> int:
-    """L1 sensitivity Delta: 2kr (replace-one) or kr (add/remove)."""
-    return bsvs_sensitivity(self.shape.k, self.shape.r, self.relation)
-
   @property
   def scale(self) -> float:
     """Laplace scale b = Delta / eps."""
     return self.sensitivity / self.epsilon
-
-  def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
-    """int32 ``[d]``: the client's exact contribution (sent to the curator)."""
-    del key  # the client adds no noise in the central model
-    return _indicator(buckets, labels, self.shape)
-
-  def analyze(self, message: jax.Array) -> jax.Array:
-    return message.astype(jnp.int32)
-
-  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
-                       valid: jax.Array) -> jax.Array:
-    """int32 ``[d]``: the chunk's exact counts by a scatter-add of its entries (no dense rows)."""
-    del keys
-    return entry_histogram(buckets, labels, valid, self.shape.num_buckets, self.shape.num_labels)
 
   def noise(self, key: jax.Array) -> np.ndarray:
     """float64 ``[*batch, s, |Y|]`` i.i.d. Laplace(b) noise, b * (E1 - E2), E ~ Exp(1).
@@ -163,17 +184,7 @@ class CentralLaplace(BsvsMechanism):
     Per bucket (union over |Y|), or over all s buckets at once (union over
     s|Y|, spec §5 I2) when ``simultaneous``.
     """
-    entries = self.shape.num_labels * (self.shape.num_buckets if simultaneous else 1)
-    return _bounds.laplace_alpha(self.scale, beta, num_entries=entries)
-
-  def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float:
-    """Bound on max |error| over all s|Y| entries with probability >= 1 - beta.
-
-    Proposition 1 over all entries at once: ``accuracy(beta, simultaneous=True)``
-    (the error does not depend on the counts or the number of clients).
-    """
-    del counts, num_clients
-    return float(self.accuracy(beta, simultaneous=True))
+    return _bounds.laplace_alpha(self.scale, beta, num_entries=self._union_entries(simultaneous))
 
   def labeling_error(self, gap: Any) -> Any:
     """Theorem 1: bound on Pr[argmax_y hat a_{t,y} != y*] given Gap_t."""
@@ -188,7 +199,7 @@ class CentralLaplace(BsvsMechanism):
 
 
 @dataclasses.dataclass(frozen=True)
-class CentralDiscreteLaplace(BsvsMechanism):
+class CentralDiscreteLaplace(_Central):
   """Central discrete Laplace (two-sided geometric) on the integer counts.
 
   The library default for released counts: the output stays an integer
@@ -200,8 +211,8 @@ class CentralDiscreteLaplace(BsvsMechanism):
      a = \\varepsilon/\\Delta;\\qquad \\mathrm{Var}[N] = \\frac{2e^{-a}}{(1 - e^{-a})^2}.
 
   N is sampled as G1 - G2 with G ~ Geometric(1 - e^{-a}) on {0, 1, ...},
-  G = floor(-ln(U)/a) with 53-bit uniforms U (tail beyond 36.7/a cut, mass
-  below 1e-16).
+  G = floor(-ln(U)/a) with 53-bit uniforms U >= 2^-54 (tail beyond
+  54 ln(2)/a = 37.4/a cut, mass e^{-37.4} < 1e-16).
 
   Formal guarantees:
     eps-DP (pure, delta = 0) under ``relation``; the exact privacy loss
@@ -224,33 +235,10 @@ class CentralDiscreteLaplace(BsvsMechanism):
   relation: Relation = Relation.REPLACE_ONE
   name: str = dataclasses.field(default="discrete-laplace", init=False)
 
-  def __post_init__(self):
-    object.__setattr__(self, "epsilon", _validate.positive("epsilon", self.epsilon))
-    object.__setattr__(self, "relation", Relation.parse(self.relation))
-
-  @property
-  def sensitivity(self) -> int:
-    """L1 sensitivity Delta: 2kr (replace-one) or kr (add/remove)."""
-    return bsvs_sensitivity(self.shape.k, self.shape.r, self.relation)
-
   @property
   def parameter(self) -> float:
     """a = eps / Delta (pmf proportional to exp(-a|z|))."""
     return self.epsilon / self.sensitivity
-
-  def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
-    """int32 ``[d]``: the client's exact contribution (sent to the curator)."""
-    del key
-    return _indicator(buckets, labels, self.shape)
-
-  def analyze(self, message: jax.Array) -> jax.Array:
-    return message.astype(jnp.int32)
-
-  def chunk_statistics(self, keys: jax.Array, buckets: jax.Array, labels: jax.Array,
-                       valid: jax.Array) -> jax.Array:
-    """int32 ``[d]``: the chunk's exact counts by a scatter-add of its entries (no dense rows)."""
-    del keys
-    return entry_histogram(buckets, labels, valid, self.shape.num_buckets, self.shape.num_labels)
 
   def noise(self, key: jax.Array) -> np.ndarray:
     """int64 ``[*batch, s, |Y|]`` i.i.d. discrete Laplace(a) noise (batch: an array of keys)."""
@@ -276,13 +264,8 @@ class CentralDiscreteLaplace(BsvsMechanism):
 
   def accuracy(self, beta: Any, *, simultaneous: bool = False) -> float:
     """Proposition 1 (exact discrete tail): integer alpha with failure <= beta."""
-    entries = self.shape.num_labels * (self.shape.num_buckets if simultaneous else 1)
-    return _bounds.discrete_laplace_alpha(self.parameter, beta, num_entries=entries)
-
-  def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float:
-    """Integer bound on max |error| over all s|Y| entries w.p. >= 1 - beta (Proposition 1, exact tail)."""
-    del counts, num_clients
-    return float(self.accuracy(beta, simultaneous=True))
+    return _bounds.discrete_laplace_alpha(self.parameter, beta,
+                                          num_entries=self._union_entries(simultaneous))
 
   def labeling_error(self, gap: Any) -> Any:
     """Theorem 1 (discrete tail): bound on Pr[label of bucket t wrong]."""

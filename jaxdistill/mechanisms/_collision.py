@@ -26,7 +26,7 @@ from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsShape, client_entries
+from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape, client_entries
 from jaxdistill.mechanisms._sampling import uniform_below, uniform_index, uniform_words
 
 __all__ = ["Collision", "CollisionMessage", "collision_rates", "default_bloom_length"]
@@ -193,8 +193,28 @@ def collision_hits(message: CollisionMessage, *, domain: int, bloom_length: int)
   return (hash_table(message.seed, domain, bloom_length) == message.output).astype(jnp.int32)
 
 
+class CollisionRates:
+  """``p``, ``q`` and ``Omega`` of a Collision message, for classes with
+  ``epsilon``, ``cardinality`` and ``bloom_length`` (see :func:`collision_rates`)."""
+
+  @property
+  def omega(self) -> float:
+    """Omega = c e^eps + l - c."""
+    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[2]
+
+  @property
+  def p(self) -> float:
+    """Pr[hit_j | j in S] = e^eps / Omega (the float64 just below it)."""
+    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[0]
+
+  @property
+  def q(self) -> float:
+    """Pr[hit_j | j not in S] = 1 / l."""
+    return 1.0 / self.bloom_length
+
+
 @dataclasses.dataclass(frozen=True)
-class Collision(BsvsMechanism):
+class Collision(CollisionRates, BsvsMechanism):
   """The (d, c, eps, l)-Collision mechanism on the flattened A^i (d = s|Y|, c = kr).
 
   .. math::
@@ -238,6 +258,7 @@ class Collision(BsvsMechanism):
   name: str = dataclasses.field(default="collision", init=False)
 
   def __post_init__(self):
+    check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     object.__setattr__(self, "epsilon", eps)
     c = self.shape.c
@@ -248,21 +269,6 @@ class Collision(BsvsMechanism):
   def cardinality(self) -> int:
     """c = kr, the largest number of non-zero entries per client."""
     return self.shape.c
-
-  @property
-  def omega(self) -> float:
-    """Omega = c e^eps + l - c."""
-    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[2]
-
-  @property
-  def p(self) -> float:
-    """Pr[hit_j | j in S] = e^eps / Omega."""
-    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[0]
-
-  @property
-  def q(self) -> float:
-    """Pr[hit_j | j not in S] = 1 / l."""
-    return 1.0 / self.bloom_length
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> CollisionMessage:
     """The message (hash seed, z) of one client."""

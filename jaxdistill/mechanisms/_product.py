@@ -31,8 +31,8 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsShape
-from jaxdistill.mechanisms._collision import (CollisionMessage, check_bloom_length,
+from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
+from jaxdistill.mechanisms._collision import (CollisionMessage, CollisionRates, check_bloom_length,
                                               collision_hits, collision_randomize,
                                               collision_rates, default_bloom_length)
 
@@ -92,12 +92,6 @@ def _membership_counts(counts: Any, shape: BsvsShape, num_clients: int):
   return n11, n10, n01, n00
 
 
-def _validate_shape(shape: Any) -> BsvsShape:
-  if not isinstance(shape, BsvsShape):
-    raise ValueError(f"Expected shape to be a BsvsShape; got {type(shape).__name__}.")
-  return shape
-
-
 @dataclasses.dataclass(frozen=True)
 class Separation(BsvsMechanism):
   """Separation: independent Collision(eps/2) messages on T_i and on y_i.
@@ -133,7 +127,7 @@ class Separation(BsvsMechanism):
   name: str = dataclasses.field(default="separation", init=False)
 
   def __post_init__(self):
-    _validate_shape(self.shape)
+    check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     object.__setattr__(self, "epsilon", eps)
     for c in (self.shape.k, self.shape.r):
@@ -205,14 +199,14 @@ class Separation(BsvsMechanism):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Concatenated(BsvsMechanism):
+class _Concatenated(CollisionRates, BsvsMechanism):
   """Shared sampler and statistics of the two Concatenation estimators."""
 
   shape: BsvsShape
   epsilon: float
 
   def __post_init__(self):
-    _validate_shape(self.shape)
+    check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     object.__setattr__(self, "epsilon", eps)
     check_bloom_length(default_bloom_length(eps, self.cardinality), self.cardinality)
@@ -231,16 +225,6 @@ class _Concatenated(BsvsMechanism):
   def bloom_length(self) -> int:
     """l = floor((k + r) e^eps + 2(k + r) - 1)."""
     return default_bloom_length(self.epsilon, self.cardinality)
-
-  @property
-  def p(self) -> float:
-    """e^eps / Omega."""
-    return collision_rates(self.epsilon, self.cardinality, self.bloom_length)[0]
-
-  @property
-  def q(self) -> float:
-    """1 / l."""
-    return 1.0 / self.bloom_length
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> CollisionMessage:
     s = self.shape.num_buckets

@@ -14,7 +14,7 @@ from jaxdistill import _validate
 from jaxdistill.accounting import MechanismAccount, PrivacyStatement, Relation
 from jaxdistill.accounting import randomized_response as rr_account
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsShape, client_entries
+from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape, client_entries, entry_indicator
 from jaxdistill.mechanisms._sampling import bernoulli_dyadic, dyadic_ceil
 
 __all__ = ["RandomizedResponse"]
@@ -57,6 +57,7 @@ class RandomizedResponse(BsvsMechanism):
   name: str = dataclasses.field(default="rr", init=False)
 
   def __post_init__(self):
+    check_shape(self.shape)
     object.__setattr__(self, "epsilon", _validate.positive("epsilon", self.epsilon))
     if not self.keep_probability > 0.5:
       raise ValueError(f"Expected epsilon={self.epsilon!r} large enough that eps' = eps/(2kr) "
@@ -92,8 +93,7 @@ class RandomizedResponse(BsvsMechanism):
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """bool ``[d]``: the client's bits of A^i, each flipped w.p. q (exactly)."""
     d = self.shape.d
-    ent = client_entries(buckets, labels, self.shape.num_labels)
-    truth = jnp.zeros(d + 1, jnp.bool_).at[jnp.where(ent >= 0, ent, d)].set(True)[:d]
+    truth = entry_indicator(client_entries(buckets, labels, self.shape.num_labels), d, jnp.bool_)
     flip = bernoulli_dyadic(key, self.flip_threshold, self.sampler_bits, d)
     return jnp.logical_xor(truth, flip)
 

@@ -50,7 +50,7 @@ from jaxdistill.accounting._multi_message import (
 )
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, client_entries, entry_histogram
+from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, check_shape, client_entries, entry_histogram
 from jaxdistill.mechanisms._nb_sampler import (
     CompoundPoissonTables,
     compound_poisson_event_counts,
@@ -116,8 +116,7 @@ class ShuffleMultiMessage(BsvsMechanism):
   name: str = dataclasses.field(default="shuffle-multi", init=False)
 
   def __post_init__(self):
-    if not isinstance(self.shape, BsvsShape):
-      raise ValueError(f"Expected shape to be a BsvsShape; got {type(self.shape)}.")
+    check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     delta = _validate.open_unit("delta", self.delta)
     n = _validate.integer("num_clients", self.num_clients, minimum=1)
@@ -241,7 +240,8 @@ class ShuffleMultiMessage(BsvsMechanism):
     small. Returns ``None`` (no exact bound) when m != n.
     """
     del counts
-    if num_clients is not None and int(num_clients) != self.num_clients:
+    if num_clients is not None and _validate.integer("num_clients", num_clients,
+                                                     minimum=1) != self.num_clients:
       return None
     return float(_bounds.discrete_laplace_alpha(-math.log(self.noise.p), beta,
                                                 num_entries=self.shape.d))

@@ -31,7 +31,9 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation, ShuffleAmplification, shuffle_local_epsilon
 from jaxdistill.mechanisms._base import BsvsMechanism
-from jaxdistill.mechanisms._bsvs import BsvsShape
+from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
+from jaxdistill.mechanisms._collision import Collision
+from jaxdistill.mechanisms._randomized_response import RandomizedResponse
 
 __all__ = ["ShuffleSingleMessage", "LOCAL_RANDOMIZERS"]
 
@@ -45,15 +47,7 @@ def _amplification(eps: float, n: int, delta: float, method: str) -> ShuffleAmpl
 
 
 def _local_mechanism(local: str, shape: BsvsShape, eps0: float) -> BsvsMechanism:
-  if local == "rr":
-    from jaxdistill.mechanisms._randomized_response import RandomizedResponse
-    return RandomizedResponse(shape, eps0)
-  try:  # written concurrently in another branch; imported lazily.
-    from jaxdistill.mechanisms._collision import Collision
-  except ImportError:
-    raise ValueError("Expected local='collision' to be available; jaxdistill.mechanisms.Collision "
-                     "is missing from this build.") from None
-  return Collision(shape, eps0)
+  return (RandomizedResponse if local == "rr" else Collision)(shape, eps0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +103,7 @@ class ShuffleSingleMessage(BsvsMechanism):
   local_mechanism: BsvsMechanism = dataclasses.field(init=False, compare=False, repr=False)
 
   def __post_init__(self):
-    if not isinstance(self.shape, BsvsShape):
-      raise ValueError(f"Expected shape to be a BsvsShape; got {type(self.shape)}.")
+    check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     delta = _validate.open_unit("delta", self.delta)
     n = _validate.integer("num_clients", self.num_clients, minimum=1)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from jaxdistill import _validate
 from jaxdistill import mechanisms as _mechanisms
 from jaxdistill.mechanisms import BsvsMechanism, BsvsShape
+from jaxdistill.mechanisms._bsvs import check_shape
 
 __all__ = ["MechanismSpec", "mechanism_names", "mechanism_spec", "build_mechanism"]
 
@@ -111,8 +112,7 @@ def build_mechanism(name: str, shape: BsvsShape, *, epsilon: Any, delta: Any = N
       delta or n for a shuffle mechanism.
   """
   spec = mechanism_spec(name)
-  if not isinstance(shape, BsvsShape):
-    raise ValueError(f"Expected shape to be a BsvsShape; got {type(shape)}.")
+  check_shape(shape)
   eps = _validate.positive("epsilon", epsilon)
   if spec.needs_delta:
     if delta is None:

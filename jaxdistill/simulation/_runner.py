@@ -48,7 +48,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxdistill import _validate
 from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
-from jaxdistill.mechanisms._bsvs import entry_histogram
+from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator
 
 __all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "CLIENT_AXIS",
            "MAX_CLIENTS"]
@@ -100,9 +100,7 @@ class _WithCounts(BsvsMechanism):
 
   def analyze(self, message):
     msg, entries = message
-    d = self.shape.d
-    dense = jnp.zeros(d + 1, jnp.int32).at[jnp.where(entries >= 0, entries, d)].add(1)[:d]
-    return self.inner.analyze(msg), dense
+    return self.inner.analyze(msg), entry_indicator(entries, self.shape.d)
 
   def estimate(self, key, stats, num_clients):
     return self.inner.estimate(key, stats[0], num_clients)
@@ -224,7 +222,7 @@ def _pad_rows(inp: BsvsInput, rows: int) -> BsvsInput:
 
 def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
   if not isinstance(mechanism, BsvsMechanism):
-    raise ValueError(f"Expected a BsvsMechanism; got {type(mechanism)}.")
+    raise ValueError(f"Expected mechanism to be a BsvsMechanism; got {type(mechanism).__name__}.")
   n, source_fn, sharded_rows = _source(clients)
   _validate.integer("num_clients", n, minimum=1, maximum=MAX_CLIENTS)
   chunk_size = _validate.integer("chunk_size", chunk_size, minimum=1)

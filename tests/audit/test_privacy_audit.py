@@ -205,6 +205,16 @@ def test_clopper_pearson_closed_forms_and_exact_coverage():
     assert pk[hi < p].sum() <= a + 1e-12
 
 
+@pytest.mark.parametrize("bound", [audit.clopper_pearson_lower, audit.clopper_pearson_upper])
+def test_clopper_pearson_bad_arguments_name_themselves(bound):
+  for alpha in (0.0, 1.0, None, "0.1", math.nan):
+    with pytest.raises(ValueError, match="alpha"):
+      bound(3, 10, alpha)
+  for successes, trials in ((11, 10), (-1, 10), (0, 0), ("three", 10)):
+    with pytest.raises(ValueError, match="successes"):
+      bound(successes, trials, 0.05)
+
+
 @pytest.mark.parametrize("kwargs,needle", [
     ({"num_samples": 5}, "num_samples=5"),
     ({"alpha": 0.0}, "alpha=0.0"),

@@ -58,3 +58,20 @@ def test_synthetic_workload_is_valid_and_chunk_invariant():
   _, shape = M.make_bsvs_input(np.asarray(a.buckets), np.asarray(a.labels), num_buckets=12, num_labels=4)
   assert shape == w.shape
   assert (np.asarray(a.buckets) >= 0).all() and (np.asarray(a.labels) >= 0).all()
+
+
+@pytest.mark.parametrize("build", [
+    lambda shape: M.RandomizedResponse(shape, 1.0),
+    lambda shape: M.CentralLaplace(shape, 1.0),
+    lambda shape: M.CentralDiscreteLaplace(shape, 1.0),
+    lambda shape: M.Collision(shape, 1.0),
+    lambda shape: M.Separation(shape, 1.0),
+    lambda shape: M.Concatenation(shape, 1.0),
+    lambda shape: M.ConcatenationLiteral(shape, 1.0),
+    lambda shape: M.ShuffleMultiMessage(shape, 1.0, 1e-6, 100),
+    lambda shape: M.ShuffleSingleMessage(shape, 1.0, 1e-6, 100),
+])
+def test_every_mechanism_names_a_bad_shape(build):
+  # A tuple where a BsvsShape belongs: a ValueError naming ``shape``, not an AttributeError.
+  with pytest.raises(ValueError, match="shape"):
+    build((4, 3, 1))

@@ -13,6 +13,7 @@ from scipy import stats
 from jaxdistill import accounting
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
+from tests.mechanisms._stats import assert_mean_and_variance
 
 MECHANISMS = [M.CentralLaplace, M.CentralDiscreteLaplace]
 
@@ -171,11 +172,7 @@ def test_unbiased_with_closed_form_variance(cls):
   runs = np.stack([r.estimate for r in results])
   var = mech.entry_variance(truth, 300)
   alpha = 1e-3 / 24
-  z = (runs.mean(0) - truth) / np.sqrt(var / len(runs))
-  assert np.all(np.abs(z) < stats.norm.isf(alpha / 2))
-  chi = (len(runs) - 1) * runs.var(0, ddof=1) / var
-  lo, hi = stats.chi2.ppf(alpha / 2, len(runs) - 1), stats.chi2.isf(alpha / 2, len(runs) - 1)
-  assert np.all((chi > lo) & (chi < hi))
+  assert_mean_and_variance(runs, truth, var, alpha)
 
 
 def test_closed_form_variances():
@@ -184,6 +181,22 @@ def test_closed_form_variances():
   dl = M.CentralDiscreteLaplace(M.BsvsShape(2, 2, 1), 2.0)  # a = 1
   z = np.arange(-200, 201)
   np.testing.assert_allclose(dl.entry_variance(None, 10), (dlap_pmf(1.0, z) * z**2).sum(), rtol=1e-12)
+
+
+def test_max_error_bound_covers_all_entries():
+  # Proposition 1 over all s|Y| = 4 entries at once (the CLI's max-error bound):
+  # Laplace b ln(s|Y|/beta); discrete Laplace the least integer alpha with
+  # s|Y| Pr[|Z| > alpha] <= beta, by summing the pmf.
+  shape, beta = M.BsvsShape(2, 2, 1), 0.05
+  lap = M.CentralLaplace(shape, 2.0)  # b = 1
+  assert lap.max_error_bound(beta, np.zeros((2, 2)), 10) == pytest.approx(math.log(4 / beta), rel=1e-12)
+  dl = M.CentralDiscreteLaplace(shape, 2.0)  # a = 1
+  z = np.arange(-200, 201)
+  exceed = lambda alpha: dlap_pmf(1.0, z)[np.abs(z) > alpha].sum()
+  beta = 0.03  # here the per-bucket bound (2 entries) is 4, the all-entries one 5
+  alpha = dl.max_error_bound(beta)
+  assert alpha == int(alpha) and 4 * exceed(alpha) <= beta < 4 * exceed(alpha - 1)
+  assert alpha > dl.accuracy(beta)
 
 
 @pytest.mark.parametrize("cls", MECHANISMS)

@@ -14,6 +14,7 @@ from scipy import stats
 from jaxdistill import accounting
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
+from tests.mechanisms._stats import assert_mean_and_variance
 from jaxdistill.mechanisms import _collision
 
 
@@ -127,11 +128,7 @@ def test_unbiased_with_closed_form_variance():
                    for i in range(200)])
   var = mech.entry_variance(truth, 400)
   alpha = 1e-3 / 24
-  z = (runs.mean(0) - truth) / np.sqrt(var / len(runs))
-  assert np.all(np.abs(z) < stats.norm.isf(alpha / 2))
-  chi = (len(runs) - 1) * runs.var(0, ddof=1) / var
-  lo, hi = stats.chi2.ppf(alpha / 2, len(runs) - 1), stats.chi2.isf(alpha / 2, len(runs) - 1)
-  assert np.all((chi > lo) & (chi < hi))
+  assert_mean_and_variance(runs, truth, var, alpha)
 
 
 def test_wrong_rate_is_detected():

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scipy import stats
 
 from jaxdistill import accounting
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
+from tests.mechanisms._stats import assert_mean_and_variance
 
 
 def definition_rates(eps, c, l):
@@ -116,12 +116,7 @@ def numpy_workload(seed, n, s, y, k):
 def check_mean_and_variance(mech, runs, truth, n, mean):
   """Per-entry z-test of the mean and chi-square interval on the variance (Bonferroni)."""
   var = mech.entry_variance(truth, n)
-  alpha = 1e-3 / (2 * truth.size)
-  z = (runs.mean(0) - mean) / np.sqrt(var / len(runs))
-  assert np.all(np.abs(z) < stats.norm.isf(alpha / 2)), mech.name
-  chi = (len(runs) - 1) * runs.var(0, ddof=1) / var
-  lo, hi = stats.chi2.ppf(alpha / 2, len(runs) - 1), stats.chi2.isf(alpha / 2, len(runs) - 1)
-  assert np.all((chi > lo) & (chi < hi)), mech.name
+  assert_mean_and_variance(runs, mean, var, 1e-3 / (2 * truth.size), mech.name)
   return (runs.mean(0) - truth) / np.sqrt(var / len(runs))
 
 

@@ -12,6 +12,7 @@ from scipy import stats
 from jaxdistill import accounting
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
+from tests.mechanisms._stats import assert_mean_and_variance
 
 
 def exact_pmf(mech, buckets, labels):
@@ -73,11 +74,7 @@ def test_unbiased_with_closed_form_variance():
   runs = np.stack([simulation.simulate(jax.random.key(100 + i), mech, inp).estimate for i in range(200)])
   var = mech.entry_variance(truth, 500)
   alpha = 1e-3 / 16
-  z = (runs.mean(0) - truth) / np.sqrt(var / len(runs))
-  assert np.all(np.abs(z) < stats.norm.isf(alpha / 2))
-  chi = (len(runs) - 1) * runs.var(0, ddof=1) / var
-  lo, hi = stats.chi2.ppf(alpha / 2, len(runs) - 1), stats.chi2.isf(alpha / 2, len(runs) - 1)
-  assert np.all((chi > lo) & (chi < hi))
+  assert_mean_and_variance(runs, truth, var, alpha)
 
 
 @pytest.mark.parametrize("eps,k,bits", [(1.0, 1, 16), (0.3, 2, 16), (0.05, 1, 32), (1e-4, 1, 32)])

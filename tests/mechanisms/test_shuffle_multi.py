@@ -310,6 +310,30 @@ def test_unbiased_with_dlap_variance_and_law():
   assert chisquare_pooled(observed, expected) > alpha
 
 
+@pytest.mark.parametrize("beta", [0.05, 0.5])
+def test_max_error_bound_from_the_difference_of_two_geometrics(beta):
+  # Independent of the library's discrete-Laplace closed form: the pmf of G1 - G2 with
+  # G1, G2 i.i.d. Geometric, Pr[G = g] = (1 - p) p^g (n shares of NB(1/n, p) summed),
+  # by convolution (truncated where p^g < 1e-17); the bound must be the least integer
+  # alpha with d Pr[|G1 - G2| > alpha] <= beta.
+  shape = M.BsvsShape(4, 2, 1)
+  mech = M.ShuffleMultiMessage(shape, 1.0, 1e-6, 200)
+  p = mech.noise.p
+  g = np.arange(int(math.ceil(math.log(1e-17) / math.log(p))))
+  geo = (1 - p) * p**g
+  diff = np.convolve(geo, geo[::-1])  # support -(G-1) .. G-1
+  z = np.arange(-(len(g) - 1), len(g))
+  exceed = lambda alpha: float(diff[np.abs(z) > alpha].sum())
+  alpha = mech.max_error_bound(beta)
+  assert alpha == int(alpha) and alpha >= 0
+  assert shape.d * exceed(alpha) <= beta
+  assert alpha == 0 or shape.d * exceed(alpha - 1) > beta
+  assert mech.max_error_bound(beta, None, 200) == alpha
+  assert mech.max_error_bound(beta, None, 199) is None  # NB(m/n, p) with m != n: no exact bound
+  with pytest.raises(ValueError, match="num_clients"):
+    mech.max_error_bound(beta, None, 2.5)
+
+
 def test_message_counts_and_expected_messages():
   # Total messages of n clients = n*c + sum_j (G1 + G2 + 2F)_j; exact mean and variance.
   # 300 runs; z-test with false-failure rate 1e-3.

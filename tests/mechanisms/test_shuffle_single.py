@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy import stats
 
 from jaxdistill import accounting
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
+from tests.mechanisms._stats import assert_mean_and_variance
 
 
 def rr_message_pmf(eps0, truth):
@@ -103,10 +103,7 @@ def test_messages_are_the_local_randomizer_and_estimate_is_unbiased():
   var = mech.entry_variance(truth, 300)
   np.testing.assert_allclose(var, rr.entry_variance(truth, 300))
   alpha = 1e-3 / 12
-  z = (runs.mean(0) - truth) / np.sqrt(var / len(runs))
-  assert np.all(np.abs(z) < stats.norm.isf(alpha / 2))
-  chi = (len(runs) - 1) * runs.var(0, ddof=1) / var
-  assert np.all((chi > stats.chi2.ppf(alpha / 2, len(runs) - 1)) & (chi < stats.chi2.isf(alpha / 2, len(runs) - 1)))
+  assert_mean_and_variance(runs, truth, var, alpha)
 
 
 @pytest.mark.parametrize("kwargs,param", [

@@ -39,6 +39,19 @@ def test_rejects_unknown_clients():
     simulation.simulate(jax.random.key(0), mech, [1, 2, 3])
 
 
+def test_bad_arguments_name_themselves():
+  mech = M.RandomizedResponse(M.BsvsShape(2, 2, 1), 1.0)
+  inp, _ = M.make_bsvs_input([[0], [1]], [[0], [1]], num_buckets=2, num_labels=2)
+  for fn in (simulation.simulate, simulation.client_statistics):
+    with pytest.raises(ValueError, match="mechanism"):
+      fn(jax.random.key(0), "rr", inp)
+    with pytest.raises(ValueError, match="chunk_size=0"):
+      fn(jax.random.key(0), mech, inp, chunk_size=0)
+  from jaxdistill import audit
+  with pytest.raises(ValueError, match="mechanism"):
+    audit.local_randomizer("rr")
+
+
 def _temp_bytes(mech, clients, chunk):
   from jaxdistill.simulation import _runner
   n, fn, rows, src, ch, per_dev, mesh = _runner._prepare(mech, clients, chunk, None)
