@@ -190,7 +190,7 @@ def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list
                   "nominal_epsilon": plan.composed_epsilon, "nominal_delta": plan.composed_delta,
                   "connection": config.connection, "declared_out_degree": rule.shape_k,
                   "k": config.k, "num_queries": config.num_queries, "num_private_records": n,
-                  "sensitivity_l1": 2 * rule.shape_k if config.mechanism == "central" else None,
+                  "sensitivity_l1": rule.sensitivity() if config.mechanism == "central" else None,
                   "model": config.mechanism.split("-")[0]},
       warnings=tuple(warnings))
   notes = [

@@ -235,4 +235,6 @@ def test_balanced_rules_claim_no_guarantee(rule):
   st = rep["statement"]
   assert st["epsilon"] == "inf" and st["method"] == "no-guarantee"
   assert st["parameters"]["nominal_epsilon"] == pytest.approx(0.5)
+  # One record can re-route other records' edges: no sensitivity is claimed (not the 2k of reverse k-NN).
+  assert st["parameters"]["sensitivity_l1"] is None
   assert "balanced_connection_no_dp" in {w["code"] for w in rep["warnings"]}
