@@ -1,5 +1,6 @@
 """Self-training refinement of the student (``StudentConfig.refine_rounds``): post-processing only."""
 
+import argparse
 import dataclasses
 import math
 
@@ -9,6 +10,7 @@ import pytest
 
 from jaxdistill import data as data_lib
 from jaxdistill import labeling
+from jaxdistill.cli import _label
 from jaxdistill.labeling import _pipeline
 
 TINY_STUDENT = labeling.StudentConfig(widths=(8, 16), epochs=5, batch_size=64, learning_rate=3e-3)
@@ -71,10 +73,14 @@ def test_refine_targets_rejects_bad_shares(splits, student, bad, match):
     labeling.refine_targets(student, splits.public.images[:40], bad)
 
 
-def test_refine_rounds_validated():
+def test_refine_rounds_validated_and_reach_the_cli():
   with pytest.raises(ValueError, match="refine_rounds"):
     labeling.StudentConfig(refine_rounds=-1)
   assert labeling.StudentConfig().refine_rounds == 0  # off by default: the paper's pipeline
+  parser = argparse.ArgumentParser()
+  _label.add_parser(parser.add_subparsers())
+  assert _label.config_from_args(parser.parse_args(["label"])).student.refine_rounds == 0
+  assert _label.config_from_args(parser.parse_args(["label", "--student-refine", "2"])).student.refine_rounds == 2
 
 
 def test_refinement_reads_only_public_data_and_keeps_the_statement(splits, monkeypatch):
