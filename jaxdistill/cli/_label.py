@@ -62,6 +62,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="student conv widths, e.g. 16,32 (default: 16,32)")
   p.add_argument("--student-targets", default=st.targets, choices=label_config.STUDENT_TARGETS,
                  help="train on argmax labels or on the noisy vote shares (default: %(default)s)")
+  p.add_argument("--student-refine", type=int, default=st.refine_rounds, metavar="R",
+                 help="self-training rounds on D_pub: retrain on the student's predictions times the vote "
+                      "shares (post-processing, no privacy cost; default: %(default)s)")
   p.add_argument("--central-noise", default=d.central_noise, choices=label_config.CENTRAL_NOISES)
   p.add_argument("--shuffle-local", default=d.shuffle_local, choices=label_config.SHUFFLE_LOCALS,
                  help="local randomizer of shuffle-single (default: %(default)s)")
@@ -81,7 +84,7 @@ def default_out_dir(config: labeling.LabelingConfig) -> str:
 
 def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:
   student = labeling.StudentConfig(widths=args.student_widths, epochs=args.student_epochs,
-                                   targets=args.student_targets)
+                                   targets=args.student_targets, refine_rounds=args.student_refine)
   cfg = labeling.LabelingConfig(
       dataset=args.dataset, data_dir=args.data_dir, mechanism=args.mechanism, epsilon=args.epsilon,
       delta=args.delta, num_queries=args.num_queries, k=args.k, connection=args.connection,

@@ -33,12 +33,14 @@ from jaxdistill.labeling._pipeline import load_splits
 from jaxdistill.labeling._pipeline import privacy_report
 from jaxdistill.labeling._pipeline import run_labeling
 from jaxdistill.labeling._student import Student
+from jaxdistill.labeling._student import refine_targets
 from jaxdistill.labeling._student import train_student
+from jaxdistill.labeling._student import vote_shares
 
 __all__ = [
     "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "CONNECTIONS", "MECHANISMS", "REPRESENTATIONS",
     "LabelingConfig", "StudentConfig", "ReleaseLedger", "StoredRelease", "data_fingerprint",
     "ChainResult", "IterationResult", "LabelingResult", "build_mechanism", "check_splits",
     "fit_first_representation", "load_splits",
-    "privacy_report", "run_labeling", "Student", "train_student",
+    "privacy_report", "run_labeling", "Student", "train_student", "vote_shares", "refine_targets",
 ]

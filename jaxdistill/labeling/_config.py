@@ -52,6 +52,14 @@ class StudentConfig:
     targets: ``hard`` (argmax labels, the paper) or ``soft`` (each query's
       noisy votes clipped at 0 and normalised; post-processing, no privacy
       cost).
+    refine_rounds: self-training rounds after the first student (0: none,
+      the paper). Each round relabels D_pub with the product of the
+      student's predictions and the cluster's vote shares and trains a
+      fresh student on it (:func:`jaxdistill.labeling.refine_targets`);
+      it reads only D_pub and the released votes, so it is post-processing
+      and the privacy statement is unchanged.
+      The supervised ceiling is trained once: with true labels (one-hot
+      shares) the refined targets are the labels themselves.
   """
 
   widths: tuple[int, ...] = (16, 32)
@@ -61,6 +69,7 @@ class StudentConfig:
   learning_rate: float = 1e-3
   embedding_dim: int = 64
   targets: str = "hard"
+  refine_rounds: int = 0
 
   def __post_init__(self):
     widths = tuple(self.widths) if isinstance(self.widths, (tuple, list)) else (self.widths,)
@@ -77,6 +86,8 @@ class StudentConfig:
     object.__setattr__(self, "embedding_dim",
                        _validate.integer("embedding_dim", self.embedding_dim, minimum=1))
     object.__setattr__(self, "targets", _validate.choice("targets", self.targets, STUDENT_TARGETS))
+    object.__setattr__(self, "refine_rounds",
+                       _validate.integer("refine_rounds", self.refine_rounds, minimum=0))
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)

@@ -16,7 +16,9 @@ For t = 1..T (spec/REVERSE_KNN.md §1.2):
    label); every public sample inherits the label of its cluster's query.
    Acc_pl = fraction of D_pub labelled correctly.
 5. **Student.** A CNN trained on the pseudo-labelled D_pub; Acc_pc on the
-   evaluation split.
+   evaluation split. Optionally (``StudentConfig.refine_rounds``) it is
+   retrained on its own predictions times the vote shares
+   (:func:`jaxdistill.labeling.refine_targets`), public data only.
 
 Beside it, always: the same pipeline without noise (``mechanism="none"``)
 and the supervised ceiling (the same student on D_pub's true labels).
@@ -58,7 +60,7 @@ from jaxdistill.labeling import _components as components
 from jaxdistill.labeling._budget import BudgetPlan, plan_budget
 from jaxdistill.labeling._config import LabelingConfig
 from jaxdistill.labeling._ledger import ReleaseLedger, data_fingerprint
-from jaxdistill.labeling._student import Student, train_student
+from jaxdistill.labeling._student import Student, refine_targets, train_student, vote_shares
 from jaxdistill.simulation import simulate
 
 __all__ = ["IterationResult", "ChainResult", "LabelingResult", "run_labeling", "fit_first_representation",
@@ -198,8 +200,8 @@ def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list
       "t >= 2 use the student trained on earlier releases (post-processing), so Q depends on D_priv only "
       "through DP outputs (spec §5 I1) and the T releases compose adaptively.",
       rule.guarantee,
-      "Pseudo-labels, the student and every accuracy are post-processing of the releases "
-      "(evaluation uses public labels only), except the noise-free baseline.",
+      "Pseudo-labels, the student (and its self-training rounds on D_pub, if any) and every accuracy are "
+      "post-processing of the releases (evaluation uses public labels only), except the noise-free baseline.",
   ]
   if config.mechanism.startswith(("local", "shuffle")):
     notes.append("Every record sends one message per iteration (T messages in all); the guarantee is per "
@@ -229,6 +231,10 @@ class IterationResult:
     release_file: the ledger file of the release (None without a ledger).
     privacy: the iteration mechanism's statement (None for ``none``).
     timings: seconds per stage.
+    student: the final student of the iteration.
+    refined_acc_pl: fraction of D_pub whose last self-training target
+      (``StudentConfig.refine_rounds`` >= 1) has its argmax on the true
+      label (None without refinement).
   """
 
   iteration: int
@@ -244,10 +250,12 @@ class IterationResult:
   privacy: PrivacyStatement | None
   timings: dict[str, float]
   student: Student | None = dataclasses.field(default=None, repr=False)
+  refined_acc_pl: float | None = None
 
   def summary(self) -> dict[str, Any]:
     empty = int(np.sum(np.all(self.votes == 0, axis=1)))
     return {"iteration": self.iteration, "acc_pl": self.acc_pl, "acc_pc": self.acc_pc,
+            "refined_acc_pl": self.refined_acc_pl,
             "reused_release": self.reused, "release_file": self.release_file,
             "queries_without_votes_in_release": empty,
             "privacy": self.privacy.to_dict() if self.privacy is not None else None,
@@ -323,10 +331,7 @@ def _secret_key(seed: int) -> jax.Array:
 def _targets(config: LabelingConfig, votes: np.ndarray, assignment: np.ndarray, pseudo: np.ndarray) -> np.ndarray:
   if config.student.targets == "hard":
     return pseudo.astype(np.int32)
-  pos = np.clip(votes, 0.0, None)
-  tot = pos.sum(axis=1, keepdims=True)
-  soft = np.where(tot > 0, pos / np.where(tot > 0, tot, 1.0), 1.0 / votes.shape[1])
-  return soft[assignment].astype(np.float32)
+  return vote_shares(votes, assignment)
 
 
 def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingSplits, num_classes: int,
@@ -394,18 +399,27 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
     query_labels = np.argmax(votes, axis=1).astype(np.int64)
     pseudo = query_labels[assignment]
     acc_pl = float(np.mean(pseudo == pub.labels, dtype=np.float64))
+    refined_acc_pl = None
     with timer("student"):
-      with _bar(config.student.epochs, f"student {config.mechanism} t={t}", progress) as bar:
-        student = train_student(jax.random.fold_in(jax.random.fold_in(key, _STUDENT), t), config.student,
-                                pub.images, _targets(config, votes, assignment, pseudo), num_classes,
-                                progress=bar.update if bar is not None else None)
+      student_key = jax.random.fold_in(jax.random.fold_in(key, _STUDENT), t)
+      rounds = config.student.refine_rounds
+      with _bar(config.student.epochs * (1 + rounds), f"student {config.mechanism} t={t}", progress) as bar:
+        update = bar.update if bar is not None else None
+        student = train_student(student_key, config.student, pub.images,
+                                _targets(config, votes, assignment, pseudo), num_classes, progress=update)
+        # Self-training on D_pub (post-processing: public images and released votes only).
+        for r in range(1, rounds + 1):
+          refined = refine_targets(student, pub.images, vote_shares(votes, assignment))
+          refined_acc_pl = float(np.mean(refined.argmax(axis=1) == pub.labels, dtype=np.float64))
+          student = train_student(jax.random.fold_in(student_key, r), config.student, pub.images, refined,
+                                  num_classes, progress=update)
       acc_pc = student.accuracy(ev.images, ev.labels)
     release_file = None
     if ledger is not None:
       release_file = pathlib.Path(stored.path if stored is not None else stored_file).name
     results.append(IterationResult(t, np.asarray(queries), np.asarray(assignment), votes, query_labels, pseudo,
                                    acc_pl, acc_pc, stored is not None, release_file,
-                                   mech.privacy() if mech else None, timer.times, student))
+                                   mech.privacy() if mech else None, timer.times, student, refined_acc_pl))
   return ChainResult(config.mechanism, results)
 
 

@@ -27,7 +27,7 @@ from jaxdistill import models
 from jaxdistill import representations
 from jaxdistill.labeling._config import StudentConfig
 
-__all__ = ["Student", "train_student"]
+__all__ = ["Student", "train_student", "vote_shares", "refine_targets"]
 
 
 _CLASSIFIERS: dict = {}
@@ -147,3 +147,76 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
     if progress is not None:
       progress(1)
   return Student(clf, state, config)
+
+
+def vote_shares(votes: np.ndarray, assignment: np.ndarray) -> np.ndarray:
+  """Each public sample's share vector: its cluster's noisy votes clipped at 0, normalised.
+
+  .. math::
+
+     S_i = \\frac{\\max(A_{a(i)}, 0)}{\\sum_y \\max(A_{a(i), y}, 0)}
+
+  (uniform where a cluster has no positive vote). These are the ``soft``
+  student targets.
+
+  Args:
+    votes: float ``[s, C]`` released (noisy) votes A.
+    assignment: int ``[m]`` cluster a(i) of every public sample.
+
+  Returns:
+    float32 ``[m, C]``, rows summing to 1.
+  """
+  votes = np.asarray(votes, np.float64)
+  pos = np.clip(votes, 0.0, None)
+  tot = pos.sum(axis=1, keepdims=True)
+  shares = np.where(tot > 0, pos / np.where(tot > 0, tot, 1.0), 1.0 / votes.shape[1])
+  return shares[np.asarray(assignment)].astype(np.float32)
+
+
+def refine_targets(student: Student, public_images: np.ndarray, shares: np.ndarray) -> np.ndarray:
+  """Self-training targets: the student's predictions on D_pub times the cluster vote shares.
+
+  .. math::
+
+     \\tilde{T}_i(y) = \\frac{p_\\theta(y \\mid x_i)\\, S_i(y)}{\\sum_{y'} p_\\theta(y' \\mid x_i)\\, S_i(y')}
+
+  where :math:`p_\\theta` is the (eval-mode) softmax of a student trained on
+  the released labels and :math:`S_i` the vote shares of x_i's cluster
+  (:func:`vote_shares`). The product keeps only classes the votes support
+  and lets the student pick among them per image; it also undoes part of
+  the flattening that clipped noise gives the shares. On Fashion-MNIST at
+  central eps = 0.1 (s = 200, k = 1) one round raised the student's accuracy
+  by 1.4-1.7 points on a tuning split of the training set and by 0.6 points
+  in the 60k/5k/5k protocol, and changed nothing without noise
+  (results/labeling/fashion_mnist_targets.md). With one-hot shares (true
+  labels) it is the identity.
+
+  Formal guarantees:
+    A function of the public images, the released votes and a student
+    trained on them only: post-processing of the DP release, so the privacy
+    statement of the run is unchanged (no private record is read).
+
+  Args:
+    student: the trained :class:`Student`.
+    public_images: float32 ``[m, H, W, C]`` D_pub.
+    shares: float ``[m, C]`` nonnegative per-sample vote shares.
+
+  Returns:
+    float32 ``[m, C]``, rows summing to 1.
+
+  Raises:
+    ValueError: if ``shares`` does not match the images and the classes, or
+      has a negative entry or an all-zero row.
+  """
+  shares = np.asarray(shares, np.float64)
+  logits = np.asarray(student.logits(public_images), np.float64)
+  if shares.shape != logits.shape:
+    raise ValueError(f"Expected shares of shape {logits.shape} (public samples x classes); got {shares.shape}.")
+  if not np.all(np.isfinite(shares)) or np.any(shares < 0) or np.any(shares.sum(axis=1) <= 0):
+    raise ValueError("Expected finite nonnegative shares with a positive entry in every row.")
+  # log-domain product: exp(log p + log S), normalised per row.
+  with np.errstate(divide="ignore"):
+    z = logits - logits.max(axis=1, keepdims=True) + np.log(shares)
+  z -= z.max(axis=1, keepdims=True)
+  out = np.exp(z)
+  return (out / out.sum(axis=1, keepdims=True)).astype(np.float32)

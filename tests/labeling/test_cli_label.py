@@ -32,6 +32,7 @@ def run_cli(args, capsys):
     (["--dataset", "mnist", "--data-dir", "/nonexistent/jaxdistill-data"], "does not exist"),
     (["--dataset", "mnist"], "data_dir"),
     (["--T", "0"], "iterations"),
+    (["--student-refine", "-1"], "refine_rounds"),
 ])
 def test_bad_input_is_one_line_exit_2(args, match, capsys, tmp_path):
   code, out, err = run_cli(["label", "--no-progress", "--out-dir", str(tmp_path / "o"), *args], capsys)
