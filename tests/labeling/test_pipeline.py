@@ -14,14 +14,7 @@ import pytest
 from jaxdistill import data as data_lib
 from jaxdistill import labeling
 from jaxdistill.labeling import _pipeline
-
-TINY_STUDENT = labeling.StudentConfig(widths=(8, 16), epochs=5, batch_size=64, learning_rate=3e-3)
-TINY = dict(private_size=1500, public_size=300, eval_size=300, num_queries=20, k=1, representation="pca",
-            student=TINY_STUDENT, baselines=False, seed=3)
-
-
-def tiny(**changes):
-  return labeling.LabelingConfig(**{**TINY, **changes})
+from tests.labeling._tiny import tiny
 
 
 @pytest.fixture(scope="module")

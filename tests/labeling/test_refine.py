@@ -12,14 +12,13 @@ from jaxdistill import data as data_lib
 from jaxdistill import labeling
 from jaxdistill.cli import _label
 from jaxdistill.labeling import _pipeline
-
-TINY_STUDENT = labeling.StudentConfig(widths=(8, 16), epochs=5, batch_size=64, learning_rate=3e-3)
-TINY = dict(private_size=1500, public_size=300, eval_size=300, num_queries=20, k=1, representation="pca",
-            student=TINY_STUDENT, baselines=False, seed=3, mechanism="central", epsilon=2.0)
+from tests.labeling import _tiny
+from tests.labeling._tiny import TINY_STUDENT
 
 
 def tiny(**changes):
-  return labeling.LabelingConfig(**{**TINY, **changes})
+  """The shared tiny setting, released through central discrete Laplace at eps = 2."""
+  return _tiny.tiny(**{"mechanism": "central", "epsilon": 2.0, **changes})
 
 
 @pytest.fixture(scope="module")
