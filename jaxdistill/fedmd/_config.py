@@ -99,6 +99,9 @@ class FedMDConfig:
     s("k", _validate.integer("k", self.k, minimum=1))
     for name in ("with_replacement", "resample_each_round"):
       s(name, _validate.boolean(name, getattr(self, name)))
+    if self.resample_each_round and not self.uses_sample:
+      raise ValueError(f"Expected resample_each_round=False for method={self.method!r}: only methods that "
+                       "sample (nfdp, local-sample) can resample.")
     s("rounds", _validate.integer("rounds", self.rounds, minimum=0))
     s("public_subset", _validate.integer("public_subset", self.public_subset, minimum=1))
     _validate.choice("aggregation", self.aggregation, RELEASE_MODES)

@@ -228,6 +228,7 @@ def test_non_iid_partitions_and_weighting():
     (dict(public_subset=10_000), "public_subset"),
     (dict(num_parties=4), "num_parties"),
     (dict(vmap="maybe"), "vmap"),
+    (dict(method="np", resample_each_round=True), "resample_each_round"),
 ])
 def test_bad_input_is_a_one_line_value_error(data3, kw, needle):
   with pytest.raises(ValueError, match=needle) as err:
