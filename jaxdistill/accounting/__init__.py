@@ -26,6 +26,7 @@ from jaxdistill.accounting._multi_message import multi_message_pld
 from jaxdistill.accounting._nfdp import NfdpPrivacy
 from jaxdistill.accounting._nfdp import nfdp_inclusion_probability
 from jaxdistill.accounting._nfdp import nfdp_paper_guarantee
+from jaxdistill.accounting._nfdp import nfdp_paper_rows
 from jaxdistill.accounting._nfdp import nfdp_privacy
 from jaxdistill.accounting._relation import PrivacyStatement
 from jaxdistill.accounting._relation import PrivacyWarning
@@ -41,7 +42,7 @@ __all__ = [
     "align_pmfs", "epsilon_for_delta", "hockey_stick_divergence", "privacy_profile",
     "worst_case_profile", "MAX_GRID_POINTS", "MechanismAccount", "calibrate",
     "discrete_laplace", "gaussian", "laplace", "randomized_response", "NfdpPrivacy",
-    "nfdp_inclusion_probability", "nfdp_paper_guarantee", "nfdp_privacy",
+    "nfdp_inclusion_probability", "nfdp_paper_guarantee", "nfdp_paper_rows", "nfdp_privacy",
     "PrivacyStatement", "PrivacyWarning", "Relation", "ShuffleAmplification",
     "clone_delta", "fmt_closed_form_epsilon", "fmt_closed_form_valid", "shuffle_epsilon",
     "shuffle_local_epsilon",

@@ -318,3 +318,35 @@ def nfdp_privacy(n: int, k: int, *, with_replacement: bool = False,
       resample_each_round=resample_each_round, paper_epsilon=paper_eps,
       paper_delta=paper_delta, inclusion_probability=p, flat_delta=float(flat),
       records_exposed=float(exposed), warnings=tuple(warnings))
+
+
+# FedMD-NFDP's settings (spec/NFDP.md §1.2): total private n split over N parties, and k.
+PAPER_SETTINGS = (
+    ("FEMNIST", 1, 28_800),
+    ("FEMNIST", 10, 28_800),
+    ("CIFAR", 1, 3_000),
+    ("CIFAR", 10, 3_000),
+)
+PAPER_KS = (3, 16)
+
+
+def nfdp_paper_rows() -> list[dict]:
+  """:func:`nfdp_privacy` (relation add/remove) at every setting of the FedMD-NFDP paper.
+
+  One row per (data set, N, k, with/without replacement) of ``PAPER_SETTINGS`` x
+  ``PAPER_KS``: the paper's (epsilon, delta) (Theorems 1/2), the exact flat
+  delta, 1/n, the records exposed and the warning codes. Plain floats, ready
+  for JSON.
+  """
+  rows = []
+  for data, parties, total in PAPER_SETTINGS:
+    n = total // parties
+    for k in PAPER_KS:
+      for wr in (False, True):
+        rep = nfdp_privacy(n, k, with_replacement=wr)
+        rows.append({"dataset": data, "parties": parties, "n": n, "k": k, "with_replacement": wr,
+                     "paper_epsilon": rep.paper_epsilon, "paper_delta": rep.paper_delta,
+                     "exact_flat_delta": rep.flat_delta, "one_over_n": rep.one_over_n,
+                     "records_exposed": rep.records_exposed,
+                     "warnings": [w.code for w in rep.warnings]})
+  return rows
