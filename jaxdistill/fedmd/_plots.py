@@ -25,7 +25,7 @@ def plot_accuracy_per_round(result: Any, path: Any, *, title: str | None = None)
   fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
   for i in range(acc.shape[1]):
     ax.plot(rounds, acc[:, i], lw=0.8, alpha=0.6, label=f"party {i}" if acc.shape[1] <= 10 else None)
-  ax.plot(rounds, acc.mean(axis=1), color="black", lw=2.2, label="mean (16-way argmax)")
+  ax.plot(rounds, acc.mean(axis=1), color="black", lw=2.2, label="mean (argmax over all outputs)")
   priv = getattr(result, "accuracy_private", None)
   if priv is not None:
     ax.plot(rounds, np.asarray(priv).mean(axis=1), color="black", lw=1.6, ls="--",
