@@ -1,6 +1,5 @@
 """``jaxdistill simulate``: JSON contract, error vs prediction, one-line errors, registry."""
 
-import json
 import subprocess
 import sys
 
@@ -9,15 +8,9 @@ import pytest
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
 from jaxdistill.cli.main import main
+from tests.test_cli import run_json
 
 SMALL = ["--clients", "3000", "--buckets", "10", "--labels", "5", "--k", "1", "--epsilon", "2"]
-
-
-def run_json(capsys, argv):
-  assert main(argv) == 0
-  out = capsys.readouterr().out.strip().splitlines()
-  assert len(out) == 1, "--json prints exactly one JSON object"
-  return json.loads(out[0])
 
 
 def _delta_args(name):
