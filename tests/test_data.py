@@ -54,6 +54,15 @@ def test_idx_round_trip_and_errors(tmp_path):
     data.load_dataset("imagenet")
 
 
+def test_idx_pixels_are_always_bytes(tmp_path):
+  # Pixels that happen to be only 0 and 1 are still bytes: 1 means 1/255, not full ink.
+  imgs = np.random.default_rng(1).integers(0, 2, (4, 28, 28))
+  write_idx(tmp_path / "train-images-idx3-ubyte.gz", imgs)
+  write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.array([0, 1, 0, 1]))
+  d = data.load_idx_dir(tmp_path, "train")
+  assert d.images.max() == np.float32(1 / 255)
+
+
 def test_splits_are_disjoint_and_seeded():
   d = data.load_embedded_mnist()
   s1 = data.paper_splits(d, None, seed=0, public_size=1000, eval_size=500, private_size=2000)

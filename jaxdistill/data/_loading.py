@@ -84,9 +84,12 @@ class ImageData:
 
 
 def _to_float(images: np.ndarray) -> np.ndarray:
-  x = np.asarray(images, dtype=np.float32)
-  if x.max(initial=0.0) > 1.0:
-    x = x / 255.0
+  """Byte pixels (0..255, every source here stores them so) -> float32 in [0, 1], with a channel axis.
+
+  Always divides by 255: deciding from the data's maximum would leave a batch
+  whose pixels happen to be all 0 or 1 unscaled.
+  """
+  x = np.asarray(images, dtype=np.float32) / np.float32(255.0)
   if x.ndim == 3:
     x = x[..., None]
   return x
