@@ -7,11 +7,19 @@ Sweeps (arXiv:2207.13253, §5; spec/REVERSE_KNN.md §1.12):
 * ``eps-central``: accuracy against epsilon, central discrete Laplace.
 * ``eps-local``: accuracy against epsilon, local Collision and randomized
   response with s = |Y| = 10, k = 1 (Fig. 5).
+* ``budget``: accuracy against central epsilon for every s in ``--s-grid``
+  (which granularity the budget can pay for; not a figure of the paper).
+
+``--tuning-split`` replaces the paper's split by one drawn from the TRAINING
+images only (private = the rest of them, public and held-out = 5,000 each by
+default), so settings can be chosen without touching the evaluation split;
+``--ceiling`` adds the supervised ceiling (the same student on D_pub's true
+labels) to every table.
 
 Every point is one run of Algorithm 1 (T iterations, the student trained on
 the pseudo-labels) plus, where it differs, the same run without noise. The
 first representation is fitted once per sweep on D_pub (it does not depend
-on the swept value). Results go to ``<out>/<dataset>_<sweep>.{csv,md,png}``;
+on the swept value). Results go to ``<out>/<dataset>_<sweep>[_tuning].{csv,md,png}``;
 the markdown file starts with the exact command that produced it.
 
 Example (the embedded digits, a few minutes on 2 CPU cores)::
@@ -29,16 +37,19 @@ import shlex
 import sys
 import time
 
+import jax
 import numpy as np
 
+from jaxdistill import data
 from jaxdistill import labeling
 
-SWEEPS = ("s", "k", "eps-central", "eps-local")
+SWEEPS = ("s", "k", "eps-central", "eps-local", "budget")
 DEFAULT_VALUES = {
     "s": "5,10,20,40,80,160,320",
     "k": "1,2,3,4,5,6,7,8,9,10",
     "eps-central": "0.01,0.02,0.05,0.1,0.2,0.5,1",
     "eps-local": "0.2,0.4,0.8,1.6,3.2,6.4",
+    "budget": "0.1,0.3,1",
 }
 
 
@@ -60,6 +71,13 @@ def parse(argv):
   p.add_argument("--student-epochs", type=int, default=15)
   p.add_argument("--student-widths", default="16,32")
   p.add_argument("--student-targets", default="hard", choices=("hard", "soft"))
+  p.add_argument("--student-refine", type=int, default=0, help="self-training rounds (post-processing)")
+  p.add_argument("--s-grid", default="200,400,1000", help="budget sweep: the numbers of queries s")
+  p.add_argument("--tuning-split", action="store_true",
+                 help="draw D_priv / D_pub / held-out from the training images only (for tuning)")
+  p.add_argument("--ceiling", action="store_true", help="also train the supervised ceiling (once per seed)")
+  p.add_argument("--ceiling-draws", type=int, default=0,
+                 help="with --ceiling: also train the supervised student with this many other seeds (its spread)")
   p.add_argument("--out", default="results/labeling")
   return p.parse_args(argv)
 
@@ -70,11 +88,13 @@ def main(argv=None) -> int:
   values = [float(v) for v in (args.values or DEFAULT_VALUES[args.sweep]).split(",")]
   seeds = [int(v) for v in args.seeds.split(",")]
   student = labeling.StudentConfig(widths=tuple(int(w) for w in args.student_widths.split(",")),
-                                   epochs=args.student_epochs, targets=args.student_targets)
+                                   epochs=args.student_epochs, targets=args.student_targets,
+                                   refine_rounds=args.student_refine)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  stem = f"{args.dataset.replace(':', '_')}_{args.sweep}"
+  stem = f"{args.dataset.replace(':', '_')}_{args.sweep}" + ("_tuning" if args.tuning_split else "")
   rows = []
+  spread = []  # supervised ceilings with other student seeds (--ceiling-draws)
   start = time.perf_counter()
   for seed in seeds:
     base = labeling.LabelingConfig(
@@ -82,8 +102,22 @@ def main(argv=None) -> int:
         num_queries=args.s, k=args.k, iterations=args.T, representation=args.representation, seed=seed,
         private_size=args.private_size, public_size=args.public_size, eval_size=args.eval_size,
         student=student, baselines=False)
-    splits = labeling.load_splits(base.replace(num_queries=1))
+    splits = (tuning_splits(base) if args.tuning_split else labeling.load_splits(base.replace(num_queries=1)))
     rep = labeling.fit_first_representation(base, splits.public.images)
+    ceiling = None
+    if args.ceiling:  # the same supervised student, with the same key, that `jaxdistill label` reports
+      ceiling = labeling.run_labeling(base.replace(mechanism="none", epsilon=math.inf, baselines=True),
+                                      splits=splits, representation=rep).ceiling_acc
+      print(f"seed={seed} supervised ceiling {ceiling:.4f}", flush=True)
+      draws = []
+      for draw in range(args.ceiling_draws):  # how much the ceiling itself moves with the student's seed
+        draws.append(labeling.train_student(jax.random.fold_in(jax.random.key(seed), draw), student,
+                                             splits.public.images, splits.public.labels, splits.public.num_classes
+                                             ).accuracy(splits.evaluation.images, splits.evaluation.labels))
+      if draws:
+        print(f"seed={seed} ceiling with {len(draws)} other student seeds: {np.mean(draws):.4f} "
+              f"(range {min(draws):.4f}-{max(draws):.4f})", flush=True)
+      spread += draws
     noise_free_cache = {}
 
     def run(cfg):
@@ -98,6 +132,8 @@ def main(argv=None) -> int:
         cfgs = [("central", base.replace(k=int(v)))]
       elif args.sweep == "eps-central":
         cfgs = [("central", base.replace(epsilon=v))]
+      elif args.sweep == "budget":
+        cfgs = [(f"central s={int(g)}", base.replace(epsilon=v, num_queries=int(g))) for g in args.s_grid.split(",")]
       else:
         local = base.replace(num_queries=splits.public.num_classes, k=1, epsilon=v)
         cfgs = [("local-collision", local.replace(mechanism="local-collision")),
@@ -111,7 +147,8 @@ def main(argv=None) -> int:
         nf_pl, nf_pc, _ = noise_free_cache[nf_key]
         rows.append({"seed": seed, "value": v, "mechanism": mech, "epsilon": cfg.epsilon, "s": cfg.num_queries,
                      "k": cfg.k, "T": cfg.iterations, "acc_pl": acc_pl, "acc_pc": acc_pc,
-                     "noise_free_acc_pl": nf_pl, "noise_free_acc_pc": nf_pc, "seconds": round(secs, 1)})
+                     "noise_free_acc_pl": nf_pl, "noise_free_acc_pc": nf_pc, "ceiling": ceiling,
+                     "seconds": round(secs, 1)})
         print(f"seed={seed} {args.sweep}={v:g} {mech}: Acc_pl={acc_pl:.4f} Acc_pc={acc_pc:.4f} "
               f"(no noise {nf_pl:.4f}/{nf_pc:.4f}) {secs:.0f}s", flush=True)
   wall = time.perf_counter() - start
@@ -120,10 +157,23 @@ def main(argv=None) -> int:
     w.writeheader()
     w.writerows(rows)
   command = "PYTHONPATH=. python scripts/labeling_sweeps.py " + " ".join(shlex.quote(a) for a in argv)
-  write_markdown(out / f"{stem}.md", rows, args, command, wall, splits)
+  write_markdown(out / f"{stem}.md", rows, args, command, wall, splits, spread)
   plot(out / f"{stem}.png", rows, args)
   print(f"wrote {out / stem}.{{csv,md,png}} in {wall:.0f}s")
   return 0
+
+
+def tuning_splits(config: labeling.LabelingConfig):
+  """D_priv / D_pub / held-out drawn from the training images only (seed 12345), never the test images."""
+  train, _ = data.load_dataset(config.dataset, config.data_dir)
+  public_size = config.public_size or 5000
+  eval_size = config.eval_size or 5000
+  perm = np.random.default_rng(12345).permutation(len(train))
+  private = perm[public_size + eval_size:]
+  if config.private_size is not None:
+    private = private[:config.private_size]
+  return data.LabelingSplits(train.take(np.sort(private)), train.take(perm[:public_size]),
+                             train.take(perm[public_size:public_size + eval_size]))
 
 
 def aggregate(rows, key):
@@ -133,7 +183,7 @@ def aggregate(rows, key):
   return {g: (float(np.mean(v)), float(np.std(v)), len(v)) for g, v in groups.items()}
 
 
-def write_markdown(path, rows, args, command, wall, splits):
+def write_markdown(path, rows, args, command, wall, splits, spread=()):
   keys = ("acc_pl", "acc_pc", "noise_free_acc_pl", "noise_free_acc_pc")
   aggs = {k: aggregate(rows, k) for k in keys}
   lines = [f"# {args.dataset}: accuracy against {args.sweep}", "",
@@ -144,13 +194,31 @@ def write_markdown(path, rows, args, command, wall, splits):
            f"{args.student_epochs} epochs, {args.student_targets} targets; seeds {args.seeds}; "
            f"wall time {wall:.0f} s (shared 2-core CPU).",
            "Epsilon is the total over T; central = discrete Laplace, replace-one, sensitivity 2k.", "",
-           f"| mechanism | {args.sweep} | Acc_pl | Acc_pc | Acc_pl (no noise) | Acc_pc (no noise) |",
-           "|---|---|---|---|---|---|"]
-  for (mech, v) in sorted(aggs["acc_pl"], key=lambda g: (g[0], g[1])):
+           ("Split: drawn from the TRAINING images only (`--tuning-split`); the evaluation column is "
+            "held-out training images." if args.tuning_split else "Split: the paper's protocol."), ""]
+  with_ceiling = any(r.get("ceiling") is not None for r in rows)
+  if with_ceiling:
+    per_seed = sorted({(r["seed"], r["ceiling"]) for r in rows})
+    lines += ["Supervised ceiling (the same student on D_pub's true labels): " +
+              ", ".join(f"seed {sd}: {c:.4f}" for sd, c in per_seed) +
+              f"; mean {np.mean([c for _, c in per_seed]):.4f}. The last column is Acc_pc minus the "
+              "ceiling of the same seed, in points." +
+              (f" The same student with {len(spread)} other seeds: mean {np.mean(spread):.4f}, sd "
+               f"{np.std(spread, ddof=1):.4f}, range {min(spread):.4f}-{max(spread):.4f}." if len(spread) > 1 else ""),
+              ""]
+  column = "total eps" if args.sweep == "budget" else args.sweep
+  lines += [f"| mechanism | {column} | Acc_pl | Acc_pc | Acc_pl (no noise) | Acc_pc (no noise) |"
+            + (" Acc_pc − ceiling |" if with_ceiling else ""),
+            "|---|---|---|---|---|---|" + ("---|" if with_ceiling else "")]
+  order = {m: i for i, m in reversed(list(enumerate(r["mechanism"] for r in rows)))}  # first appearance
+  for (mech, v) in sorted(aggs["acc_pl"], key=lambda g: (order[g[0]], g[1])):
     cells = []
     for k in keys:
       m, sd, n = aggs[k][(mech, v)]
       cells.append(f"{m:.4f}" + (f" ± {sd:.4f}" if n > 1 else ""))
+    if with_ceiling:
+      gap = [100 * (r["acc_pc"] - r["ceiling"]) for r in rows if (r["mechanism"], r["value"]) == (mech, v)]
+      cells.append(f"{np.mean(gap):+.2f}" + (f" ± {np.std(gap):.2f}" if len(gap) > 1 else ""))
     lines.append(f"| {mech} | {v:g} | " + " | ".join(cells) + " |")
   path.write_text("\n".join(lines) + "\n")
 
@@ -160,20 +228,32 @@ def plot(path, rows, args):
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, ax = plt.subplots(figsize=(6, 4))
-  for key, style in (("acc_pl", "o-"), ("acc_pc", "s-")):
-    agg = aggregate(rows, key)
-    for mech in sorted({g[0] for g in agg}):
-      xs = sorted(v for m, v in agg if m == mech)
-      ax.errorbar(xs, [agg[(mech, x)][0] for x in xs], yerr=[agg[(mech, x)][1] for x in xs], fmt=style,
-                  capsize=2, label=f"{key.replace('acc_', 'Acc_')} {mech}")
-  nf = aggregate(rows, "noise_free_acc_pl")
-  mech0 = sorted({g[0] for g in nf})[0]
-  xs = sorted(v for m, v in nf if m == mech0)
-  ax.plot(xs, [nf[(mech0, x)][0] for x in xs], "k--", label="Acc_pl no noise")
-  if args.sweep in ("s", "eps-central", "eps-local"):
+  if args.sweep == "budget":  # one colour per s: Acc_pc with noise (solid) and without (dashed)
+    pc, nf_pc = aggregate(rows, "acc_pc"), aggregate(rows, "noise_free_acc_pc")
+    for i, mech in enumerate(dict.fromkeys(r["mechanism"] for r in rows)):
+      xs = sorted(v for m, v in pc if m == mech)
+      ax.errorbar(xs, [pc[(mech, x)][0] for x in xs], yerr=[pc[(mech, x)][1] for x in xs], fmt="s-", color=f"C{i}",
+                  capsize=2, label=f"Acc_pc {mech}")
+      ax.plot(xs, [nf_pc[(mech, x)][0] for x in xs], "--", color=f"C{i}", label=f"Acc_pc no noise {mech}")
+  else:
+    for key, style in (("acc_pl", "o-"), ("acc_pc", "s-")):
+      agg = aggregate(rows, key)
+      for mech in sorted({g[0] for g in agg}):
+        xs = sorted(v for m, v in agg if m == mech)
+        ax.errorbar(xs, [agg[(mech, x)][0] for x in xs], yerr=[agg[(mech, x)][1] for x in xs], fmt=style,
+                    capsize=2, label=f"{key.replace('acc_', 'Acc_')} {mech}")
+    nf = aggregate(rows, "noise_free_acc_pl")
+    mech0 = sorted({g[0] for g in nf})[0]
+    xs = sorted(v for m, v in nf if m == mech0)
+    ax.plot(xs, [nf[(mech0, x)][0] for x in xs], "k--", label="Acc_pl no noise")
+  if any(r.get("ceiling") is not None for r in rows):
+    ceiling = float(np.mean([r["ceiling"] for r in rows]))
+    ax.axhline(ceiling, color="k", lw=1, label="supervised ceiling")
+    ax.axhline(ceiling - 0.03, color="k", lw=1, ls=":", label="ceiling - 3 points")
+  if args.sweep in ("s", "eps-central", "eps-local", "budget"):
     ax.set_xscale("log")
   label = {"s": "number of queries s", "k": "k", "eps-central": "total epsilon (central)",
-           "eps-local": "epsilon (local, s = |Y|, k = 1)"}[args.sweep]
+           "eps-local": "epsilon (local, s = |Y|, k = 1)", "budget": "total epsilon (central)"}[args.sweep]
   ax.set(xlabel=label, ylabel="accuracy", title=f"{args.dataset}: accuracy vs {args.sweep}")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7)

@@ -1,0 +1,61 @@
+"""scripts/labeling_sweeps.py: the budget sweep on a training-only split, at a tiny setting."""
+
+import csv
+import importlib.util
+import pathlib
+
+import numpy as np
+
+from jaxdistill import data
+from jaxdistill import labeling
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "labeling_sweeps.py"
+
+
+def load_script():
+  spec = importlib.util.spec_from_file_location("labeling_sweeps", SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_tuning_split_uses_training_images_only_and_is_disjoint():
+  sweeps = load_script()
+  cfg = labeling.LabelingConfig(dataset="mnist-embedded", public_size=300, eval_size=200, private_size=1000)
+  splits = sweeps.tuning_splits(cfg)
+  train, _ = data.load_dataset("mnist-embedded")
+  flat = train.images.reshape(len(train), -1)
+  index = {row.tobytes(): i for i, row in enumerate(flat)}
+  rows = {}
+  for name in ("private", "public", "evaluation"):
+    part = getattr(splits, name)
+    rows[name] = {index[r.tobytes()] for r in part.images.reshape(len(part), -1)}
+    assert len(rows[name]) == len(part)
+  assert (len(rows["private"]), len(rows["public"]), len(rows["evaluation"])) == (1000, 300, 200)
+  assert not (rows["private"] & rows["public"]) and not (rows["private"] & rows["evaluation"])
+  assert not (rows["public"] & rows["evaluation"])
+
+
+def test_budget_sweep_writes_gaps_to_the_ceiling(tmp_path):
+  sweeps = load_script()
+  argv = ["--dataset", "mnist-embedded", "--sweep", "budget", "--values", "1", "--s-grid", "10,20",
+          "--tuning-split", "--ceiling", "--student-epochs", "1", "--student-targets", "soft",
+          "--student-refine", "1", "--ceiling-draws", "2", "--public-size", "300", "--eval-size", "200",
+          "--private-size", "1000",
+          "--out", str(tmp_path)]
+  assert sweeps.main(argv) == 0
+  with open(tmp_path / "mnist-embedded_budget_tuning.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert [int(r["s"]) for r in rows] == [10, 20]
+  assert all(float(r["epsilon"]) == 1.0 for r in rows)
+  ceiling = float(rows[0]["ceiling"])
+  assert 0.0 < ceiling <= 1.0 and all(float(r["ceiling"]) == ceiling for r in rows)
+  md = (tmp_path / "mnist-embedded_budget_tuning.md").read_text()
+  assert "--tuning-split" in md and "TRAINING images only" in md
+  assert "The same student with 2 other seeds" in md
+  table = [line for line in md.splitlines() if line.startswith("| central s=")]
+  assert [line.split("|")[1].strip() for line in table] == ["central s=10", "central s=20"]
+  for line, r in zip(table, rows):
+    gap = float(line.split("|")[-2])
+    np.testing.assert_allclose(gap, 100 * (float(r["acc_pc"]) - ceiling), atol=0.006)
+  assert (tmp_path / "mnist-embedded_budget_tuning.png").stat().st_size > 0
