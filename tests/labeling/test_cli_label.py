@@ -41,26 +41,20 @@ def test_bad_input_is_one_line_exit_2(args, match, capsys, tmp_path):
   assert "Traceback" not in err
 
 
-def test_idx_labels_outside_the_classes(tmp_path, capsys):
+@pytest.mark.parametrize("train_shape, train_classes, match", [
+    # Training labels reach 11 but the test split (which D_pub comes from) only has classes 0..9.
+    ((60, 28, 28), 12, ("private labels", "[0, 10)")),
+    ((60, 32, 32), 10, ("private images",)),
+])
+def test_idx_bad_private_data(tmp_path, capsys, train_shape, train_classes, match):
   rng = np.random.default_rng(0)
-  # Training labels reach 11 but the test split (which D_pub comes from) only has classes 0..9.
-  write_idx(tmp_path / "idx", "train", rng.integers(0, 255, (60, 28, 28)), np.arange(60) % 12)
+  write_idx(tmp_path / "idx", "train", rng.integers(0, 255, train_shape), np.arange(60) % train_classes)
   write_idx(tmp_path / "idx", "t10k", rng.integers(0, 255, (40, 28, 28)), np.arange(40) % 10)
   code, _, err = run_cli(["label", "--dataset", "idx", "--data-dir", str(tmp_path / "idx"), "--public-size", "20",
                           "--eval-size", "20", "--s", "5", "--no-progress", "--out-dir", str(tmp_path / "o")],
                          capsys)
   assert code == 2 and err.count("\n") == 1
-  assert "private labels" in err and "[0, 10)" in err
-
-
-def test_idx_images_of_the_wrong_shape(tmp_path, capsys):
-  rng = np.random.default_rng(0)
-  write_idx(tmp_path / "idx", "train", rng.integers(0, 255, (60, 32, 32)), np.arange(60) % 10)
-  write_idx(tmp_path / "idx", "t10k", rng.integers(0, 255, (40, 28, 28)), np.arange(40) % 10)
-  code, _, err = run_cli(["label", "--dataset", "idx", "--data-dir", str(tmp_path / "idx"), "--public-size", "20",
-                          "--eval-size", "20", "--s", "5", "--no-progress", "--out-dir", str(tmp_path / "o")],
-                         capsys)
-  assert code == 2 and err.count("\n") == 1 and "private images" in err
+  assert all(m in err for m in match)
 
 
 def test_tiny_run_writes_report_and_plots(tmp_path, capsys):
