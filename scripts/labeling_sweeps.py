@@ -79,7 +79,10 @@ def parse(argv):
   p.add_argument("--ceiling-draws", type=int, default=0,
                  help="with --ceiling: also train the supervised student with this many other seeds (its spread)")
   p.add_argument("--out", default="results/labeling")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  if args.ceiling_draws and not args.ceiling:
+    p.error("--ceiling-draws needs --ceiling")
+  return args
 
 
 def main(argv=None) -> int:
@@ -210,7 +213,7 @@ def write_markdown(path, rows, args, command, wall, splits, spread=()):
   lines += [f"| mechanism | {column} | Acc_pl | Acc_pc | Acc_pl (no noise) | Acc_pc (no noise) |"
             + (" Acc_pc − ceiling |" if with_ceiling else ""),
             "|---|---|---|---|---|---|" + ("---|" if with_ceiling else "")]
-  order = {m: i for i, m in reversed(list(enumerate(r["mechanism"] for r in rows)))}  # first appearance
+  order = {m: i for i, m in enumerate(dict.fromkeys(r["mechanism"] for r in rows))}  # first appearance
   for (mech, v) in sorted(aggs["acc_pl"], key=lambda g: (order[g[0]], g[1])):
     cells = []
     for k in keys:
