@@ -37,7 +37,6 @@ import shlex
 import sys
 import time
 
-import jax
 import numpy as np
 
 from jaxdistill import data
@@ -76,12 +75,13 @@ def parse(argv):
   p.add_argument("--tuning-split", action="store_true",
                  help="draw D_priv / D_pub / held-out from the training images only (for tuning)")
   p.add_argument("--ceiling", action="store_true", help="also train the supervised ceiling (once per seed)")
-  p.add_argument("--ceiling-draws", type=int, default=0,
-                 help="with --ceiling: also train the supervised student with this many other seeds (its spread)")
+  p.add_argument("--ceiling-seeds", type=int, default=1,
+                 help="with --ceiling: train the supervised student with this many seeds (the first is the "
+                      "ceiling; the others show its spread)")
   p.add_argument("--out", default="results/labeling")
   args = p.parse_args(argv)
-  if args.ceiling_draws and not args.ceiling:
-    p.error("--ceiling-draws needs --ceiling")
+  if args.ceiling_seeds != 1 and not args.ceiling:
+    p.error("--ceiling-seeds needs --ceiling")
   return args
 
 
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
   out.mkdir(parents=True, exist_ok=True)
   stem = f"{args.dataset.replace(':', '_')}_{args.sweep}" + ("_tuning" if args.tuning_split else "")
   rows = []
-  spread = []  # supervised ceilings with other student seeds (--ceiling-draws)
+  spread = []  # supervised ceilings with the other student seeds (--ceiling-seeds)
   start = time.perf_counter()
   for seed in seeds:
     base = labeling.LabelingConfig(
@@ -109,17 +109,12 @@ def main(argv=None) -> int:
     rep = labeling.fit_first_representation(base, splits.public.images)
     ceiling = None
     if args.ceiling:  # the same supervised student, with the same key, that `jaxdistill label` reports
-      ceiling = labeling.run_labeling(base.replace(mechanism="none", epsilon=math.inf, baselines=True),
-                                      splits=splits, representation=rep).ceiling_acc
-      print(f"seed={seed} supervised ceiling {ceiling:.4f}", flush=True)
-      draws = []
-      for draw in range(args.ceiling_draws):  # how much the ceiling itself moves with the student's seed
-        draws.append(labeling.train_student(jax.random.fold_in(jax.random.key(seed), draw), student,
-                                             splits.public.images, splits.public.labels, splits.public.num_classes
-                                             ).accuracy(splits.evaluation.images, splits.evaluation.labels))
-      if draws:
-        print(f"seed={seed} ceiling with {len(draws)} other student seeds: {np.mean(draws):.4f} "
-              f"(range {min(draws):.4f}-{max(draws):.4f})", flush=True)
+      res = labeling.run_labeling(base.replace(mechanism="none", epsilon=math.inf, baselines=True,
+                                               ceiling_seeds=args.ceiling_seeds), splits=splits, representation=rep)
+      ceiling, draws = res.ceiling_acc, list(res.ceiling_draws[1:])
+      print(f"seed={seed} supervised ceiling {ceiling:.4f}" +
+            (f"; with {len(draws)} other student seeds {min(draws):.4f}-{max(draws):.4f}" if draws else ""),
+            flush=True)
       spread += draws
     noise_free_cache = {}
 

@@ -283,12 +283,15 @@ class LabelingResult:
     plan: the budget plan.
     private: the chain with the chosen mechanism.
     noise_free: the same chain without noise (None without baselines).
-    ceiling_acc: the supervised ceiling's accuracy (None without baselines).
+    ceiling_acc: the supervised ceiling's accuracy (None without baselines);
+      the first of ``ceiling_draws``.
     report: the JSON-ready report (also written to ``out_dir/report.json``).
     splits: the data splits used.
     representation: the first iteration's fitted representation
       (``embed(images) -> float32 [N, d]``), reusable via
       ``run_labeling(..., representation=...)``.
+    ceiling_draws: the ceiling of each of ``config.ceiling_seeds`` student
+      seeds (empty without baselines).
   """
 
   config: LabelingConfig
@@ -299,6 +302,7 @@ class LabelingResult:
   report: dict
   splits: data_lib.LabelingSplits = dataclasses.field(repr=False)
   representation: Callable[[np.ndarray], np.ndarray] | None = dataclasses.field(default=None, repr=False)
+  ceiling_draws: tuple[float, ...] = ()
 
 
 # -- the chain -----------------------------------------------------------------------
@@ -501,7 +505,7 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   with timer("private_chain"):
     chain = _run_chain(config, plan, splits, num_classes, embed0, key, ledger, progress, cache)
   noise_free = None
-  ceiling = None
+  ceiling_draws: list[float] = []
   if config.baselines:
     with timer("noise_free_chain"):
       if config.mechanism == "none":
@@ -511,16 +515,20 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
         nf_plan = plan_budget("none", math.inf, 0.0, config.iterations, k=degree)
         noise_free = _run_chain(nf_config, nf_plan, splits, num_classes, embed0, key, None, progress, cache)
     with timer("ceiling"):
-      with _bar(config.student.epochs, "student supervised ceiling", progress) as bar:
-        ceiling_student = train_student(jax.random.fold_in(jax.random.fold_in(key, _STUDENT), 1), config.student,
-                                        pub.images, pub.labels, num_classes,
-                                        progress=bar.update if bar is not None else None)
-      ceiling = ceiling_student.accuracy(splits.evaluation.images, splits.evaluation.labels)
+      ceiling_key = jax.random.fold_in(jax.random.fold_in(key, _STUDENT), 1)
+      with _bar(config.student.epochs * config.ceiling_seeds, "student supervised ceiling", progress) as bar:
+        for i in range(config.ceiling_seeds):  # draw 0 keeps the same key for any ceiling_seeds
+          ceiling_student = train_student(ceiling_key if i == 0 else jax.random.fold_in(ceiling_key, i),
+                                          config.student, pub.images, pub.labels, num_classes,
+                                          progress=bar.update if bar is not None else None)
+          ceiling_draws.append(ceiling_student.accuracy(splits.evaluation.images, splits.evaluation.labels))
   timer.times["total"] = time.perf_counter() - start
   privacy = privacy_report(config, plan, [it.privacy for it in chain.iterations], n)
-  report = _report(config, plan, splits, num_classes, chain, noise_free, ceiling, privacy, timer.times, ledger)
+  report = _report(config, plan, splits, num_classes, chain, noise_free, ceiling_draws, privacy, timer.times,
+                   ledger)
   report["settings"]["representation_source"] = "caller" if representation is not None else "fitted on D_pub"
-  result = LabelingResult(config, plan, chain, noise_free, ceiling, report, splits, embed0)
+  result = LabelingResult(config, plan, chain, noise_free, ceiling_draws[0] if ceiling_draws else None, report, splits,
+                          embed0, tuple(ceiling_draws))
   if ledger is not None:
     ledger.finish(acc_pl=chain.final.acc_pl, acc_pc=chain.final.acc_pc)
   if write_files and config.out_dir is not None:
@@ -558,9 +566,11 @@ def _jsonable(x: Any) -> Any:
 
 
 def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingSplits, num_classes: int,
-            chain: ChainResult, noise_free: ChainResult | None, ceiling: float | None, privacy: dict,
+            chain: ChainResult, noise_free: ChainResult | None, ceiling_draws: list[float], privacy: dict,
             timings: dict, ledger: ReleaseLedger | None) -> dict:
   final = chain.final
+  ceiling = ceiling_draws[0] if ceiling_draws else None
+  ceiling_mean = float(np.mean(ceiling_draws)) if ceiling_draws else None
   results = {
       "acc_pl": final.acc_pl, "acc_pc": final.acc_pc,
       "noise_free_acc_pl": noise_free.final.acc_pl if noise_free else None,
@@ -568,6 +578,9 @@ def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingS
       "supervised_ceiling_acc_pc": ceiling,
       "gap_to_noise_free_pc": (noise_free.final.acc_pc - final.acc_pc) if noise_free else None,
       "gap_to_ceiling_pc": (ceiling - final.acc_pc) if ceiling is not None else None,
+      "supervised_ceiling_draws": list(ceiling_draws) if ceiling_draws else None,
+      "supervised_ceiling_mean": ceiling_mean,
+      "gap_to_ceiling_mean_pc": (ceiling_mean - final.acc_pc) if ceiling_mean is not None else None,
   }
   return _jsonable({
       "task": "reverse k-NN private labeling (Algorithm 1, arXiv:2207.13253)",

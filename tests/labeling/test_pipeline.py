@@ -78,6 +78,23 @@ def test_report_lists_every_setting_and_statement(splits, tmp_path):
   assert res.ceiling_acc is not None
 
 
+def test_ceiling_seeds_keep_the_first_ceiling_and_report_every_draw(splits, tmp_path):
+  one = labeling.run_labeling(tiny(mechanism="none", epsilon=math.inf, baselines=True), splits=splits)
+  cfg = tiny(mechanism="central", epsilon=2.0, baselines=True, ceiling_seeds=3, out_dir=str(tmp_path))
+  three = labeling.run_labeling(cfg, splits=splits)
+  assert len(three.ceiling_draws) == 3 and one.ceiling_draws == (one.ceiling_acc,)
+  assert three.ceiling_acc == three.ceiling_draws[0] == one.ceiling_acc  # same key for the first draw
+  assert len(set(three.ceiling_draws)) > 1  # other seeds give other students
+  res = json.loads((tmp_path / "report.json").read_text())["results"]
+  assert res["supervised_ceiling_draws"] == list(three.ceiling_draws)
+  assert res["supervised_ceiling_mean"] == pytest.approx(np.mean(three.ceiling_draws))
+  assert res["gap_to_ceiling_mean_pc"] == pytest.approx(np.mean(three.ceiling_draws) - res["acc_pc"])
+  # Not a release setting: a re-run with one ceiling seed reuses the release.
+  again = labeling.run_labeling(cfg.replace(ceiling_seeds=1), splits=splits)
+  assert again.private.iterations[0].reused
+  np.testing.assert_array_equal(again.private.final.votes, three.private.final.votes)
+
+
 class Interrupt(Exception):
   pass
 
@@ -175,7 +192,7 @@ def test_images_of_the_wrong_shape(splits):
 @pytest.mark.parametrize("field,value,match", [
     ("mechanism", "laplace", "mechanism"), ("epsilon", 0.0, "epsilon"), ("epsilon", math.inf, "epsilon"),
     ("delta", 1.0, "delta"), ("iterations", 0, "iterations"), ("representation", "sift", "representation"),
-    ("dataset", "cifar100", "dataset"),
+    ("dataset", "cifar100", "dataset"), ("ceiling_seeds", 0, "ceiling_seeds"),
 ])
 def test_bad_settings(field, value, match):
   with pytest.raises(ValueError) as err:

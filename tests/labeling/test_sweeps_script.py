@@ -40,7 +40,7 @@ def test_budget_sweep_writes_gaps_to_the_ceiling(tmp_path):
   sweeps = load_script()
   argv = ["--dataset", "mnist-embedded", "--sweep", "budget", "--values", "1", "--s-grid", "10,20",
           "--tuning-split", "--ceiling", "--student-epochs", "1", "--student-targets", "soft",
-          "--student-refine", "1", "--ceiling-draws", "2", "--public-size", "300", "--eval-size", "200",
+          "--student-refine", "1", "--ceiling-seeds", "3", "--public-size", "300", "--eval-size", "200",
           "--private-size", "1000",
           "--out", str(tmp_path)]
   assert sweeps.main(argv) == 0
