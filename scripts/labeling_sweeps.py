@@ -108,20 +108,12 @@ def main(argv=None) -> int:
     splits = (tuning_splits(base) if args.tuning_split else labeling.load_splits(base.replace(num_queries=1)))
     rep = labeling.fit_first_representation(base, splits.public.images)
     ceiling = None
-    if args.ceiling:  # the same supervised student, with the same key, that `jaxdistill label` reports
-      res = labeling.run_labeling(base.replace(mechanism="none", epsilon=math.inf, baselines=True,
-                                               ceiling_seeds=args.ceiling_seeds), splits=splits, representation=rep)
-      ceiling, draws = res.ceiling_acc, list(res.ceiling_draws[1:])
-      print(f"seed={seed} supervised ceiling {ceiling:.4f}" +
-            (f"; with {len(draws)} other student seeds {min(draws):.4f}-{max(draws):.4f}" if draws else ""),
-            flush=True)
-      spread += draws
     noise_free_cache = {}
 
     def run(cfg):
       t0 = time.perf_counter()
       res = labeling.run_labeling(cfg, splits=splits, representation=rep)
-      return res.private.final.acc_pl, res.private.final.acc_pc, time.perf_counter() - t0
+      return res, time.perf_counter() - t0
 
     for v in values:
       if args.sweep == "s":
@@ -139,10 +131,21 @@ def main(argv=None) -> int:
       for mech, cfg in cfgs:
         nf_key = (cfg.num_queries, cfg.k)
         if nf_key not in noise_free_cache:
-          nf = run(cfg.replace(mechanism="none", epsilon=math.inf))
-          noise_free_cache[nf_key] = nf
-        acc_pl, acc_pc, secs = run(cfg)
-        nf_pl, nf_pc, _ = noise_free_cache[nf_key]
+          # The first noise-free run also trains the supervised ceiling (same student and key as
+          # `jaxdistill label`; it does not depend on s, k or epsilon).
+          with_ceiling = args.ceiling and ceiling is None
+          nf, _ = run(cfg.replace(mechanism="none", epsilon=math.inf, baselines=with_ceiling,
+                                  ceiling_seeds=args.ceiling_seeds))
+          noise_free_cache[nf_key] = (nf.private.final.acc_pl, nf.private.final.acc_pc)
+          if with_ceiling:
+            ceiling, draws = nf.ceiling_acc, list(nf.ceiling_draws[1:])
+            print(f"seed={seed} supervised ceiling {ceiling:.4f}" +
+                  (f"; with {len(draws)} other student seeds {min(draws):.4f}-{max(draws):.4f}" if draws else ""),
+                  flush=True)
+            spread += draws
+        res, secs = run(cfg)
+        acc_pl, acc_pc = res.private.final.acc_pl, res.private.final.acc_pc
+        nf_pl, nf_pc = noise_free_cache[nf_key]
         rows.append({"seed": seed, "value": v, "mechanism": mech, "epsilon": cfg.epsilon, "s": cfg.num_queries,
                      "k": cfg.k, "T": cfg.iterations, "acc_pl": acc_pl, "acc_pc": acc_pc,
                      "noise_free_acc_pl": nf_pl, "noise_free_acc_pc": nf_pc, "ceiling": ceiling,
