@@ -3,7 +3,8 @@
 Times, in one run on the same machine and data, the reverse k-NN connection
 (each of n private records to its k nearest of s queries, exact L2):
 
-* jaxdistill.connection.reverse_knn (jitted blockwise matmul + lax.top_k, also for k = 1),
+* jaxdistill.connection.reverse_knn (jitted blockwise matmul, then a two-level selection:
+  the k best tiles of 64 queries by their minima, then top-k / argmin inside them),
 * faiss IndexFlatL2 (exact), add + search,
 * scikit-learn NearestNeighbors(algorithm="brute"), fit + kneighbors,
 * NumPy float32 matmul x @ q.T of the same size (the roofline: the FLOPs of
@@ -53,7 +54,7 @@ def main():
   p.add_argument("--s", type=int, default=5_000, help="queries")
   p.add_argument("--d", type=int, nargs="+", default=[784, 64])
   p.add_argument("--k", type=int, nargs="+", default=[1, 10])
-  p.add_argument("--block-size", type=int, nargs="+", default=[1024],
+  p.add_argument("--block-size", type=int, nargs="+", default=[256],
                  help="jaxdistill block sizes to time (the first is the default)")
   p.add_argument("--repeats", type=int, default=3)
   p.add_argument("--skip-sklearn", action="store_true")

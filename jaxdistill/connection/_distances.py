@@ -11,9 +11,10 @@ so each block is one matrix product. Rows are streamed in blocks under
 ``O(block_size * s)`` whatever the number of rows: 60k records x 5k queries x
 d never materialise.
 
-Ties: ``lax.top_k`` returns the lower index first among equal values, so
-every kernel here breaks exact ties by the lower column index (or, for the
-running top-k over record blocks, by the lower row index).
+Ties: ``lax.top_k`` and ``argmin`` return the lower index first among equal
+values, and the two-level selection of ``nearest_columns`` (``_smallest``)
+keeps that order, so every kernel here breaks exact ties by the lower column
+index (or, for the running top-k over record blocks, by the lower row index).
 The results are bitwise independent of ``block_size`` whenever the products
 are exact in float32 (e.g. small-integer features); otherwise a block size
 may change float32 rounding, and with it the order of candidates whose
@@ -55,6 +56,54 @@ def squared_distances(x: jax.Array, q: jax.Array, x2: jax.Array | None = None) -
   return _canonical(x2[:, None] + q2[None, :] - 2.0 * jnp.matmul(x, q.T, precision=_HIGHEST))
 
 
+# Columns per tile in `_smallest`. 64 was fastest on 2 CPU cores for s = 5,000 (d = 64 and 784, k = 1 and 10);
+# see benchmarks/README.md, "Reverse k-NN connection".
+_TILE = 64
+
+
+def _smallest(values: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+  """The ``k`` smallest entries of each row of ``values [b, s]``, ordered by (value, column).
+
+  Returns ``(-value float32 [b, k], column int32 [b, k])``, as
+  ``lax.top_k(-values, k)`` does (equal values: lower column first). When ``s >= 4 k _TILE`` it selects in
+  two levels: the columns are cut into tiles of ``_TILE`` (the last one may
+  be shorter); the ``k`` tiles with the smallest minima (ties: lower tile)
+  are kept, in column order, and ``top_k`` runs over their ``k * _TILE``
+  entries only. Every row's k smallest entries lie in those tiles: if an
+  entry e of tile T were among them but T were not kept, each of the k kept
+  tiles would hold an entry before e in (value, column) order (its minimum
+  is below e's value, or equal with a lower tile, hence a lower column), so e
+  would not be among the k smallest. For ``k = 1`` both levels are
+  ``argmin`` (first occurrence). On XLA:CPU a flat ``top_k`` over 5,000
+  columns costs about three times the distance matmul at d = 64; the two
+  levels cost a fraction of it. ``values`` is read in place (no padded
+  copy), so the distances, and the matmul that makes them, are the same as
+  for the flat ``top_k``.
+  """
+  b, s = values.shape
+  if s < 4 * k * _TILE:
+    neg, idx = lax.top_k(-values, k)
+    return neg, idx.astype(jnp.int32)
+  full = s // _TILE
+  minima = jnp.min(values[:, :full * _TILE].reshape(b, full, _TILE), axis=2)        # [b, full]
+  if s % _TILE:
+    minima = jnp.concatenate([minima, jnp.min(values[:, full * _TILE:], axis=1, keepdims=True)], axis=1)
+  offsets = jnp.arange(_TILE, dtype=jnp.int32)
+  if k == 1:
+    tile = jnp.argmin(minima, axis=1).astype(jnp.int32)           # first (lowest) tile among equal minima
+    cols = tile[:, None] * _TILE + offsets                          # [b, _TILE]
+  else:
+    _, kept = lax.top_k(-minima, k)
+    kept = jnp.sort(kept.astype(jnp.int32), axis=1)                # column order, so ties go to the lower column
+    cols = (kept[:, :, None] * _TILE + offsets).reshape(b, k * _TILE)
+  cand = jnp.where(cols < s, jnp.take_along_axis(values, jnp.minimum(cols, s - 1), axis=1), jnp.inf)
+  if k == 1:
+    pos = jnp.argmin(cand, axis=1)                                  # first column among equal values
+    return -jnp.take_along_axis(minima, tile[:, None], axis=1), jnp.take_along_axis(cols, pos[:, None], axis=1)
+  neg, pos = lax.top_k(-cand, k)
+  return neg, jnp.take_along_axis(cols, pos, axis=1)
+
+
 @functools.partial(jax.jit, static_argnames=("k", "block_size"))
 def nearest_columns(x: jax.Array, q: jax.Array, k: int, block_size: int) -> tuple[jax.Array, jax.Array]:
   """For every row of ``x``, its ``k`` nearest rows of ``q`` (nearest first).
@@ -76,12 +125,10 @@ def nearest_columns(x: jax.Array, q: jax.Array, k: int, block_size: int) -> tupl
 
   def one_block(xb):
     # The ranking needs ||q||^2 - 2 x.q only; ||x||^2 is added for the reported distance.
-    # lax.top_k also for k = 1: on XLA:CPU it is several times faster than argmin
-    # (a variadic reduction), with the same lower-index-first tie rule.
     partial = q2[None, :] + jnp.matmul(xb, q_m2.T, precision=_HIGHEST)
-    neg, idx = lax.top_k(-partial, k)
+    neg, idx = _smallest(partial, k)
     dist = _canonical(jnp.sum(xb * xb, axis=1)[:, None] - neg)
-    return idx.astype(jnp.int32), dist
+    return idx, dist
 
   idx, dist = lax.map(one_block, blocks)
   return idx.reshape(-1, k)[:n], dist.reshape(-1, k)[:n]

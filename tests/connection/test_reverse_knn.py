@@ -42,6 +42,29 @@ def test_reverse_knn_matches_dense_reference_with_ties(k, block_size):
   np.testing.assert_array_equal(got, reference_reverse_knn(x, q, k))
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("s", [256, 300, 1000])
+def test_two_level_selection_matches_reference_with_ties(k, s):
+  # s >= 4 * k * 64 switches the kernel to the two-level (tiled) selection, when 256 <= s (k = 1),
+  # 512 (k = 2), 768 (k = 3): these shapes cover both paths, s not a multiple of the tile, and
+  # massive ties (few distinct query points in d = 2), which the tiles must break by the lower index.
+  rng = np.random.default_rng(10 * k + s)
+  for span in (2, 8):   # 25 or 289 distinct points: ties at the nearest, or further down the top k
+    x = int_features(rng, 120, 2, lo=-span, hi=span)
+    q = int_features(rng, s, 2, lo=-span, hi=span)
+    for block_size in (16, 120):
+      got = np.asarray(connection.reverse_knn(x, q, k, block_size=block_size))
+      np.testing.assert_array_equal(got, reference_reverse_knn(x, q, k))
+  # Distinct real-valued distances: the same answer as the dense reference up to float32 near-ties.
+  xr = rng.random((200, 8), dtype=np.float32)
+  qr = rng.random((s, 8), dtype=np.float32)
+  got = np.asarray(connection.reverse_knn(xr, qr, k, block_size=64))
+  d = dense_sq(xr, qr)
+  ref = reference_reverse_knn(xr, qr, k)
+  np.testing.assert_allclose(np.take_along_axis(d, got, 1), np.take_along_axis(d, ref, 1), rtol=1e-5)
+  assert np.mean(got == ref) > 0.99
+
+
 def test_every_record_has_out_degree_exactly_k_distinct_queries():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(257, 8)).astype(np.float32)

@@ -4,7 +4,10 @@ Small-integer features make every float32 product exact, so the blockwise
 kernels must agree bitwise with a float64 stable-argsort reference, and with
 themselves at any block size, even with many exact ties (the coordinates are
 drawn from a handful of values, and queries are duplicated on purpose).
-Shapes come from a small fixed set: each new shape recompiles.
+Shapes come from a small fixed set: each new shape recompiles. The shape
+with s = 700 queries exercises the two-level (tiled) selection, which only
+runs when s >= 4 * k * 64; with d = 2 and 5 or 17 coordinate values most of
+its 700 queries tie with others.
 """
 
 import numpy as np
@@ -13,7 +16,7 @@ from hypothesis import strategies as st
 
 from jaxdistill import connection
 
-SHAPES = [(1, 1, 1), (9, 4, 2), (33, 6, 3)]   # (n, s, d)
+SHAPES = [(1, 1, 1), (9, 4, 2), (33, 6, 3), (17, 700, 2)]   # (n, s, d)
 BLOCKS = [1, 4, 64]
 
 
@@ -25,12 +28,13 @@ def reference(x, q):
 @st.composite
 def problems(draw):
   n, s, d = draw(st.sampled_from(SHAPES))
-  k = draw(st.integers(1, s))
+  k = draw(st.sampled_from([1, 2, s // 2, s]) if s > 100 else st.integers(1, s))
   block = draw(st.sampled_from(BLOCKS))
   seed = draw(st.integers(0, 2**31 - 1))
   rng = np.random.default_rng(seed)
-  x = rng.integers(-2, 3, (n, d)).astype(np.float32)
-  q = rng.integers(-2, 3, (s, d)).astype(np.float32)
+  span = draw(st.sampled_from([2, 8])) if s > 100 else 2   # wider: ties further down the top k
+  x = rng.integers(-span, span + 1, (n, d)).astype(np.float32)
+  q = rng.integers(-span, span + 1, (s, d)).astype(np.float32)
   if draw(st.booleans()) and s > 1:
     q[s // 2:] = q[:s - s // 2]  # duplicated queries: exact ties
   return x, q, k, block
