@@ -65,8 +65,8 @@ def _smallest(values: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   """The ``k`` smallest entries of each row of ``values [b, s]``, ordered by (value, column).
 
   Returns ``(-value float32 [b, k], column int32 [b, k])``, as
-  ``lax.top_k(-values, k)`` does (equal values: lower column first). When ``s >= 4 k _TILE`` it selects in
-  two levels: the columns are cut into tiles of ``_TILE`` (the last one may
+  ``lax.top_k(-values, k)`` does (equal values: lower column first). When
+  ``s >= 4 k _TILE`` it selects in two levels: the columns are cut into tiles of ``_TILE`` (the last one may
   be shorter); the ``k`` tiles with the smallest minima (ties: lower tile)
   are kept, in column order, and ``top_k`` runs over their ``k * _TILE``
   entries only. Every row's k smallest entries lie in those tiles: if an
