@@ -106,13 +106,16 @@ def main(argv=None) -> int:
         private_size=args.private_size, public_size=args.public_size, eval_size=args.eval_size,
         student=student, baselines=False)
     splits = (tuning_splits(base) if args.tuning_split else labeling.load_splits(base.replace(num_queries=1)))
-    rep = labeling.fit_first_representation(base, splits.public.images)
+    reps = {}  # the first representation, fitted once (scan: once per s, its number of clusters)
     ceiling = None
     noise_free_cache = {}
 
     def run(cfg):
+      rep_key = cfg.num_queries if cfg.representation == "scan" else None
+      if rep_key not in reps:
+        reps[rep_key] = labeling.fit_first_representation(cfg, splits.public.images)
       t0 = time.perf_counter()
-      res = labeling.run_labeling(cfg, splits=splits, representation=rep)
+      res = labeling.run_labeling(cfg, splits=splits, representation=reps[rep_key])
       return res, time.perf_counter() - t0
 
     for v in values:

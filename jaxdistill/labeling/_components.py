@@ -3,8 +3,8 @@
 The pipeline needs three operations, delegated to
 :mod:`jaxdistill.representations` and :mod:`jaxdistill.connection`:
 
-* ``fit_representation(key, name, public_images, dim) -> embed`` (fitted on
-  D_pub only; ``embed(images) -> float32 [N, d]``);
+* ``fit_representation(key, name, public_images, dim, num_queries=s) -> embed``
+  (fitted on D_pub only; ``embed(images) -> float32 [N, d]``);
 * ``select_queries(key, public_emb, s) -> (queries [s], assignment [m])``:
   k-means++ on D_pub, queries = the public samples nearest the centres;
 * ``connect(rule, private_emb, query_emb, k) -> Connection`` (buckets and the
@@ -30,11 +30,24 @@ RULES = connection.RULES
 
 
 def fit_representation(key: jax.Array, name: str, public_images: np.ndarray, dim: int,
-                       progress: Callable[[int, float], None] | None = None) -> Embed:
+                       progress: Callable[[int, float], None] | None = None, num_queries: int | None = None) -> Embed:
+  """``dim``: components of ``pca`` / ``hog-pca``; ``num_queries``: clusters of ``scan`` (s)."""
   opts = {"num_components": dim} if name in ("pca", "hog-pca") else {}
-  if progress is not None and name == "contrastive":
+  if name == "scan" and num_queries is not None:
+    opts["num_clusters"] = num_queries
+  if progress is not None and name in ("contrastive", "scan"):
     opts["progress"] = progress
   return representations.fit_representation(key, name, public_images, **opts)
+
+
+def fit_steps(name: str) -> int:
+  """Optimisation steps of a learned representation's default fit (for progress bars); 0 if not learned."""
+  if name == "contrastive":
+    return representations.ContrastiveConfig().steps
+  if name == "scan":
+    cfg = representations.ScanConfig()
+    return cfg.contrastive.steps + cfg.steps
+  return 0
 
 
 def select_queries(key: jax.Array, public_emb: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ __all__ = ["MECHANISMS", "REPRESENTATIONS", "CONNECTIONS", "StudentConfig", "Lab
 #: Vote mechanisms: BSVS under central, local or shuffle DP, or no noise.
 MECHANISMS = ("central", "local-rr", "local-collision", "shuffle-multi", "shuffle-single", "none")
 #: Representations fitted on D_pub alone for the first query selection
-#: (:func:`jaxdistill.representations.fit_representation`; ``contrastive`` is learned).
+#: (:func:`jaxdistill.representations.fit_representation`; ``contrastive`` and ``scan`` are learned).
 REPRESENTATIONS = _components.REPRESENTATIONS
 #: Connection rules (:func:`jaxdistill.connection.connect`); only ``reverse-knn`` is the paper's.
 CONNECTIONS = _components.RULES
@@ -118,6 +118,9 @@ class LabelingConfig:
     iterations: T >= 1; t >= 2 re-selects queries with the student's
       penultimate-layer embeddings.
     representation: one of :data:`REPRESENTATIONS` (fitted on D_pub only).
+      ``scan`` clusters D_pub end to end into s = ``num_queries`` clusters
+      (:func:`jaxdistill.representations.fit_scan`); it pays off at small s
+      (s = |Y| for the local mechanisms) and needs s >= 2.
     seed: the run's seed (splits, k-means, student; and the noise unless
       ``noise_seed`` is given).
     noise_seed: a SECRET seed for the vote noise, or ``None`` to derive the
@@ -192,7 +195,9 @@ class LabelingConfig:
       raise ValueError(f"Expected mechanism=central or none with connection=knn-labeling (a record's edges "
                        f"depend on the other records, so clients cannot randomize them); got {mech}.")
     object.__setattr__(self, "iterations", _validate.integer("iterations", self.iterations, minimum=1))
-    _validate.choice("representation", self.representation, REPRESENTATIONS)
+    if _validate.choice("representation", self.representation, REPRESENTATIONS) == "scan" and s < 2:
+      raise ValueError(f"Expected num_queries (s)={s} >= 2 with representation=scan (it clusters D_pub into s "
+                       "clusters).")
     object.__setattr__(self, "seed", _validate.integer("seed", self.seed, minimum=0))
     if self.noise_seed is not None:
       object.__setattr__(self, "noise_seed", _validate.integer("noise_seed", self.noise_seed, minimum=0))

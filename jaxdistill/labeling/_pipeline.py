@@ -437,14 +437,16 @@ def fit_first_representation(config: LabelingConfig, public_images: np.ndarray, 
   """
   key = jax.random.fold_in(jax.random.key(config.seed), _REP)
   images = np.asarray(public_images, np.float32)
-  if config.representation != "contrastive" or not progress:
-    return components.fit_representation(key, config.representation, images, config.pca_dim)
-  from jaxdistill.representations import ContrastiveConfig  # pylint: disable=import-outside-toplevel
-  with _bar(ContrastiveConfig().steps, "contrastive representation on D_pub", True) as bar:
-    def update(steps: int, loss: float) -> None:
-      bar.update(steps - bar.n)
+  steps = components.fit_steps(config.representation)
+  if not steps or not progress:
+    return components.fit_representation(key, config.representation, images, config.pca_dim,
+                                         num_queries=config.num_queries)
+  with _bar(steps, f"{config.representation} representation on D_pub", True) as bar:
+    def update(steps_done: int, loss: float) -> None:
+      bar.update(steps_done - bar.n)
       bar.set_postfix(loss=f"{loss:.3f}")
-    return components.fit_representation(key, config.representation, images, config.pca_dim, progress=update)
+    return components.fit_representation(key, config.representation, images, config.pca_dim, progress=update,
+                                         num_queries=config.num_queries)
 
 
 def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | None = None,

@@ -6,6 +6,8 @@ Fitted on D_pub alone (the fit functions take public images only):
   (jitted eigh; over pixels or any base representation);
 * :func:`fit_contrastive`: a small CNN trained with flax nnx + optax, SimCLR
   NT-Xent with HOG-neighbour positives;
+* :func:`fit_scan`: SCAN-style end-to-end clustering on top of the
+  contrastive backbone; its features are cluster probabilities;
 * :func:`embed_with`: any model, e.g. a trained student's penultimate layer,
   for Algorithm 1's iterations t >= 2;
 * :func:`fit_representation`: the same by name (:data:`REPRESENTATIONS`).
@@ -30,9 +32,13 @@ from jaxdistill.representations._embed import REPRESENTATIONS
 from jaxdistill.representations._embed import ModelEmbedding
 from jaxdistill.representations._embed import embed_with
 from jaxdistill.representations._embed import fit_representation
+from jaxdistill.representations._scan import ScanClusterer
+from jaxdistill.representations._scan import ScanConfig
+from jaxdistill.representations._scan import fit_scan
 
 __all__ = [
     "Representation", "as_images", "public_images", "Hog", "Pca", "RawPixels", "fit_pca", "hog",
     "raw_pixels", "ContrastiveConfig", "ContrastiveEncoder", "augment", "fit_contrastive",
-    "REPRESENTATIONS", "ModelEmbedding", "embed_with", "fit_representation",
+    "REPRESENTATIONS", "ModelEmbedding", "embed_with", "fit_representation", "ScanClusterer", "ScanConfig",
+    "fit_scan",
 ]

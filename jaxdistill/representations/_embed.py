@@ -12,10 +12,11 @@ from jaxdistill import _validate
 from jaxdistill.representations._base import Representation, public_images, register, unit_rows
 from jaxdistill.representations._classic import Hog, RawPixels, fit_pca
 from jaxdistill.representations._contrastive import ContrastiveConfig, fit_contrastive
+from jaxdistill.representations._scan import ScanConfig, fit_scan
 
 __all__ = ["ModelEmbedding", "embed_with", "REPRESENTATIONS", "fit_representation"]
 
-REPRESENTATIONS = ("raw", "pca", "hog", "hog-pca", "contrastive")
+REPRESENTATIONS = ("raw", "pca", "hog", "hog-pca", "contrastive", "scan")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +108,9 @@ def fit_representation(key: jax.Array, name: str, public: Any, **options) -> Rep
   * ``hog-pca``: PCA (``num_components``, default 64) of HOG.
   * ``contrastive``: :func:`fit_contrastive`; options are
     :class:`ContrastiveConfig` fields, plus ``progress``.
+  * ``scan``: :func:`fit_scan` (features: probabilities over
+    ``num_clusters`` clusters); options are :class:`ScanConfig` fields,
+    plus ``progress``.
 
   Formal guarantees:
     Only D_pub is used: ``public`` is a D_pub array / ImageData, or a
@@ -146,9 +150,9 @@ def fit_representation(key: jax.Array, name: str, public: Any, **options) -> Rep
     opts = take("num_components", "cell_size", "block_size", "num_bins")
     p = opts.pop("num_components", 64)
     return fit_pca(x, p, base=Hog(**opts))
-  fields = [f.name for f in dataclasses.fields(ContrastiveConfig)]
-  opts = take(*fields, "progress")
+  config_class, fit = (ContrastiveConfig, fit_contrastive) if name == "contrastive" else (ScanConfig, fit_scan)
+  opts = take(*[f.name for f in dataclasses.fields(config_class)], "progress")
   progress = opts.pop("progress", None)
-  return fit_contrastive(key, x, ContrastiveConfig(**opts), progress=progress)
+  return fit(key, x, config_class(**opts), progress=progress)
 
 

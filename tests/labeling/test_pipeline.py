@@ -8,6 +8,7 @@ it was set with.
 import json
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -147,6 +148,33 @@ def one_line(err):
   return str(err.value)
 
 
+def test_scan_representation_cells_are_its_argmax_clusters(splits, monkeypatch):
+  """representation=scan: the pipeline clusters D_pub into s SCAN clusters and uses them as cells."""
+  from jaxdistill import representations  # pylint: disable=import-outside-toplevel
+  from jaxdistill.labeling import _components  # pylint: disable=import-outside-toplevel
+  # The pipeline asks for s = num_queries clusters (captured, not fitted: the default fit takes minutes).
+  seen = {}
+  monkeypatch.setattr(representations, "fit_representation", lambda key, name, x, **o: seen.update(o, name=name))
+  _components.fit_representation(None, "scan", splits.public.images, 50, num_queries=20)
+  assert seen == {"name": "scan", "num_clusters": 20}
+  monkeypatch.undo()
+  # A small clusterer fitted on D_pub, passed in: k-means++ on its probabilities recovers its argmax clusters.
+  con = representations.ContrastiveConfig(width=8, feature_dim=64, projection_dim=32, steps=200, batch_size=64)
+  scan = representations.fit_scan(jax.random.key(0), splits.public.images,
+                                  representations.ScanConfig(num_clusters=10, steps=300, batch_size=128,
+                                                             num_neighbours=10, contrastive=con))
+  # Recovery needs a confident head; measured here: mean largest probability 0.77 (0.46 after 100 + 100
+  # steps, where only 77% of the samples fall in their argmax cluster's cell).
+  assert scan(splits.public.images).max(axis=1).mean() >= 0.7
+  res = labeling.run_labeling(tiny(mechanism="none", epsilon=math.inf, num_queries=10, representation="scan"),
+                              splits=splits, representation=scan)
+  cells, argmax = res.private.final.assignment, scan.clusters(splits.public.images)
+  # Same partition up to relabelling: every cell is (almost) one argmax cluster. Measured: 0.99.
+  purity = sum(np.bincount(argmax[cells == c]).max() for c in np.unique(cells)) / len(cells)
+  assert purity >= 0.95 and len(np.unique(cells)) == 10
+  assert res.private.final.votes.sum() == 1500
+
+
 def test_s_larger_than_public_set():
   with pytest.raises(ValueError) as err:
     labeling.LabelingConfig(public_size=100, num_queries=200)
@@ -193,10 +221,11 @@ def test_images_of_the_wrong_shape(splits):
     ("mechanism", "laplace", "mechanism"), ("epsilon", 0.0, "epsilon"), ("epsilon", math.inf, "epsilon"),
     ("delta", 1.0, "delta"), ("iterations", 0, "iterations"), ("representation", "sift", "representation"),
     ("dataset", "cifar100", "dataset"), ("ceiling_seeds", 0, "ceiling_seeds"),
+    ("representation", "scan", "num_queries"),   # with num_queries=1 below
 ])
 def test_bad_settings(field, value, match):
   with pytest.raises(ValueError) as err:
-    labeling.LabelingConfig(**{field: value})
+    labeling.LabelingConfig(**{field: value, **({"num_queries": 1, "k": 1} if value == "scan" else {})})
   assert match in one_line(err)
 
 
