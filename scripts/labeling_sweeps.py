@@ -19,8 +19,9 @@ labels) to every table.
 Every point is one run of Algorithm 1 (T iterations, the student trained on
 the pseudo-labels) plus, where it differs, the same run without noise. The
 first representation is fitted once per sweep on D_pub (it does not depend
-on the swept value). Results go to ``<out>/<dataset>_<sweep>[_tuning].{csv,md,png}``;
-the markdown file starts with the exact command that produced it.
+on the swept value; ``scan`` is fitted once per s, its number of clusters).
+Results go to ``<out>/<dataset>_<sweep>[_tuning][_<tag>].{csv,md,png}``; the
+markdown file starts with the exact command that produced it.
 
 Example (the embedded digits, a few minutes on 2 CPU cores)::
 
@@ -79,6 +80,7 @@ def parse(argv):
                  help="with --ceiling: train the supervised student with this many seeds (the first is the "
                       "ceiling; the others show its spread)")
   p.add_argument("--out", default="results/labeling")
+  p.add_argument("--tag", default="", help="appended to the output file names (e.g. the representation)")
   args = p.parse_args(argv)
   if args.ceiling_seeds != 1 and not args.ceiling:
     p.error("--ceiling-seeds needs --ceiling")
@@ -95,7 +97,8 @@ def main(argv=None) -> int:
                                    refine_rounds=args.student_refine)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  stem = f"{args.dataset.replace(':', '_')}_{args.sweep}" + ("_tuning" if args.tuning_split else "")
+  stem = (f"{args.dataset.replace(':', '_')}_{args.sweep}" + ("_tuning" if args.tuning_split else "")
+          + (f"_{args.tag}" if args.tag else ""))
   rows = []
   spread = []  # supervised ceilings with the other student seeds (--ceiling-seeds)
   start = time.perf_counter()
@@ -105,7 +108,9 @@ def main(argv=None) -> int:
         num_queries=args.s, k=args.k, iterations=args.T, representation=args.representation, seed=seed,
         private_size=args.private_size, public_size=args.public_size, eval_size=args.eval_size,
         student=student, baselines=False)
-    splits = (tuning_splits(base) if args.tuning_split else labeling.load_splits(base.replace(num_queries=1)))
+    # Any s and representation load the same split; s = 1 passes the s <= |D_pub| check at any size.
+    splits = (tuning_splits(base) if args.tuning_split
+              else labeling.load_splits(base.replace(num_queries=1, representation="raw")))
     reps = {}  # the first representation, fitted once (scan: once per s, its number of clusters)
     ceiling = None
     noise_free_cache = {}

@@ -41,16 +41,18 @@ def test_budget_sweep_writes_gaps_to_the_ceiling(tmp_path):
   argv = ["--dataset", "mnist-embedded", "--sweep", "budget", "--values", "1", "--s-grid", "10,20",
           "--tuning-split", "--ceiling", "--student-epochs", "1", "--student-targets", "soft",
           "--student-refine", "1", "--ceiling-seeds", "3", "--public-size", "300", "--eval-size", "200",
-          "--private-size", "1000",
+          "--private-size", "1000", "--tag", "t1",
           "--out", str(tmp_path)]
   assert sweeps.main(argv) == 0
-  with open(tmp_path / "mnist-embedded_budget_tuning.csv") as f:
+  stem = "mnist-embedded_budget_tuning_t1"   # --tag t1 is appended to the file names
+  assert sorted(p.name for p in tmp_path.iterdir()) == [f"{stem}.{e}" for e in ("csv", "md", "png")]
+  with open(tmp_path / f"{stem}.csv") as f:
     rows = list(csv.DictReader(f))
   assert [int(r["s"]) for r in rows] == [10, 20]
   assert all(float(r["epsilon"]) == 1.0 for r in rows)
   ceiling = float(rows[0]["ceiling"])
   assert 0.0 < ceiling <= 1.0 and all(float(r["ceiling"]) == ceiling for r in rows)
-  md = (tmp_path / "mnist-embedded_budget_tuning.md").read_text()
+  md = (tmp_path / f"{stem}.md").read_text()
   assert "--tuning-split" in md and "TRAINING images only" in md
   assert "The same student with 2 other seeds" in md
   table = [line for line in md.splitlines() if line.startswith("| central s=")]
@@ -58,4 +60,4 @@ def test_budget_sweep_writes_gaps_to_the_ceiling(tmp_path):
   for line, r in zip(table, rows):
     gap = float(line.split("|")[-2])
     np.testing.assert_allclose(gap, 100 * (float(r["acc_pc"]) - ceiling), atol=0.006)
-  assert (tmp_path / "mnist-embedded_budget_tuning.png").stat().st_size > 0
+  assert (tmp_path / f"{stem}.png").stat().st_size > 0
