@@ -164,8 +164,12 @@ register(ContrastiveEncoder, ["params"], ["graphdef", "config", "image_shape", "
 
 def _hog_neighbours(x: np.ndarray, num_neighbours: int) -> np.ndarray:
   """int32 ``[m, K]``: each public image's K nearest other public images in HOG space."""
+  return _neighbours(Hog()(x), num_neighbours)
+
+
+def _neighbours(f: np.ndarray, num_neighbours: int) -> np.ndarray:
+  """int32 ``[m, K]``: each row's K nearest other rows of ``f [m, d]`` in L2, nearest first."""
   from jaxdistill.connection import reverse_knn  # pylint: disable=import-outside-toplevel
-  f = Hog()(x)
   m = f.shape[0]
   k = min(num_neighbours + 1, m)
   nn = np.asarray(reverse_knn(f, f, k))

@@ -32,7 +32,7 @@ from flax import nnx
 
 from jaxdistill import _validate
 from jaxdistill.representations._base import Representation, public_images, register
-from jaxdistill.representations._contrastive import ContrastiveConfig, _Encoder, augment, fit_contrastive
+from jaxdistill.representations._contrastive import ContrastiveConfig, _Encoder, _neighbours, augment, fit_contrastive
 
 __all__ = ["ScanConfig", "ScanClusterer", "fit_scan"]
 
@@ -155,19 +155,6 @@ def _train_step(params, opt_state, step_key, data, neighbours, learning_rate, *,
   return optax.apply_updates(params, updates), opt_state, loss
 
 
-def _nearest_neighbours(features: np.ndarray, num_neighbours: int) -> np.ndarray:
-  """Each row's ``num_neighbours`` most similar other rows (unit features: inner product), int32."""
-  f = np.asarray(features, np.float32)
-  out = np.empty((len(f), num_neighbours), np.int32)
-  for a in range(0, len(f), 1024):
-    sims = f[a:a + 1024] @ f.T
-    sims[np.arange(len(sims)), np.arange(a, a + len(sims))] = -np.inf  # not itself
-    part = np.argpartition(-sims, num_neighbours - 1, axis=1)[:, :num_neighbours]
-    order = np.argsort(-np.take_along_axis(sims, part, 1), axis=1, kind="stable")
-    out[a:a + 1024] = np.take_along_axis(part, order, 1)
-  return out
-
-
 def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
              progress: Callable[[int, float], None] | None = None, log_every: int = 100) -> ScanClusterer:
   """Clusters D_pub end to end (SCAN-style) and returns the cluster probabilities as a representation.
@@ -230,7 +217,7 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
   con = cfg.contrastive
   encoder = fit_contrastive(k_backbone, x, dataclasses.replace(con, batch_size=min(con.batch_size, m)),
                             progress=progress, log_every=log_every)
-  neighbours = jnp.asarray(_nearest_neighbours(encoder(x), cfg.num_neighbours))
+  neighbours = jnp.asarray(_neighbours(encoder(x), cfg.num_neighbours))
   net = _ScanNet(nnx.merge(encoder.graphdef, encoder.params), con.feature_dim, cfg.num_clusters,
                  rngs=nnx.Rngs(params=k_head))
   graphdef, params = nnx.split(net, nnx.Param)

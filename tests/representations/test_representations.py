@@ -165,8 +165,8 @@ def test_scan_training_makes_neighbours_share_a_cluster(mnist):
   trained = R.fit_scan(jax.random.key(3), x, base)
   untrained = R.fit_scan(jax.random.key(3), x, dataclasses.replace(base, steps=1))
   encoder = R.fit_contrastive(jax.random.split(jax.random.key(3), 3)[0], x, SMALL_CONTRASTIVE)
-  from jaxdistill.representations._scan import _nearest_neighbours  # pylint: disable=import-outside-toplevel
-  nbrs = _nearest_neighbours(encoder(x), 10)
+  from jaxdistill.representations._contrastive import _neighbours  # pylint: disable=import-outside-toplevel
+  nbrs = _neighbours(encoder(x), 10)
   # The mined neighbours are the 10 most similar other images (checked against a dense argsort).
   f = encoder(x)
   sims = f @ f.T
