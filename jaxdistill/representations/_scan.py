@@ -12,8 +12,8 @@ mined in its projection space, and the output features are the head's softmax
 probabilities ``[N, num_clusters]``. The pipeline uses them unchanged
 (k-means++ with s = ``num_clusters`` centres, queries nearest the centres,
 reverse k-NN in L2). Once the head is confident, its cells are the head's
-argmax clusters: at the default settings on Fashion-MNIST (mean largest
-probability 0.95) they gave the same noise-free labels. With a barely trained
+argmax clusters: in a fit at the default settings on Fashion-MNIST training
+images (mean largest probability 0.95) they gave the same noise-free labels. With a barely trained
 head (mean largest probability 0.46) only 77% of the samples were in their
 argmax cluster's cell. SCAN's third step (self-labelling) is not implemented.
 """
@@ -138,6 +138,7 @@ def _scan_loss(probs: jax.Array, batch: int, entropy_weight: float) -> jax.Array
 @functools.partial(jax.jit, static_argnames=("graphdef", "batch", "cfg"))
 def _train_step(params, opt_state, step_key, data, neighbours, learning_rate, *, graphdef, batch: int,
                 cfg: ScanConfig):
+  """One AdamW step on SCAN's loss for a batch of anchors, each with one random mined neighbour."""
   m = data.shape[0]
   k_batch, k_nbr, k_views = jax.random.split(step_key, 3)
   anchors = jax.random.choice(k_batch, m, (batch,), replace=False)
