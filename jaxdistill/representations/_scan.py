@@ -15,7 +15,15 @@ reverse k-NN in L2). Once the head is confident, its cells are the head's
 argmax clusters: in a fit at the default settings on Fashion-MNIST training
 images (mean largest probability 0.95) they gave the same noise-free labels. With a barely trained
 head (mean largest probability 0.46) only 77% of the samples were in their
-argmax cluster's cell. SCAN's third step (self-labelling) is not implemented.
+argmax cluster's cell.
+
+Like SCAN's reference implementation, several heads (10 by default) are
+trained on the one backbone, and the head with the lowest SCAN loss over all
+of D_pub (no labels needed) is kept. On a split of the Fashion-MNIST training
+images (s = 10, four keys) the kept head's cluster-majority accuracy averaged
+0.655 with 10 heads (0.657 with 5), against 0.613 (0.618) for a head drawn at
+random; a single head's quality moves with the key by about +-5 points.
+SCAN's third step (self-labelling) is not implemented.
 """
 
 from __future__ import annotations
@@ -41,9 +49,9 @@ __all__ = ["ScanConfig", "ScanClusterer", "fit_scan"]
 class ScanConfig:
   """Hyperparameters of :func:`fit_scan` (all safe to log).
 
-  The defaults are SCAN's (20 neighbours, entropy weight 5) with 1,500 steps;
-  they were measured on a split of the Fashion-MNIST training images only
-  (``results/labeling/fashion_mnist_targets.md``).
+  The defaults are SCAN's (20 neighbours, entropy weight 5, 10 heads) with
+  1,500 steps; they were measured on a split of the Fashion-MNIST training
+  images only (``results/labeling/fashion_mnist_targets.md``).
 
   Attributes:
     num_clusters: clusters (the head's width); the pipeline sets it to s.
@@ -56,6 +64,9 @@ class ScanConfig:
       probabilities (higher: more even cluster sizes).
     num_neighbours: neighbours per public image, mined in the contrastive
       projection space, to draw positives from.
+    num_heads: clustering heads trained together on the one backbone (their
+      losses are summed); the head with the lowest SCAN loss over all of
+      D_pub is kept.
     contrastive: the backbone's :class:`ContrastiveConfig` (its augmentation
       settings are reused here).
   """
@@ -67,11 +78,12 @@ class ScanConfig:
   weight_decay: float = 1e-4
   entropy_weight: float = 5.0
   num_neighbours: int = 20
+  num_heads: int = 10
   contrastive: ContrastiveConfig = dataclasses.field(default_factory=ContrastiveConfig)
 
   def __post_init__(self):
     _validate.integer("num_clusters", self.num_clusters, minimum=2)
-    for name in ("steps", "batch_size", "num_neighbours"):
+    for name in ("steps", "batch_size", "num_neighbours", "num_heads"):
       _validate.integer(name, getattr(self, name), minimum=1)
     _validate.positive("learning_rate", self.learning_rate)
     _validate.nonnegative("weight_decay", self.weight_decay)
@@ -81,7 +93,7 @@ class ScanConfig:
 
 
 class _ScanNet(nnx.Module):
-  """The contrastive encoder's backbone followed by a linear clustering head."""
+  """The contrastive encoder's backbone and a linear head (``num_heads * num_clusters`` logits while training)."""
 
   def __init__(self, encoder: _Encoder, feature_dim: int, num_clusters: int, *, rngs: nnx.Rngs):
     self.encoder = encoder
@@ -100,8 +112,13 @@ class ScanClusterer(Representation):
     graphdef: the network's static structure.
     config: the :class:`ScanConfig` it was trained with.
     image_shape: ``(H, W, C)`` of D_pub.
-    loss_history: the clustering loss (consistency - lambda * entropy) every
-      ``log_every`` steps (first and last included), as Python floats.
+    loss_history: the kept head's clustering loss (consistency - lambda *
+      entropy) on its training batch every ``log_every`` steps (first and
+      last included), as Python floats.
+    head_losses: every head's SCAN loss over all of D_pub (each image with
+      all its mined neighbours, no augmentation) after training.
+    head: the index of the kept head, ``argmin(head_losses)`` (lowest index
+      among equal losses).
   """
 
   params: Any
@@ -109,6 +126,8 @@ class ScanClusterer(Representation):
   config: ScanConfig
   image_shape: tuple[int, int, int]
   loss_history: tuple[float, ...] = ()
+  head_losses: tuple[float, ...] = ()
+  head: int = 0
   name: str = "scan"
 
   @property
@@ -123,7 +142,8 @@ class ScanClusterer(Representation):
     return np.argmax(self(images), axis=1).astype(np.int64)
 
 
-register(ScanClusterer, ["params"], ["graphdef", "config", "image_shape", "loss_history", "name"])
+register(ScanClusterer, ["params"], ["graphdef", "config", "image_shape", "loss_history", "head_losses", "head",
+                                     "name"])
 
 
 def _scan_loss(probs: jax.Array, batch: int, entropy_weight: float) -> jax.Array:
@@ -133,6 +153,25 @@ def _scan_loss(probs: jax.Array, batch: int, entropy_weight: float) -> jax.Array
   mean = jnp.mean(anchor, axis=0)
   entropy = -jnp.sum(mean * jnp.log(mean + 1e-8))
   return consistency - entropy_weight * entropy
+
+
+def _heads_loss(logits: jax.Array, batch: int, num_heads: int, entropy_weight: float) -> jax.Array:
+  """Each head's SCAN loss, float32 ``[num_heads]``, for logits ``[2B, num_heads * s]`` (head h: block h)."""
+  probs = jax.nn.softmax(logits.reshape(logits.shape[0], num_heads, -1), axis=-1)
+  return jax.vmap(lambda p: _scan_loss(p, batch, entropy_weight), in_axes=1)(probs)
+
+
+def _dataset_loss(probs: np.ndarray, neighbours: np.ndarray, entropy_weight: float) -> float:
+  """SCAN's loss over a whole data set (float64): every image paired with every one of its mined neighbours.
+
+  ``probs [m, s]`` are the cluster probabilities, ``neighbours [m, K]`` the
+  mined neighbour indices; the consistency term averages over all m K pairs
+  and the entropy is that of the mean of all m rows.
+  """
+  p = np.asarray(probs, np.float64)
+  consistency = -np.mean(np.log(np.einsum("is,iks->ik", p, p[neighbours]) + 1e-8))
+  mean = p.mean(axis=0)
+  return float(consistency + entropy_weight * np.sum(mean * np.log(mean + 1e-8)))
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "batch", "cfg"))
@@ -148,12 +187,13 @@ def _train_step(params, opt_state, step_key, data, neighbours, learning_rate, *,
   views = jax.vmap(view)(jax.random.split(k_views, 2 * batch), data[jnp.concatenate([anchors, nbr])])
 
   def loss_fn(p):
-    return _scan_loss(jax.nn.softmax(nnx.merge(graphdef, p)(views), axis=-1), batch, cfg.entropy_weight)
+    losses = _heads_loss(nnx.merge(graphdef, p)(views), batch, cfg.num_heads, cfg.entropy_weight)
+    return jnp.sum(losses), losses
 
-  loss, grads = jax.value_and_grad(loss_fn)(params)
+  (_, losses), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
   opt = optax.adamw(learning_rate, weight_decay=cfg.weight_decay)
   updates, opt_state = opt.update(grads, opt_state, params)
-  return optax.apply_updates(params, updates), opt_state, loss
+  return optax.apply_updates(params, updates), opt_state, losses
 
 
 def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
@@ -172,7 +212,11 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
        \\; - \\; \\lambda \\, H\\Big(\\frac{1}{B} \\sum_a p(a)\\Big),
      \\qquad p = \\operatorname{softmax}(\\text{head}(\\text{backbone}(\\cdot))),
 
-  with AdamW and a cosine learning-rate decay to 0.
+  with AdamW and a cosine learning-rate decay to 0. ``num_heads`` heads are
+  trained at once (the sum of their losses); afterwards each head's loss is
+  evaluated over all of D_pub (every image with each of its mined
+  neighbours, no augmentation) and the lowest-loss head is kept, as in
+  SCAN's reference implementation. The choice uses no labels.
 
   Formal guarantees:
     A function of (key, D_pub) only, like :func:`fit_contrastive`: ``public``
@@ -193,7 +237,8 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
     config: hyperparameters (default :class:`ScanConfig`). Both stages'
       batch sizes are capped at m.
     progress: optional callback ``progress(steps_done, loss)``, counting the
-      contrastive steps first, then the clustering steps.
+      contrastive steps first, then the clustering steps (whose loss is the
+      mean over the heads).
     log_every: steps between loss records.
 
   Returns:
@@ -219,7 +264,8 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
   encoder = fit_contrastive(k_backbone, x, dataclasses.replace(con, batch_size=min(con.batch_size, m)),
                             progress=progress, log_every=log_every)
   neighbours = jnp.asarray(_neighbours(encoder(x), cfg.num_neighbours))
-  net = _ScanNet(nnx.merge(encoder.graphdef, encoder.params), con.feature_dim, cfg.num_clusters,
+  s, heads = cfg.num_clusters, cfg.num_heads
+  net = _ScanNet(nnx.merge(encoder.graphdef, encoder.params), con.feature_dim, heads * s,
                  rngs=nnx.Rngs(params=k_head))
   graphdef, params = nnx.split(net, nnx.Param)
   opt_state = optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay).init(params)
@@ -228,10 +274,23 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
   schedule = optax.cosine_decay_schedule(cfg.learning_rate, cfg.steps)
   history = []
   for i in range(cfg.steps):
-    params, opt_state, loss = _train_step(params, opt_state, jax.random.fold_in(k_train, i), data, neighbours,
-                                          jnp.float32(schedule(i)), graphdef=graphdef, batch=batch, cfg=cfg)
+    params, opt_state, losses = _train_step(params, opt_state, jax.random.fold_in(k_train, i), data, neighbours,
+                                            jnp.float32(schedule(i)), graphdef=graphdef, batch=batch, cfg=cfg)
     if i % log_every == 0 or i == cfg.steps - 1:
-      history.append(float(loss))
+      history.append(np.asarray(losses, np.float64))
       if progress is not None:
-        progress(con.steps + i + 1, history[-1])
-  return ScanClusterer(params, graphdef, cfg, tuple(int(v) for v in x.shape[1:]), tuple(history))
+        progress(con.steps + i + 1, float(np.mean(history[-1])))
+  # Keep the head with the lowest loss over all of D_pub.
+  per_head = jax.jit(lambda p, z: jax.nn.softmax(nnx.merge(graphdef, p)(z).reshape(z.shape[0], heads, s), axis=-1))
+  probs = np.concatenate([np.asarray(per_head(params, data[i:i + 1024])) for i in range(0, m, 1024)])
+  nbrs = np.asarray(neighbours)
+  head_losses = tuple(_dataset_loss(probs[:, h], nbrs, cfg.entropy_weight) for h in range(heads))
+  head = int(np.argmin(head_losses))
+  model = nnx.merge(graphdef, params)
+  kernel, bias = model.head.kernel[...], model.head.bias[...]
+  model.head = nnx.Linear(con.feature_dim, s, rngs=nnx.Rngs(params=0))
+  model.head.kernel = nnx.Param(kernel[:, head * s:(head + 1) * s])
+  model.head.bias = nnx.Param(bias[head * s:(head + 1) * s])
+  graphdef, params = nnx.split(model, nnx.Param)
+  return ScanClusterer(params, graphdef, cfg, tuple(int(v) for v in x.shape[1:]),
+                       tuple(float(h[head]) for h in history), head_losses, head)

@@ -162,7 +162,7 @@ def test_scan_representation_cells_are_its_argmax_clusters(splits, monkeypatch):
   con = representations.ContrastiveConfig(width=8, feature_dim=64, projection_dim=32, steps=200, batch_size=64)
   scan = representations.fit_scan(jax.random.key(0), splits.public.images,
                                   representations.ScanConfig(num_clusters=10, steps=300, batch_size=128,
-                                                             num_neighbours=10, contrastive=con))
+                                                             num_neighbours=10, num_heads=1, contrastive=con))
   # Recovery needs a confident head; measured here: mean largest probability 0.77 (0.46 after 100 + 100
   # steps, where only 77% of the samples fall in their argmax cluster's cell).
   assert scan(splits.public.images).max(axis=1).mean() >= 0.7

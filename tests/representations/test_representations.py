@@ -10,6 +10,8 @@ import pytest
 from flax import nnx
 
 from jaxdistill import data, representations as R
+from jaxdistill.representations import _scan
+from jaxdistill.representations._contrastive import _neighbours
 
 
 @pytest.fixture(scope="module")
@@ -161,11 +163,12 @@ def test_scan_clusterer_outputs_probabilities_and_is_reproducible(mnist):
 def test_scan_training_makes_neighbours_share_a_cluster(mnist):
   """SCAN's objective, measured: an image and its mined neighbours land in the same cluster."""
   x = mnist.images
-  base = R.ScanConfig(num_clusters=10, steps=150, batch_size=128, num_neighbours=10, contrastive=SMALL_CONTRASTIVE)
+  # One head, so the comparison measures training, not the choice among heads.
+  base = R.ScanConfig(num_clusters=10, steps=150, batch_size=128, num_neighbours=10, num_heads=1,
+                      contrastive=SMALL_CONTRASTIVE)
   trained = R.fit_scan(jax.random.key(3), x, base)
   untrained = R.fit_scan(jax.random.key(3), x, dataclasses.replace(base, steps=1))
   encoder = R.fit_contrastive(jax.random.split(jax.random.key(3), 3)[0], x, SMALL_CONTRASTIVE)
-  from jaxdistill.representations._contrastive import _neighbours  # pylint: disable=import-outside-toplevel
   nbrs = _neighbours(encoder(x), 10)
   # The mined neighbours are the 10 most similar other images (checked against a dense argsort).
   f = encoder(x)
@@ -187,6 +190,36 @@ def test_scan_training_makes_neighbours_share_a_cluster(mnist):
   assert chance <= 0.2 and chance0 >= 0.25
   assert kappa >= 0.6 and kappa >= kappa0 + 0.1
   assert trained.loss_history[-1] < trained.loss_history[0]
+
+
+def test_scan_dataset_loss_matches_a_pairwise_loop():
+  rng = np.random.default_rng(0)
+  probs = rng.dirichlet(np.ones(4), size=9)
+  nbrs = np.stack([rng.choice(np.delete(np.arange(9), i), 3, replace=False) for i in range(9)])
+  pairs = [np.log(probs[i] @ probs[j] + 1e-8) for i in range(9) for j in nbrs[i]]
+  mean = probs.mean(axis=0)
+  expected = -sum(pairs) / len(pairs) - 2.5 * -sum(m * np.log(m + 1e-8) for m in mean)
+  assert _scan._dataset_loss(probs, nbrs, 2.5) == pytest.approx(expected, rel=1e-12)
+
+
+def test_scan_keeps_the_head_with_the_lowest_dataset_loss(mnist):
+  """num_heads heads train together; the clusterer is the one whose SCAN loss over all of D_pub is lowest."""
+  x = mnist.images
+  cfg = R.ScanConfig(num_clusters=10, steps=150, batch_size=128, num_neighbours=10, num_heads=3,
+                     contrastive=SMALL_CONTRASTIVE)
+  sc = R.fit_scan(jax.random.key(1), x, cfg, log_every=50)
+  assert len(sc.head_losses) == 3 and len(set(sc.head_losses)) == 3
+  assert sc.head == int(np.argmin(sc.head_losses))
+  assert sc.head == 2  # at this key (deterministic): the kept head is not the first block of logits
+  assert len(sc.loss_history) == 4                   # steps 0, 50, 100 and the last
+  # The kept network is that head: its probabilities give back its recorded loss.
+  encoder = R.fit_contrastive(jax.random.split(jax.random.key(1), 3)[0], x, SMALL_CONTRASTIVE)
+  nbrs = _neighbours(encoder(x), 10)
+  assert _scan._dataset_loss(sc(x), nbrs, cfg.entropy_weight) == pytest.approx(sc.head_losses[sc.head], abs=1e-5)
+  assert sc(x).shape == (600, 10)
+  # One head: nothing to choose.
+  single = R.fit_scan(jax.random.key(0), x, dataclasses.replace(cfg, num_heads=1, steps=2))
+  assert single.head == 0 and len(single.head_losses) == 1
 
 
 def test_embed_with_wraps_any_model(mnist):
@@ -259,6 +292,8 @@ def test_bad_parameters_raise_value_error(mnist):
     R.ScanConfig(num_clusters=1)
   with pytest.raises(ValueError, match="entropy_weight"):
     R.ScanConfig(entropy_weight=-1.0)
+  with pytest.raises(ValueError, match="num_heads"):
+    R.ScanConfig(num_heads=0)
   with pytest.raises(ValueError, match="contrastive"):
     R.ScanConfig(contrastive={"steps": 3})
   with pytest.raises(ValueError, match="num_clusters=201"):
