@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import pathlib
 import shlex
 import sys
@@ -102,6 +103,7 @@ def main(argv=None) -> int:
   rows = []
   spread = []  # supervised ceilings with the other student seeds (--ceiling-seeds)
   start = time.perf_counter()
+  machine = f"{os.cpu_count()} CPUs, 1-minute load average {os.getloadavg()[0]:.1f} at the start"
   for seed in seeds:
     base = labeling.LabelingConfig(
         dataset=args.dataset, data_dir=args.data_dir, mechanism="central", epsilon=args.epsilon,
@@ -166,7 +168,7 @@ def main(argv=None) -> int:
     w.writeheader()
     w.writerows(rows)
   command = "PYTHONPATH=. python scripts/labeling_sweeps.py " + " ".join(shlex.quote(a) for a in argv)
-  write_markdown(out / f"{stem}.md", rows, args, command, wall, splits, spread)
+  write_markdown(out / f"{stem}.md", rows, args, command, wall, splits, spread, machine)
   plot(out / f"{stem}.png", rows, args)
   print(f"wrote {out / stem}.{{csv,md,png}} in {wall:.0f}s")
   return 0
@@ -192,7 +194,7 @@ def aggregate(rows, key):
   return {g: (float(np.mean(v)), float(np.std(v)), len(v)) for g, v in groups.items()}
 
 
-def write_markdown(path, rows, args, command, wall, splits, spread=()):
+def write_markdown(path, rows, args, command, wall, splits, spread=(), machine=""):
   keys = ("acc_pl", "acc_pc", "noise_free_acc_pl", "noise_free_acc_pc")
   aggs = {k: aggregate(rows, k) for k in keys}
   lines = [f"# {args.dataset}: accuracy against {args.sweep}", "",
@@ -201,7 +203,7 @@ def write_markdown(path, rows, args, command, wall, splits, spread=()):
            f"|D_eval| = {len(splits.evaluation)}; "
            f"representation = {args.representation}; T = {args.T}; student widths {args.student_widths}, "
            f"{args.student_epochs} epochs, {args.student_targets} targets; seeds {args.seeds}; "
-           f"wall time {wall:.0f} s (shared 2-core CPU).",
+           f"wall time {wall:.0f} s ({machine}).",
            "Epsilon is the total over T; central = discrete Laplace, replace-one, sensitivity 2k.", "",
            ("Split: drawn from the TRAINING images only (`--tuning-split`); the evaluation column is "
             "held-out training images." if args.tuning_split else "Split: the paper's protocol."), ""]

@@ -2,6 +2,7 @@
 
 import csv
 import importlib.util
+import os
 import pathlib
 
 import numpy as np
@@ -54,6 +55,7 @@ def test_budget_sweep_writes_gaps_to_the_ceiling(tmp_path):
   assert 0.0 < ceiling <= 1.0 and all(float(r["ceiling"]) == ceiling for r in rows)
   md = (tmp_path / f"{stem}.md").read_text()
   assert "--tuning-split" in md and "TRAINING images only" in md
+  assert f"({os.cpu_count()} CPUs, 1-minute load average " in md
   assert "The same student with 2 other seeds" in md
   table = [line for line in md.splitlines() if line.startswith("| central s=")]
   assert [line.split("|")[1].strip() for line in table] == ["central s=10", "central s=20"]
