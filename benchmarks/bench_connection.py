@@ -3,8 +3,9 @@
 Times, in one run on the same machine and data, the reverse k-NN connection
 (each of n private records to its k nearest of s queries, exact L2):
 
-* jaxdistill.connection.reverse_knn (jitted blockwise matmul, then a two-level selection:
-  the k best tiles of 64 queries by their minima, then top-k / argmin inside them),
+* jaxdistill.connection.reverse_knn (jitted blockwise matmul with the queries on the leading
+  axis, then k rounds of minima vectorised across the block's records, in two levels: the k best
+  tiles of 32 queries by their minima, then the k best entries inside them),
 * faiss IndexFlatL2 (exact), add + search,
 * scikit-learn NearestNeighbors(algorithm="brute"), fit + kneighbors,
 * NumPy float32 matmul x @ q.T of the same size (the roofline: the FLOPs of
@@ -54,7 +55,7 @@ def main():
   p.add_argument("--s", type=int, default=5_000, help="queries")
   p.add_argument("--d", type=int, nargs="+", default=[784, 64])
   p.add_argument("--k", type=int, nargs="+", default=[1, 10])
-  p.add_argument("--block-size", type=int, nargs="+", default=[256],
+  p.add_argument("--block-size", type=int, nargs="+", default=[128],
                  help="jaxdistill block sizes to time (the first is the default)")
   p.add_argument("--repeats", type=int, default=3)
   p.add_argument("--skip-sklearn", action="store_true")

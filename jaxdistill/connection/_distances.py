@@ -11,10 +11,11 @@ so each block is one matrix product. Rows are streamed in blocks under
 ``O(block_size * s)`` whatever the number of rows: 60k records x 5k queries x
 d never materialise.
 
-Ties: ``lax.top_k`` and ``argmin`` return the lower index first among equal
-values, and the two-level selection of ``nearest_columns`` (``_smallest``)
-keeps that order, so every kernel here breaks exact ties by the lower column
-index (or, for the running top-k over record blocks, by the lower row index).
+Ties: ``lax.top_k`` returns the lower index first among equal values, and
+the selection of ``nearest_columns`` (``_smallest``: rounds of minima, in two
+levels for many columns) keeps that order, so every kernel here breaks exact
+ties by the lower column index (or, for the running top-k over record
+blocks, by the lower row index).
 The results are bitwise independent of ``block_size`` whenever the products
 are exact in float32 (e.g. small-integer features); otherwise a block size
 may change float32 rounding, and with it the order of candidates whose
@@ -56,52 +57,71 @@ def squared_distances(x: jax.Array, q: jax.Array, x2: jax.Array | None = None) -
   return _canonical(x2[:, None] + q2[None, :] - 2.0 * jnp.matmul(x, q.T, precision=_HIGHEST))
 
 
-# Columns per tile in `_smallest`. 64 was fastest on 2 CPU cores for s = 5,000 (d = 64 and 784, k = 1 and 10);
-# see benchmarks/README.md, "Reverse k-NN connection".
-_TILE = 64
+# Columns per tile in `_smallest`, and the largest k selected by rounds of minima (larger k: `lax.top_k`).
+# 32 was fastest on 2 CPU cores for s = 5,000 (d = 64 and 784, k = 1 and 10); see benchmarks/README.md,
+# "Reverse k-NN connection".
+_TILE = 32
+_MAX_ROUNDS = 16
+_FMAX = float(jnp.finfo(jnp.float32).max)
+
+
+def _rounds(values: jax.Array, cols: jax.Array, k: int, none: int) -> tuple[jax.Array, jax.Array]:
+  """The ``k`` smallest of each column of ``values [m, b]`` by (value, ``cols``), in that order.
+
+  ``cols`` (int32, broadcastable to ``values``) names each entry; entries are
+  distinct per column of ``values``, all ``< none``, and ``values`` holds no
+  ``+inf`` in its ``k`` smallest. Each round takes the column minimum, the
+  lowest name holding it, and masks that entry with ``+inf``. Every step is
+  an elementwise operation or a reduction over the leading axis, so XLA
+  vectorises it across the ``b`` columns; on XLA:CPU this is several times
+  faster than ``lax.top_k`` along a short minor axis.
+
+  Returns ``(values float32 [k, b], names int32 [k, b])``.
+  """
+  out_v, out_c = [], []
+  for _ in range(k):
+    m = jnp.min(values, axis=0)
+    c = jnp.min(jnp.where(values == m, cols, none), axis=0)
+    out_v.append(m)
+    out_c.append(c)
+    values = jnp.where(cols == c, jnp.inf, values)
+  return jnp.stack(out_v), jnp.stack(out_c)
 
 
 def _smallest(values: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
-  """The ``k`` smallest entries of each row of ``values [b, s]``, ordered by (value, column).
+  """The ``k`` smallest entries of each column of ``values [s, b]``, ordered by (value, row).
 
-  Returns ``(-value float32 [b, k], column int32 [b, k])``, as
-  ``lax.top_k(-values, k)`` does (equal values: lower column first). When
-  ``s >= 4 k _TILE`` it selects in two levels: the columns are cut into tiles of ``_TILE`` (the last one may
-  be shorter); the ``k`` tiles with the smallest minima (ties: lower tile)
-  are kept, in column order, and ``top_k`` runs over their ``k * _TILE``
-  entries only. Every row's k smallest entries lie in those tiles: if an
-  entry e of tile T were among them but T were not kept, each of the k kept
-  tiles would hold an entry before e in (value, column) order (its minimum
-  is below e's value, or equal with a lower tile, hence a lower column), so e
-  would not be among the k smallest. For ``k = 1`` both levels are
-  ``argmin`` (first occurrence). On XLA:CPU a flat ``top_k`` over 5,000
-  columns costs about three times the distance matmul at d = 64; the two
-  levels cost a fraction of it. ``values`` is read in place (no padded
-  copy), so the distances, and the matmul that makes them, are the same as
-  for the flat ``top_k``.
+  Returns ``(value float32 [b, k], row int32 [b, k])``, the order of a stable
+  sort (equal values: lower row first). ``values`` must be finite
+  (``nearest_columns`` clamps overflow to the largest float32).
+
+  For ``k <= _MAX_ROUNDS`` the selection is ``k`` rounds of minima over the
+  leading axis (``_rounds``). When ``s >= 4 k _TILE`` it works in two levels:
+  the rows are cut into tiles of ``_TILE`` (the last one padded with ``+inf``);
+  the ``k`` tiles with the smallest minima (ties: lower tile) are kept, and
+  the rounds run over their ``k * _TILE`` entries only. Every column's k
+  smallest entries lie in those tiles: if an entry e of tile T were among
+  them but T were not kept, each of the k kept tiles would hold an entry
+  before e in (value, row) order (its minimum is below e's value, or equal
+  with a lower tile, hence a lower row), so e would not be among the k
+  smallest. Larger ``k`` uses ``lax.top_k`` on the transpose.
   """
-  b, s = values.shape
+  s, b = values.shape
+  if k > _MAX_ROUNDS:
+    neg, idx = lax.top_k(-values.T, k)
+    return -neg, idx.astype(jnp.int32)
+  rows = jnp.arange(s, dtype=jnp.int32)[:, None]
   if s < 4 * k * _TILE:
-    neg, idx = lax.top_k(-values, k)
-    return neg, idx.astype(jnp.int32)
-  full = s // _TILE
-  minima = jnp.min(values[:, :full * _TILE].reshape(b, full, _TILE), axis=2)        # [b, full]
-  if s % _TILE:
-    minima = jnp.concatenate([minima, jnp.min(values[:, full * _TILE:], axis=1, keepdims=True)], axis=1)
-  offsets = jnp.arange(_TILE, dtype=jnp.int32)
-  if k == 1:
-    tile = jnp.argmin(minima, axis=1).astype(jnp.int32)           # first (lowest) tile among equal minima
-    cols = tile[:, None] * _TILE + offsets                          # [b, _TILE]
-  else:
-    _, kept = lax.top_k(-minima, k)
-    kept = jnp.sort(kept.astype(jnp.int32), axis=1)                # column order, so ties go to the lower column
-    cols = (kept[:, :, None] * _TILE + offsets).reshape(b, k * _TILE)
-  cand = jnp.where(cols < s, jnp.take_along_axis(values, jnp.minimum(cols, s - 1), axis=1), jnp.inf)
-  if k == 1:
-    pos = jnp.argmin(cand, axis=1)                                  # first column among equal values
-    return -jnp.take_along_axis(minima, tile[:, None], axis=1), jnp.take_along_axis(cols, pos[:, None], axis=1)
-  neg, pos = lax.top_k(-cand, k)
-  return neg, jnp.take_along_axis(cols, pos, axis=1)
+    v, r = _rounds(values, rows, k, s)
+    return v.T, r.T
+  num_tiles = -(-s // _TILE)
+  tiles = jnp.pad(values, ((0, num_tiles * _TILE - s), (0, 0)), constant_values=jnp.inf)
+  tiles = tiles.reshape(num_tiles, _TILE, b)
+  _, kept = _rounds(jnp.min(tiles, axis=1), jnp.arange(num_tiles, dtype=jnp.int32)[:, None], k, num_tiles)
+  cand = jnp.take_along_axis(tiles, kept[:, None, :], axis=0).reshape(k * _TILE, b)     # the kept tiles
+  names = (kept[:, None, :] * _TILE + jnp.arange(_TILE, dtype=jnp.int32)[None, :, None]).reshape(k * _TILE, b)
+  v, r = _rounds(cand, names, k, num_tiles * _TILE)
+  return v.T, r.T
 
 
 @functools.partial(jax.jit, static_argnames=("k", "block_size"))
@@ -121,13 +141,15 @@ def nearest_columns(x: jax.Array, q: jax.Array, k: int, block_size: int) -> tupl
   n = x.shape[0]
   blocks, _ = _row_blocks(x, block_size)
   q2 = jnp.sum(q * q, axis=1)
-  q_m2 = -2.0 * q  # exact scaling: x @ (-2q)^T == -2 (x @ q^T) bitwise
+  q_m2 = -2.0 * q  # exact scaling: (-2q) @ x^T == -2 (q @ x^T) bitwise
 
   def one_block(xb):
-    # The ranking needs ||q||^2 - 2 x.q only; ||x||^2 is added for the reported distance.
-    partial = q2[None, :] + jnp.matmul(xb, q_m2.T, precision=_HIGHEST)
-    neg, idx = _smallest(partial, k)
-    dist = _canonical(jnp.sum(xb * xb, axis=1)[:, None] - neg)
+    # The ranking needs ||q||^2 - 2 x.q only; ||x||^2 is added for the reported distance. Queries on the
+    # leading axis, so the selection vectorises across the block's rows. Clamping to the largest float32
+    # keeps an overflowed product (+inf or nan) rankable.
+    partial = q2[:, None] + jnp.matmul(q_m2, xb.T, precision=_HIGHEST)              # [s, block]
+    value, idx = _smallest(jnp.where(partial < _FMAX, partial, _FMAX), k)
+    dist = _canonical(jnp.sum(xb * xb, axis=1)[:, None] + value)
     return idx, dist
 
   idx, dist = lax.map(one_block, blocks)

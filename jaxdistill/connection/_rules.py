@@ -225,7 +225,7 @@ def _check_pair(private_features: Any, query_features: Any, k: int, *, k_at_most
 
 
 def reverse_knn(private_features: Any, query_features: Any, k: int, *,
-                block_size: int = 256) -> jax.Array:
+                block_size: int = 128) -> jax.Array:
   """Reverse k-NN: every private record's k nearest queries in L2.
 
   .. math::
@@ -234,10 +234,10 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
      \\qquad \\|T_i\\|_1 = k .
 
   Distances are streamed over blocks of ``block_size`` records (one matmul
-  per block, then the k smallest per row: a flat ``lax.top_k``, or for
-  ``s >= 256 k`` the k best tiles of 64 queries by their minima and a
-  ``top_k`` inside them), so 60k records x 5k queries never build the full
-  distance matrix. Each row lists its queries nearest first; exact ties go
+  per block, then the k smallest per record: k rounds of minima over the
+  queries, for ``s >= 128 k`` first over the minima of tiles of 32 queries
+  to keep the k best tiles, then inside them; ``lax.top_k`` for k > 16),
+  so 60k records x 5k queries never build the full distance matrix. Each row lists its queries nearest first; exact ties go
   to the lower query index, so the result is deterministic.
 
   Formal guarantees:
@@ -255,9 +255,10 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
     private_features: float ``[n, d]`` features of the private records.
     query_features: float ``[s, d]`` features of the queries.
     k: connections per record, ``1 <= k <= s``.
-    block_size: records per block (256 was fastest at d = 64 on 2 CPU cores,
-      see ``benchmarks/README.md``; the neighbours do not depend on it, up to
-      float32 rounding of near-ties).
+    block_size: records per block (128 was fastest on 2 CPU cores at d = 64
+      and about as fast as the best at d = 784, see ``benchmarks/README.md``;
+      the neighbours do not depend on it, up to float32 rounding of
+      near-ties).
 
   Returns:
     int32 ``[n, k]`` query indices (the ``buckets`` of
@@ -278,7 +279,7 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
 
 
 def reverse_knn_connection(private_features: Any, query_features: Any, k: int, *,
-                           block_size: int = 256) -> Connection:
+                           block_size: int = 128) -> Connection:
   """:func:`reverse_knn` wrapped as a :class:`Connection` with its privacy statement."""
   buckets = np.asarray(reverse_knn(private_features, query_features, k, block_size=block_size))
   s = int(np.shape(query_features)[0])

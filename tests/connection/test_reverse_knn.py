@@ -42,12 +42,13 @@ def test_reverse_knn_matches_dense_reference_with_ties(k, block_size):
   np.testing.assert_array_equal(got, reference_reverse_knn(x, q, k))
 
 
-@pytest.mark.parametrize("k", [1, 2, 3])
-@pytest.mark.parametrize("s", [256, 300, 1000])
+@pytest.mark.parametrize("k", [1, 2, 3, 17])
+@pytest.mark.parametrize("s", [128, 300, 1000])
 def test_two_level_selection_matches_reference_with_ties(k, s):
-  # s >= 4 * k * 64 switches the kernel to the two-level (tiled) selection, when 256 <= s (k = 1),
-  # 512 (k = 2), 768 (k = 3): these shapes cover both paths, s not a multiple of the tile, and
-  # massive ties (few distinct query points in d = 2), which the tiles must break by the lower index.
+  # s >= 4 * k * 32 switches the kernel to the two-level (tiled) selection, when 128 <= s (k = 1),
+  # 256 (k = 2), 384 (k = 3); k = 17 > 16 uses lax.top_k instead of rounds of minima. These shapes cover
+  # every path, s not a multiple of the tile, and massive ties (few distinct query points in d = 2),
+  # which the tiles and the rounds must break by the lower index.
   rng = np.random.default_rng(10 * k + s)
   for span in (2, 8):   # 25 or 289 distinct points: ties at the nearest, or further down the top k
     x = int_features(rng, 120, 2, lo=-span, hi=span)
@@ -76,6 +77,17 @@ def test_every_record_has_out_degree_exactly_k_distinct_queries():
     # Nearest first: distances along each row are non-decreasing.
     d = np.take_along_axis(dense_sq(x, q), b, axis=1)
     assert np.all(np.diff(d, axis=1) >= -1e-5)
+
+
+def test_overflowed_distances_still_give_k_distinct_queries():
+  # Finite features whose squared norms overflow float32, so the ranked values are +inf (q = -x) or nan
+  # (q = x: inf - inf). The kernel clamps both to the largest float32: all queries tie, and each record
+  # gets the k lowest indices, on the flat (s = 40) and the two-level (s = 300) path alike.
+  x = np.full((5, 2), 3e19, np.float32)
+  for sign in (-1.0, 1.0):
+    for s in (40, 300):
+      got = np.asarray(connection.reverse_knn(x, np.full((s, 2), sign * 3e19, np.float32), 3, block_size=2))
+      np.testing.assert_array_equal(got, np.tile([0, 1, 2], (5, 1)))
 
 
 def test_equidistant_record_goes_to_lower_query_index():
