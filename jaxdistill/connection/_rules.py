@@ -237,8 +237,9 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
   per block, then the k smallest per record: k rounds of minima over the
   queries, for ``s >= 128 k`` first over the minima of tiles of 32 queries
   to keep the k best tiles, then inside them; ``lax.top_k`` for k > 16),
-  so 60k records x 5k queries never build the full distance matrix. Each row lists its queries nearest first; exact ties go
-  to the lower query index, so the result is deterministic.
+  so 60k records x 5k queries never build the full distance matrix. Each
+  row lists its queries nearest first; exact ties go to the lower query
+  index, so the result is deterministic.
 
   Formal guarantees:
     Record i's row depends only on its own features and the queries, and has
@@ -256,7 +257,7 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
     query_features: float ``[s, d]`` features of the queries.
     k: connections per record, ``1 <= k <= s``.
     block_size: records per block (128 was fastest on 2 CPU cores at d = 64
-      and about as fast as the best at d = 784, see ``benchmarks/README.md``;
+      and d = 784, see ``benchmarks/README.md``;
       the neighbours do not depend on it, up to float32 rounding of
       near-ties).
 

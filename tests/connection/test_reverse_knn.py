@@ -82,10 +82,10 @@ def test_every_record_has_out_degree_exactly_k_distinct_queries():
 def test_overflowed_distances_still_give_k_distinct_queries():
   # Finite features whose squared norms overflow float32, so the ranked values are +inf (q = -x) or nan
   # (q = x: inf - inf). The kernel clamps both to the largest float32: all queries tie, and each record
-  # gets the k lowest indices, on the flat (s = 40) and the two-level (s = 300) path alike.
+  # gets the k lowest indices, on the flat (s = 40) and the two-level (s = 400 >= 4 * 3 * 32) path alike.
   x = np.full((5, 2), 3e19, np.float32)
   for sign in (-1.0, 1.0):
-    for s in (40, 300):
+    for s in (40, 400):
       got = np.asarray(connection.reverse_knn(x, np.full((s, 2), sign * 3e19, np.float32), 3, block_size=2))
       np.testing.assert_array_equal(got, np.tile([0, 1, 2], (5, 1)))
 
