@@ -110,9 +110,8 @@ def _smallest(values: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   if k > _MAX_ROUNDS:
     neg, idx = lax.top_k(-values.T, k)
     return -neg, idx.astype(jnp.int32)
-  rows = jnp.arange(s, dtype=jnp.int32)[:, None]
   if s < 4 * k * _TILE:
-    v, r = _rounds(values, rows, k, s)
+    v, r = _rounds(values, jnp.arange(s, dtype=jnp.int32)[:, None], k, s)
     return v.T, r.T
   num_tiles = -(-s // _TILE)
   tiles = jnp.pad(values, ((0, num_tiles * _TILE - s), (0, 0)), constant_values=jnp.inf)
