@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import pathlib
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,8 @@ __all__ = [
     "open_unit",
     "choice",
     "boolean",
+    "output_dir",
+    "prng_key",
 ]
 
 
@@ -132,3 +136,61 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   if not isinstance(value, str) or value not in options:
     raise ValueError(f"Expected {name} to be one of {', '.join(options)}; got {value!r}.")
   return value
+
+
+def output_dir(name: str, value: Any) -> pathlib.Path:
+  """Creates folder ``value`` (and its parents) if needed and checks that files can be written in it.
+
+  Called before any work starts, so a bad output folder fails at once
+  instead of after the run, when its results would be lost.
+  """
+  if not isinstance(value, (str, pathlib.PurePath)) or not str(value):
+    raise ValueError(f"Expected {name} to be a folder path; got {value!r}.")
+  path = pathlib.Path(value)
+  if path.exists() and not path.is_dir():
+    raise ValueError(f"Expected {name}={str(path)!r} to be a folder; it is a file.")
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
+      pass
+  except OSError as err:
+    reason = err.strerror or str(err)
+    raise ValueError(f"Expected {name}={str(path)!r} to be a writable folder; cannot create or write it "
+                     f"({reason}).") from None
+  return path
+
+
+def prng_key(name: str, value: Any, *, batched: bool = False) -> Any:
+  """Returns ``value`` as a typed PRNG key, or raises.
+
+  Accepts a key from ``jax.random.key(seed)`` and, for code written against
+  the legacy API, the raw ``uint32`` data of ``jax.random.PRNGKey(seed)``
+  (wrapped with :func:`jax.random.wrap_key_data`, so both give the same
+  numbers). An integer seed is refused: the caller owns the key.
+
+  Args:
+    name: the parameter's name for the error message.
+    value: the key (a tracer is fine: only its dtype and shape are read).
+    batched: expect a 1-D batch of keys instead of a single key.
+  """
+  import jax  # pylint: disable=import-outside-toplevel
+
+  dtype = getattr(value, "dtype", None)
+  shape = getattr(value, "shape", None)
+  what = f"an array of dtype {dtype} and shape {tuple(shape)}" if dtype is not None and shape is not None else (
+      f"{type(value).__name__} {value!r}"[:80])
+  hint = f"Expected {name} to be a PRNG key from jax.random.key(seed)"
+  if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+    key = value
+  elif dtype is not None and np.dtype(dtype) == np.uint32 and shape is not None and len(shape) >= 1:
+    try:
+      key = jax.random.wrap_key_data(value)  # legacy PRNGKey data
+    except (TypeError, ValueError):
+      raise ValueError(f"{hint}; got {what}, which is not legacy key data either.") from None
+  else:
+    raise ValueError(f"{hint}; got {what}.")
+  if batched and key.ndim != 1:
+    raise ValueError(f"Expected {name} to be a 1-D batch of PRNG keys; got key shape {tuple(key.shape)}.")
+  if not batched and key.ndim != 0:
+    raise ValueError(f"Expected {name} to be a single PRNG key; got a batch of shape {tuple(key.shape)}.")
+  return key

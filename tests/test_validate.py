@@ -51,3 +51,26 @@ def test_boolean_rejects_truthy_non_bools(value):
 
 def test_boolean_accepts_python_and_numpy_bools():
   assert v.boolean("flag", True) is True and v.boolean("flag", np.bool_(False)) is False
+
+
+def test_output_dir_creates_nested_folders(tmp_path):
+  path = v.output_dir("out_dir", tmp_path / "a" / "b")
+  assert path.is_dir() and path == tmp_path / "a" / "b"
+  assert list(path.iterdir()) == []  # the write probe leaves nothing behind
+  assert v.output_dir("out_dir", str(path)) == path  # an existing folder is fine
+
+
+def test_output_dir_rejects_files_and_paths_under_files(tmp_path):
+  afile = tmp_path / "report.json"
+  afile.write_text("{}")
+  with pytest.raises(ValueError, match=r"out_dir=.*report\.json' to be a folder; it is a file"):
+    v.output_dir("out_dir", afile)
+  with pytest.raises(ValueError, match=r"out_dir=.*report\.json/sub' to be a writable folder"):
+    v.output_dir("out_dir", afile / "sub")
+  assert afile.read_text() == "{}"  # nothing overwritten
+
+
+@pytest.mark.parametrize("value", [None, "", 3])
+def test_output_dir_rejects_non_paths(value):
+  with pytest.raises(ValueError, match="out_dir"):
+    v.output_dir("out_dir", value)

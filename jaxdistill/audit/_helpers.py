@@ -38,6 +38,7 @@ def replicate_estimates(key: jax.Array, mechanism: BsvsMechanism, clients: Any, 
   Feed them to :func:`check_unbiased` / :func:`check_variance` with the true
   counts and ``mechanism.entry_variance(counts, n)``.
   """
+  key = _validate.prng_key("key", key)
   from jaxdistill.simulation import simulate  # the runner imports nothing from audit
 
   runs = _validate.integer("num_runs", num_runs, minimum=2)

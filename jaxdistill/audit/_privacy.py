@@ -105,6 +105,7 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
     ValueError: bad sizes, a statistic that is not one scalar per sample, or
       NaN statistics.
   """
+  key = _validate.prng_key("key", key)
   num = _validate.integer("num_samples", num_samples, minimum=1)
   batch = min(_validate.integer("batch_size", batch_size, minimum=1), num)
   stat = _identity if statistic is None else statistic
@@ -299,6 +300,7 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   >>> r.alarm, 0.0 <= r.epsilon_lower <= 1.0
   (False, True)
   """
+  key = _validate.prng_key("key", key)
   n = _validate.integer("num_samples", num_samples, minimum=10)
   a = _validate.open_unit("alpha", alpha)
   eps_c = None if claimed_epsilon is None else _validate.nonnegative("claimed_epsilon", claimed_epsilon)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import sys
 import time
 
+from jaxdistill import _validate
 from jaxdistill.cli._common import _clean, print_table
 
 # Literal copies (checked against the library by tests/fedmd/test_cli.py) so
@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     table_eps = tuple(float(x) for x in args.ldp_table_epsilons.split(",") if x.strip())
   except ValueError:
     raise ValueError(f"Expected --ldp-table-epsilons to be numbers; got {args.ldp_table_epsilons!r}.") from None
+  out = _validate.output_dir("--out", args.out)
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
       private_dataset=args.private_dataset, data_dir=args.data_dir,
@@ -118,8 +119,6 @@ def run(args: argparse.Namespace) -> int:
       private_per_class=args.private_per_class or None, test_per_class=args.test_per_class or None,
       partition=args.partition, alpha=args.alpha, classes_per_party=args.classes_per_party,
       public_size=args.public_size or None)
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
   key = jax.random.key(args.seed)
   results, stopped = [], False
 

@@ -160,6 +160,7 @@ def kmeans(key: jax.Array, features: Any, num_clusters: int, *, max_iterations: 
     ValueError: bad features (not 2-D, NaN, inf), ``num_clusters`` outside
       ``[1, m]``, or bad iteration / trial / block counts.
   """
+  key = _validate.prng_key("key", key)
   x = as_features("features", features)
   m = x.shape[0]
   s = _validate.integer("num_clusters", num_clusters, minimum=1)
@@ -261,6 +262,7 @@ def select_queries(key: jax.Array, public_features: Any, num_queries: int, *,
   Raises:
     ValueError: bad features, or ``num_queries`` outside ``[1, m_pub]``.
   """
+  key = _validate.prng_key("key", key)
   x = as_features("public_features", public_features)
   m = x.shape[0]
   s = _validate.integer("num_queries", num_queries, minimum=1)

@@ -58,6 +58,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxdistill import _validate
 from jaxdistill import accounting
 from jaxdistill import models as M
 from jaxdistill.data import ImageData
@@ -426,11 +427,12 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       replacement, public subset too large), an existing checkpoint without
       ``resume=True``, or a checkpoint from a different run.
   """
+  key = _validate.prng_key("key", key)
   _check(config, data)
   vmap = _use_vmap(config)
   n_parties = config.num_parties
   q = min(config.public_subset, len(data.public))
-  ckpt = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / CHECKPOINT_NAME
+  ckpt = None if checkpoint_dir is None else _validate.output_dir("checkpoint_dir", checkpoint_dir) / CHECKPOINT_NAME
   if ckpt is not None and ckpt.exists() and not resume:
     raise ValueError(f"Checkpoint {ckpt} exists: pass resume=True (--resume) to continue it, or delete it "
                      "(a fresh run would release everything again).")

@@ -89,6 +89,7 @@ def nfdp_sample(key: jax.Array, n: int, k: int, *, with_replacement: bool = Fals
   >>> idx.shape, len(set(idx.tolist()))
   ((3,), 3)
   """
+  key = _validate.prng_key("key", key)
   n, k, with_replacement = _check(n, k, with_replacement)
   return _sample(key, n=n, k=k, with_replacement=with_replacement)
 
@@ -115,6 +116,7 @@ class NfdpSampler:
 
   def sample(self, key: jax.Array) -> jax.Array:
     """``[k] int32`` indices (see :func:`nfdp_sample`; parameters checked at construction)."""
+    key = _validate.prng_key("key", key)
     return _sample(key, n=self.n, k=self.k, with_replacement=self.with_replacement)
 
   def privacy(self, *, rounds: int = 1, resample_each_round: bool = False,
@@ -151,6 +153,7 @@ class SampleOracle:
 
   def draw(self, key: jax.Array) -> ImageData:
     """Draws a fresh sample, records it, and returns its records."""
+    key = _validate.prng_key("key", key)
     idx = np.asarray(self.sampler.sample(key))
     self.draws.append(idx)
     return self._records.take(idx)

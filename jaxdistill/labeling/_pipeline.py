@@ -53,6 +53,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from jaxdistill import _validate
 from jaxdistill import data as data_lib
 from jaxdistill import mechanisms as mech_lib
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
@@ -475,6 +476,8 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   """
   if not isinstance(config, LabelingConfig):
     raise ValueError(f"Expected a LabelingConfig; got {type(config).__name__}.")
+  if config.out_dir is not None and (write_files or config.mechanism != "none"):
+    _validate.output_dir("out_dir", config.out_dir)  # before any work: a bad folder must not lose a run
   start = time.perf_counter()
   timer = _Timer()
   with timer("data"):

@@ -23,6 +23,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxdistill import _validate
 from jaxdistill import models
 from jaxdistill import representations
 from jaxdistill.labeling._config import StudentConfig
@@ -93,6 +94,7 @@ class Student:
       A :class:`jaxdistill.representations.Representation`:
       ``rep(images) -> float32 [n, embedding_dim]``.
     """
+    key = _validate.prng_key("key", key)
     feats = self.penultimate(public_images)
     mean = feats.mean(0)
     dim = min(self.config.embedding_dim, feats.shape[0], feats.shape[1])
@@ -131,6 +133,7 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
   Returns:
     The trained :class:`Student`.
   """
+  key = _validate.prng_key("key", key)
   init_key, fit_key = jax.random.split(key)
   seed = int(jax.random.randint(init_key, (), 0, 2**31 - 1))
   spec = models.CNNSpec(config.widths, config.dropout)

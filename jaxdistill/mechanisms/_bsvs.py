@@ -303,6 +303,7 @@ def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, nu
     purity: probability the label matches the bucket's dominant label.
     zipf: popularity exponent (0 = uniform).
   """
+  key = _validate.prng_key("key", key)
   shape = BsvsShape(num_buckets, num_labels, k, r)
   n = _validate.integer("num_clients", num_clients, minimum=1)
   purity = _validate.probability("purity", purity)

@@ -369,6 +369,7 @@ def sample_negative_binomial(key: jax.Array, r: Any, p: Any, shape: Any = ()) ->
   >>> x.shape, x.dtype
   ((4,), dtype('int32'))
   """
+  key = _validate.prng_key("key", key)
   r = _validate.positive("r", r)
   p = _validate.open_unit("p", p)
   try:

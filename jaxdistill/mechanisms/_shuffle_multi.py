@@ -314,6 +314,7 @@ def shuffle_multi_message_protocol(key: jax.Array, mechanism: ShuffleMultiMessag
   Returns:
     A :class:`MultiMessageTranscript`.
   """
+  key = _validate.prng_key("key", key)
   if not isinstance(mechanism, ShuffleMultiMessage):
     raise ValueError(f"Expected mechanism to be a ShuffleMultiMessage; got {type(mechanism)}.")
   if not isinstance(inputs, BsvsInput):

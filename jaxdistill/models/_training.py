@@ -285,6 +285,7 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
   Raises:
     ValueError: on bad shapes, an unknown loss or a bad size.
   """
+  key = _validate.prng_key("key", key)
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs, 0)
   n = images.shape[0]
   size = n if size is None else _validate.integer("size", size, minimum=1, maximum=n)
@@ -327,6 +328,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
   Returns:
     The stacked trained states.
   """
+  keys = _validate.prng_key("keys", keys, batched=True)
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs,
                                                          0 if shared else 1)
   m = int(jax.tree.leaves(states.step)[0].shape[0])

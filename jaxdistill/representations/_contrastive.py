@@ -106,6 +106,7 @@ class _Encoder(nnx.Module):
 def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: float = 0.03,
             flip: bool = True) -> jax.Array:
   """One random view of ``image [H, W, C]``: shift (zero fill), optional flip, noise, clip to [0, 1]."""
+  key = _validate.prng_key("key", key)
   k_shift, k_flip, k_noise = jax.random.split(key, 3)
   h, w, c = image.shape
   y = image
@@ -262,6 +263,7 @@ def fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | Non
   Raises:
     ValueError: bad images or config, or ``batch_size > m``.
   """
+  key = _validate.prng_key("key", key)
   x = public_images(public)
   cfg = ContrastiveConfig() if config is None else config
   if not isinstance(cfg, ContrastiveConfig):

@@ -128,6 +128,7 @@ def fit_representation(key: jax.Array, name: str, public: Any, **options) -> Rep
   Raises:
     ValueError: unknown name or option, bad images.
   """
+  key = _validate.prng_key("key", key)
   name = _validate.choice("representation", name, REPRESENTATIONS)
   x = public_images(public)
 

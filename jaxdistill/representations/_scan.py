@@ -249,6 +249,7 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
     ValueError: bad images or config, ``num_clusters > m``, or fewer than
       ``num_neighbours + 1`` public images.
   """
+  key = _validate.prng_key("key", key)
   x = public_images(public)
   cfg = ScanConfig() if config is None else config
   if not isinstance(cfg, ScanConfig):

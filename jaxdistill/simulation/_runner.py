@@ -259,6 +259,7 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
     ValueError: not a mechanism, an unknown client source, n outside
       [1, 2^31 - 1], chunk_size < 1, or a bad ``devices``.
   """
+  key = _validate.prng_key("key", key)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
       mechanism, clients, chunk_size, devices)
   return _run(key, clients, jnp.uint32(n), mechanism, source_fn, sharded_rows, per_device, chunk,
@@ -298,6 +299,7 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
   >>> simulate(jax.random.key(1), M.RandomizedResponse(w.shape, 1.0), w).estimate.shape
   (4, 2)
   """
+  key = _validate.prng_key("key", key)
   start = time.perf_counter()
   clients_key, server_key = jax.random.split(key)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(

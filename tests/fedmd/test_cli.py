@@ -78,6 +78,13 @@ def test_bad_input_is_one_line_exit_2(capsys, tmp_path, extra, needle):
   assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
 
 
+def test_unwritable_out_fails_before_loading_data(capsys, tmp_path):
+  (tmp_path / "afile").write_text("x")
+  assert main(TINY + ["--out", str(tmp_path / "afile" / "o")]) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and "--out=" in err and "writable folder" in err
+
+
 @needs_fashion
 def test_k_larger_than_n_without_replacement(capsys, tmp_path):
   assert main(TINY + ["--out", str(tmp_path), "--k", "1000"]) == 2

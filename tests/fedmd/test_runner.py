@@ -121,6 +121,8 @@ def test_checkpoint_guards(data3, tmp_path):
   with pytest.raises(ValueError, match="different run"):
     run(key, dataclasses.replace(cfg, k=5), data3, checkpoint_dir=tmp_path, resume=True)
   assert not list(tmp_path.glob("*.tmp"))
+  with pytest.raises(ValueError, match="checkpoint_dir=.* to be a folder; it is a file"):
+    run(key, cfg, data3, checkpoint_dir=tmp_path / "fedmd_checkpoint.npz")  # checked before any training
 
 
 def test_vmapped_parties_equal_the_loop(data3):

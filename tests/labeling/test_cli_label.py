@@ -41,6 +41,22 @@ def test_bad_input_is_one_line_exit_2(args, match, capsys, tmp_path):
   assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("mechanism", ["central", "none"])
+def test_unwritable_out_dir_fails_before_any_work(mechanism, capsys, tmp_path, monkeypatch):
+  from jaxdistill.labeling import _pipeline  # pylint: disable=import-outside-toplevel
+
+  def no_work(config):
+    raise AssertionError("data were loaded before out_dir was checked")
+
+  monkeypatch.setattr(_pipeline, "load_splits", no_work)
+  (tmp_path / "afile").write_text("x")
+  for out_dir, match in ((tmp_path / "afile", "it is a file"), (tmp_path / "afile" / "o", "writable folder")):
+    code, _, err = run_cli(["label", "--no-progress", "--mechanism", mechanism, "--epsilon", "1",
+                            "--out-dir", str(out_dir)], capsys)
+    assert code == 2 and err.count("\n") == 1 and match in err and "out_dir" in err, err
+  assert (tmp_path / "afile").read_text() == "x"
+
+
 @pytest.mark.parametrize("train_shape, train_classes, match", [
     # Training labels reach 11 but the test split (which D_pub comes from) only has classes 0..9.
     ((60, 28, 28), 12, ("private labels", "[0, 10)")),

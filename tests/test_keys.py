@@ -1,0 +1,71 @@
+"""Key-first public functions: a bad key fails at the boundary; a legacy PRNGKey gives the typed key's numbers."""
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdistill import _validate as v
+from jaxdistill import connection, fedmd, labeling, mechanisms, representations, simulation
+
+_X = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
+_IMAGES = np.random.default_rng(1).random((16, 28, 28, 1)).astype(np.float32)
+_SHAPE = mechanisms.BsvsShape(3, 2, 1)
+
+
+def _workload():
+  return mechanisms.synthetic_workload(jax.random.key(5), num_clients=12, num_buckets=3, num_labels=2, k=1)
+
+
+# One cheap call per public key-first function; each returns something comparable.
+CALLS = {
+    "connection.kmeans": lambda k: connection.kmeans(k, _X, 3).centres,
+    "connection.select_queries": lambda k: connection.select_queries(k, _X, 3).query_indices,
+    "mechanisms.synthetic_workload": lambda k: mechanisms.synthetic_workload(
+        k, num_clients=12, num_buckets=3, num_labels=2, k=1).materialize()[0],
+    "mechanisms.sample_negative_binomial": lambda k: mechanisms.sample_negative_binomial(k, 2.0, 0.5, (3,)),
+    "simulation.simulate": lambda k: simulation.simulate(
+        k, mechanisms.CentralLaplace(_SHAPE, 1.0), _workload()).estimate,
+    "simulation.client_statistics": lambda k: simulation.client_statistics(
+        k, mechanisms.RandomizedResponse(_SHAPE, 1.0), _workload()),
+    "fedmd.nfdp_sample": lambda k: fedmd.nfdp_sample(k, 10, 3),
+    "representations.augment": lambda k: representations.augment(k, _IMAGES[0]),
+    "representations.fit_representation": lambda k: representations.fit_representation(
+        k, "pca", _IMAGES, num_components=3)(_IMAGES),
+    "labeling.train_student": lambda k: labeling.train_student(
+        k, labeling.StudentConfig(epochs=1, widths=(2, 2), batch_size=8), _IMAGES,
+        np.arange(16) % 2, 2).accuracy(_IMAGES, np.arange(16) % 2),
+}
+
+
+def _leaves(x):
+  return [np.asarray(a) for a in jax.tree.leaves(x)]
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+@pytest.mark.parametrize("bad", [0, None, 1.5, np.zeros(2, np.int32)], ids=["int", "None", "float", "int32"])
+def test_bad_key_is_a_value_error_naming_key(name, bad):
+  with pytest.raises(ValueError, match=r"Expected key to be a PRNG key from jax.random.key\(seed\)"):
+    CALLS[name](bad)
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_legacy_key_gives_the_typed_keys_numbers(name):
+  typed = _leaves(CALLS[name](jax.random.key(3)))
+  legacy = _leaves(CALLS[name](jax.random.PRNGKey(3)))
+  assert len(typed) == len(legacy) and all(np.array_equal(a, b) for a, b in zip(typed, legacy))
+
+
+def test_prng_key_validator():
+  key = jax.random.key(7)
+  assert v.prng_key("key", key) is key
+  assert np.array_equal(jax.random.key_data(v.prng_key("key", jax.random.PRNGKey(7))), jax.random.key_data(key))
+  with pytest.raises(ValueError, match="single PRNG key; got a batch of shape \\(2,\\)"):
+    v.prng_key("key", jax.random.split(key))
+  with pytest.raises(ValueError, match="not legacy key data either"):
+    v.prng_key("key", np.zeros(3, np.uint32))
+  assert v.prng_key("keys", jax.random.split(jax.random.PRNGKey(0), 4), batched=True).shape == (4,)
+  with pytest.raises(ValueError, match="1-D batch"):
+    v.prng_key("keys", key, batched=True)
+  # Inside jit the check reads only dtype and shape, and the numbers are the legacy key's.
+  draw = jax.jit(lambda k: jax.random.normal(v.prng_key("key", k)))
+  assert float(draw(jax.random.PRNGKey(1))) == float(jax.random.normal(jax.random.PRNGKey(1)))
