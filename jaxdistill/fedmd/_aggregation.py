@@ -85,10 +85,27 @@ def aggregate(released: Any, weights: Any = None) -> jax.Array:
   return jnp.tensordot(w, y, axes=1)
 
 
+def _check_rows(name: str, x: Any) -> Any:
+  """Concrete ``[..., C]`` input must be finite with C >= 1 (tracers pass through unchecked)."""
+  if isinstance(x, jax.core.Tracer):
+    return x
+  x = np.asarray(x, np.float32)
+  if x.ndim == 0 or x.shape[-1] == 0:
+    raise ValueError(f"Expected {name} of shape [..., C] with C >= 1; got shape {x.shape}.")
+  if not np.isfinite(x).all():
+    raise ValueError(f"Expected finite {name}; found NaN or inf.")
+  return x
+
+
 def clip_rows(x: Any, clip: float) -> jax.Array:
-  """Scales each row ``[..., C]`` down to L2 norm at most ``clip``."""
+  """Scales each row ``[..., C]`` down to L2 norm at most ``clip``.
+
+  Raises:
+    ValueError: ``clip <= 0``; a scalar, an empty last axis, or (for
+      concrete input) NaN or inf entries.
+  """
   clip = _validate.positive("clip", clip)
-  x = jnp.asarray(x, jnp.float32)
+  x = jnp.asarray(_check_rows("x", x), jnp.float32)
   norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
   return x * jnp.minimum(1.0, clip / jnp.maximum(norm, 1e-30))
 
@@ -104,8 +121,12 @@ def project_to_simplex(y: Any) -> jax.Array:
   References:
     Duchi, Shalev-Shwartz, Singer, Chandra, "Efficient projections onto the
     l1-ball", ICML 2008, Fig. 1.
+
+  Raises:
+    ValueError: a scalar, an empty last axis, or (for concrete input) NaN or
+      inf entries, which would otherwise come back as NaN rows.
   """
-  y = jnp.asarray(y, jnp.float32)
+  y = jnp.asarray(_check_rows("y", y), jnp.float32)
   c = y.shape[-1]
   u = -jnp.sort(-y, axis=-1)
   css = jnp.cumsum(u, axis=-1) - 1.0

@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -68,6 +69,23 @@ def test_simplex_projection(y, want):
   got = np.asarray(fedmd.project_to_simplex(np.array(y, np.float32)))
   np.testing.assert_allclose(got, want, atol=1e-6)
   assert got.min() >= 0 and got.sum() == pytest.approx(1, abs=1e-6)
+
+
+@pytest.mark.parametrize("bad,match", [
+    ([[np.nan, 1.0]], "finite"), ([[np.inf, 0.0]], "finite"), (1.0, "shape"), (np.zeros((2, 0)), "shape")])
+def test_row_operations_reject_bad_rows(bad, match):
+  with pytest.raises(ValueError, match=match) as err:
+    fedmd.project_to_simplex(bad)
+  assert " y " in str(err.value) or " y;" in str(err.value)  # names the parameter
+  with pytest.raises(ValueError, match=match) as err:
+    fedmd.clip_rows(bad, 1.0)
+  assert " x " in str(err.value) or " x;" in str(err.value)
+
+
+def test_row_operations_trace_under_jit():
+  y = np.array([[2.0, 0.0], [0.6, 0.6]], np.float32)
+  np.testing.assert_allclose(jax.jit(fedmd.project_to_simplex)(y), fedmd.project_to_simplex(y), atol=1e-7)
+  np.testing.assert_allclose(jax.jit(lambda x: fedmd.clip_rows(x, 1.0))(y), fedmd.clip_rows(y, 1.0), atol=1e-7)
 
 
 def test_clip_rows_and_sensitivity():
