@@ -54,6 +54,25 @@ def test_idx_round_trip_and_errors(tmp_path):
     data.load_dataset("imagenet")
 
 
+@pytest.mark.parametrize("damage, match", [
+    ("not-gzip", "cannot be read .BadGzipFile"),
+    ("cut-gzip", "cannot be read .EOFError"),
+    ("cut-header", "header of a 3-dimensional IDX file is cut short"),
+    ("cut-body", r"header says \(6, 28, 28\) but holds"),
+])
+def test_damaged_idx_files_are_one_line_errors(tmp_path, damage, match):
+  imgs = np.random.default_rng(0).integers(0, 256, (6, 28, 28))
+  write_idx(tmp_path / "train-images-idx3-ubyte.gz", imgs)
+  write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.arange(6) % 3)
+  path = tmp_path / "train-images-idx3-ubyte.gz"
+  raw = gzip.decompress(path.read_bytes())
+  path.write_bytes({"not-gzip": raw[:100], "cut-gzip": path.read_bytes()[:200],
+                    "cut-header": gzip.compress(raw[:9]), "cut-body": gzip.compress(raw[:-7])}[damage])
+  with pytest.raises(ValueError, match=match) as err:
+    data.load_idx_dir(tmp_path, "train")
+  assert "train-images-idx3-ubyte.gz" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_idx_pixels_are_always_bytes(tmp_path):
   # Pixels that happen to be only 0 and 1 are still bytes: 1 means 1/255, not full ink.
   imgs = np.random.default_rng(1).integers(0, 2, (4, 28, 28))

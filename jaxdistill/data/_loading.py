@@ -115,13 +115,18 @@ def _open(path: pathlib.Path):
 
 
 def _read_idx(path: pathlib.Path) -> np.ndarray:
-  with _open(path) as f:
-    data = f.read()
+  try:
+    with _open(path) as f:
+      data = f.read()
+  except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError; a cut gzip stream is an EOFError
+    raise ValueError(f"{path} cannot be read ({type(err).__name__}: {err}); is the download complete?") from None
   if len(data) < 4:
     raise ValueError(f"{path} is not an IDX file (too short).")
   zero, dtype_code, ndim = data[0:2], data[2], data[3]
   if zero != b"\x00\x00" or dtype_code != 0x08:
     raise ValueError(f"{path} is not an unsigned-byte IDX file.")
+  if len(data) < 4 + 4 * ndim:
+    raise ValueError(f"{path}: the header of a {ndim}-dimensional IDX file is cut short.")
   shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
   body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
   if body.size != int(np.prod(shape)):
