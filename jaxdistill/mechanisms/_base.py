@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdistill.accounting import PrivacyStatement
-from jaxdistill.mechanisms._bsvs import BsvsShape
+from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape
 
 __all__ = ["BsvsMechanism"]
 
@@ -118,3 +118,42 @@ class BsvsMechanism(abc.ABC):
     """Closed-form mean squared error per entry: variance + bias^2."""
     bias = self.entry_bias(counts, num_clients)
     return np.asarray(self.entry_variance(counts, num_clients), np.float64) + bias * bias
+
+
+def check_clients_fit(mechanism: BsvsMechanism, clients: Any, n: int) -> None:
+  """The clients must fit the shape (and n) the mechanism's noise and privacy statement were built for.
+
+  Otherwise the run would silently drop entries (buckets >= s, labels >= |Y|)
+  or report a guarantee that does not hold (more than k buckets per client
+  raise the sensitivity; a shuffle mechanism's amplification or noise split
+  is computed for its own ``num_clients``).
+  """
+  shape = mechanism.shape
+  calibrated_n = getattr(mechanism, "num_clients", None)
+  if calibrated_n is not None and n != calibrated_n:
+    raise ValueError(f"Expected {calibrated_n} clients, the num_clients {type(mechanism).__name__} was built for "
+                     f"(its privacy statement holds for exactly that many); got {n}.")
+  if isinstance(clients, BsvsInput):
+    for name, arr, bound_name, bound, size_name, size in (
+        ("buckets", clients.buckets, "k", shape.k, "num_buckets", shape.num_buckets),
+        ("labels", clients.labels, "r", shape.r, "num_labels", shape.num_labels)):
+      if arr.ndim != 2 or arr.shape[0] != n:
+        raise ValueError(f"Expected clients.{name} of shape [n={n}, ...]; got {tuple(arr.shape)}.")
+      if arr.shape[1] > bound:
+        raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the mechanism's bound (its "
+                         f"noise is calibrated to it); got clients.{name} of shape {tuple(arr.shape)}.")
+      low, high = int(jnp.min(arr)), int(jnp.max(arr))
+      if low < -1 or high >= size:
+        raise ValueError(f"Expected clients.{name} in [0, {size_name}={size}) or -1 (padding); found values in "
+                         f"[{low}, {high}].")
+    return
+  declared = getattr(clients, "shape", None)
+  if isinstance(declared, BsvsShape):
+    pairs = (("num_buckets", declared.num_buckets, shape.num_buckets), ("num_labels", declared.num_labels,
+             shape.num_labels), ("k", declared.k, shape.k), ("r", declared.r, shape.r))
+  else:
+    out = jax.eval_shape(clients.client, jax.ShapeDtypeStruct((), jnp.uint32))
+    pairs = (("k", out[0].shape[-1], shape.k), ("r", out[1].shape[-1], shape.r))
+  for name, got, bound in pairs:
+    if got > bound:
+      raise ValueError(f"Expected the workload's {name} <= the mechanism's {name}={bound}; got {got}.")

@@ -49,7 +49,7 @@ from jaxdistill.accounting._multi_message import (
     multi_message_statement,
 )
 from jaxdistill.mechanisms import _bounds
-from jaxdistill.mechanisms._base import BsvsMechanism
+from jaxdistill.mechanisms._base import BsvsMechanism, check_clients_fit
 from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, check_shape, client_entries, entry_histogram
 from jaxdistill.mechanisms._nb_sampler import (
     CompoundPoissonTables,
@@ -320,6 +320,7 @@ def shuffle_multi_message_protocol(key: jax.Array, mechanism: ShuffleMultiMessag
   if not isinstance(inputs, BsvsInput):
     raise ValueError(f"Expected inputs to be a BsvsInput; got {type(inputs)}.")
   n, d = inputs.num_clients, mechanism.shape.d
+  check_clients_fit(mechanism, inputs, n)
   clients_key, server_key = jax.random.split(key)
   idx = jnp.arange(n, dtype=jnp.uint32)
   per_client = np.asarray(_client_messages(clients_key, mechanism, idx, inputs.buckets, inputs.labels))

@@ -48,6 +48,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxdistill import _validate
 from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
+from jaxdistill.mechanisms._base import check_clients_fit
 from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator
 
 __all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "CLIENT_AXIS",
@@ -225,6 +226,7 @@ def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
     raise ValueError(f"Expected mechanism to be a BsvsMechanism; got {type(mechanism).__name__}.")
   n, source_fn, sharded_rows = _source(clients)
   _validate.integer("num_clients", n, minimum=1, maximum=MAX_CLIENTS)
+  check_clients_fit(mechanism, clients, n)
   chunk_size = _validate.integer("chunk_size", chunk_size, minimum=1)
   mesh = client_mesh(devices)
   chunk, per_device = _plan(n, chunk_size, mesh.size)
@@ -257,7 +259,11 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
 
   Raises:
     ValueError: not a mechanism, an unknown client source, n outside
-      [1, 2^31 - 1], chunk_size < 1, or a bad ``devices``.
+      [1, 2^31 - 1], chunk_size < 1, or a bad ``devices``; clients that do
+      not fit the mechanism (more than its k buckets or r labels per client,
+      indices outside its s buckets or |Y| labels, or, for a shuffle
+      mechanism, n other than its ``num_clients``), because the noise and
+      the privacy statement were built for that shape.
   """
   key = _validate.prng_key("key", key)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(

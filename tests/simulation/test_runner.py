@@ -52,6 +52,57 @@ def test_bad_arguments_name_themselves():
     audit.local_randomizer("rr")
 
 
+MISFITS = [  # (mechanism shape, workload sizes, the error's text): each would drop votes or break the sensitivity
+    (M.BsvsShape(2, 2, 1), dict(num_buckets=3, num_labels=2, k=1), "num_buckets <= the mechanism's num_buckets=2"),
+    (M.BsvsShape(3, 2, 1), dict(num_buckets=3, num_labels=3, k=1), "num_labels <= the mechanism's num_labels=2"),
+    (M.BsvsShape(3, 2, 1), dict(num_buckets=3, num_labels=2, k=2), "k <= the mechanism's k=1"),
+    (M.BsvsShape(3, 3, 1), dict(num_buckets=3, num_labels=3, k=1, r=2), "r <= the mechanism's r=1"),
+]
+
+
+@pytest.mark.parametrize("shape, sizes, match", MISFITS)
+@pytest.mark.parametrize("make", [M.CentralLaplace, M.RandomizedResponse, M.Collision])
+def test_clients_must_fit_the_mechanism(make, shape, sizes, match):
+  mech = make(shape, 1.0)
+  w = M.synthetic_workload(jax.random.key(0), num_clients=20, **sizes)
+  with pytest.raises(ValueError, match=match):
+    simulation.simulate(jax.random.key(1), mech, w)
+  # Materialised rows: a wider row than the bound (k, r) or an index outside the mechanism's range.
+  inp = w.materialize()
+  with pytest.raises(ValueError, match=r"Expected (at most [kr]=1 (buckets|labels) per client|clients\.(buckets|labels) in)"):
+    simulation.client_statistics(jax.random.key(1), mech, inp)
+
+
+def test_clients_may_use_fewer_buckets_and_labels_than_the_mechanism():
+  w = M.synthetic_workload(jax.random.key(0), num_clients=30, num_buckets=3, num_labels=2, k=1)
+  mech = M.CentralLaplace(M.BsvsShape(5, 4, 2), 1.0)  # a superset domain and a looser bound: still correct
+  res = simulation.simulate(jax.random.key(1), mech, w, with_counts=True)
+  assert res.estimate.shape == (5, 4) and res.counts.sum() == 30 and res.counts[3:].sum() == 0
+
+
+def test_out_of_range_rows_are_refused():
+  mech = M.RandomizedResponse(M.BsvsShape(3, 2, 1), 1.0)
+  for buckets, labels, match in (([[0], [3]], [[0], [1]], r"buckets in \[0, num_buckets=3\) .* \[0, 3\]"),
+                                 ([[0], [1]], [[0], [2]], r"labels in \[0, num_labels=2\) .* \[0, 2\]"),
+                                 ([[0], [-2]], [[0], [1]], r"buckets in .* \[-2, 0\]")):
+    inp = M.BsvsInput(np.asarray(buckets, np.int32), np.asarray(labels, np.int32))
+    with pytest.raises(ValueError, match=match):
+      simulation.simulate(jax.random.key(0), mech, inp)
+
+
+@pytest.mark.parametrize("make", [lambda s, n: M.ShuffleSingleMessage(s, 1.0, 1e-6, n),
+                                  lambda s, n: M.ShuffleMultiMessage(s, 1.0, 1e-6, n)], ids=["single", "multi"])
+def test_shuffle_mechanisms_need_their_own_number_of_clients(make):
+  w = M.synthetic_workload(jax.random.key(0), num_clients=300, num_buckets=3, num_labels=2, k=1)
+  simulation.simulate(jax.random.key(1), make(w.shape, 300), w)  # fits
+  for n in (100, 1000):  # fewer clients: weaker amplification / less noise than claimed
+    with pytest.raises(ValueError, match=f"Expected {n} clients, the num_clients"):
+      simulation.simulate(jax.random.key(1), make(w.shape, n), w)
+  with pytest.raises(ValueError, match="Expected 1000 clients"):
+    M.shuffle_multi_message_protocol(jax.random.key(1), M.ShuffleMultiMessage(w.shape, 1.0, 1e-6, 1000),
+                                     w.materialize())
+
+
 def _temp_bytes(mech, clients, chunk):
   from jaxdistill.simulation import _runner
   n, fn, rows, src, ch, per_dev, mesh = _runner._prepare(mech, clients, chunk, None)
