@@ -360,6 +360,11 @@ def balanced_scores(buckets: Any, private_features: Any, query_features: Any, *,
                              dim_name="query_features"), np.float64)
   h = _validate.positive("bandwidth", bandwidth)
   b = np.asarray(buckets)
+  if b.ndim != 2 or b.shape[0] != x.shape[0] or not np.issubdtype(b.dtype, np.integer):
+    raise ValueError(f"Expected buckets of int shape [n={x.shape[0]}, k]; got {b.dtype} of shape {b.shape}.")
+  if b.size and (b.min() < -1 or b.max() >= q.shape[0]):
+    raise ValueError(f"Expected buckets in [0, s={q.shape[0]}) or -1 (padding); found values in "
+                     f"[{b.min()}, {b.max()}].")
   d2 = np.sum(x * x, 1)[:, None] + np.sum(q * q, 1)[None, :] - 2.0 * x @ q.T
   sim = 1.0 / (1.0 + np.maximum(d2, 0.0) / h)
   rows = np.repeat(np.arange(b.shape[0]), b.shape[1])

@@ -72,13 +72,16 @@ def aggregate(released: Any, weights: Any = None) -> jax.Array:
   >>> aggregate(y, [2, 1, 1]).tolist()
   [[0.5, 0.5]]
   """
-  y = jnp.asarray(released, jnp.float32)
+  y = jnp.asarray(_check_rows("released", released), jnp.float32)
   if y.ndim != 3:
     raise ValueError(f"Expected released of shape [m, q, C]; got {y.shape}.")
   m = y.shape[0]
   if weights is None:
     return jnp.mean(y, axis=0)
-  w = np.asarray(weights, np.float64)
+  try:
+    w = np.asarray(weights, np.float64)
+  except (TypeError, ValueError):
+    raise ValueError(f"Expected weights to be {m} numbers; got {weights!r}.") from None
   if w.shape != (m,) or not np.all(np.isfinite(w)) or w.min() < 0 or w.sum() <= 0:
     raise ValueError(f"Expected {m} finite nonnegative weights, not all zero; got {np.asarray(weights).tolist()}.")
   w = jnp.asarray(w / w.sum(), jnp.float32)

@@ -168,8 +168,22 @@ def vote_shares(votes: np.ndarray, assignment: np.ndarray) -> np.ndarray:
 
   Returns:
     float32 ``[m, C]``, rows summing to 1.
+
+  Raises:
+    ValueError: votes not a finite ``[s, C]`` array, or an assignment
+      outside ``[0, s)``.
   """
   votes = np.asarray(votes, np.float64)
+  assignment = np.asarray(assignment)
+  if votes.ndim != 2 or votes.shape[0] < 1 or votes.shape[1] < 1:
+    raise ValueError(f"Expected votes of shape [s, C]; got {votes.shape}.")
+  if not np.isfinite(votes).all():
+    raise ValueError("Expected finite votes; found NaN or inf.")
+  if assignment.ndim != 1 or not np.issubdtype(assignment.dtype, np.integer):
+    raise ValueError(f"Expected assignment to be int [m]; got {assignment.dtype} of shape {assignment.shape}.")
+  if assignment.size and (assignment.min() < 0 or assignment.max() >= votes.shape[0]):
+    raise ValueError(f"Expected assignment in [0, s={votes.shape[0]}); found values in "
+                     f"[{assignment.min()}, {assignment.max()}].")
   pos = np.clip(votes, 0.0, None)
   tot = pos.sum(axis=1, keepdims=True)
   shares = np.where(tot > 0, pos / np.where(tot > 0, tot, 1.0), 1.0 / votes.shape[1])

@@ -264,6 +264,40 @@ def _check_fit(images: Any, targets: Any, loss: str, batch_size: Any, epochs: An
   return images, targets, loss, batch_size, epochs
 
 
+def _check_values(clf: Classifier, state: TrainState, images: np.ndarray, targets: np.ndarray, loss: str,
+                  lead: int, stacked: bool, valid: np.ndarray | None) -> None:
+  """Data the model can train on: an image shape it accepts, finite pixels, targets for its classes.
+
+  ``valid`` masks the rows that train (``images.shape[:lead + 1]``; None: all), so padding is not checked.
+  """
+  one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:] if stacked else a.shape, a.dtype), state)
+  image_shape = tuple(images.shape[lead + 1:])
+  try:
+    out = jax.eval_shape(lambda st, x: _forward_jit(st, x, clf=clf), one,
+                         jax.ShapeDtypeStruct((1, *image_shape), jnp.float32))
+  except (TypeError, ValueError) as err:
+    raise ValueError(f"Expected images the model accepts; its forward pass fails on images of shape "
+                     f"{image_shape} ({type(err).__name__}: {str(err).splitlines()[0][:120]}).") from None
+  classes = int(out.shape[-1])
+  x, y = (images, targets) if valid is None or valid.all() else (images[valid], targets[valid])
+  if not np.isfinite(x).all():
+    raise ValueError("Expected finite images; found NaN or inf.")
+  if targets.ndim == lead + 1:
+    if y.size and (y.min() < 0 or y.max() >= classes):
+      raise ValueError(f"Expected labels in [0, {classes}) (the model's classes); found values in "
+                       f"[{y.min()}, {y.max()}].")
+    return
+  if targets.shape[-1] != classes:
+    raise ValueError(f"Expected soft targets with {classes} columns (the model's classes); got shape "
+                     f"{targets.shape}.")
+  if not np.isfinite(y).all():
+    raise ValueError("Expected finite targets; found NaN or inf.")
+  if loss == "cross_entropy" and y.size and (y.min() < 0 or np.abs(y.sum(-1) - 1.0).max() > 1e-3):
+    raise ValueError("Expected soft targets for loss='cross_entropy' to be probability rows (nonnegative, "
+                     f"summing to 1); found entries down to {y.min():.3g} and row sums in "
+                     f"[{y.sum(-1).min():.4g}, {y.sum(-1).max():.4g}].")
+
+
 def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets: Any, *,
         epochs: int, batch_size: int, loss: str = "cross_entropy", size: Any = None) -> TrainState:
   """Trains one model for ``epochs`` epochs (Adam or whatever ``clf.tx`` is).
@@ -283,12 +317,17 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
     The trained state.
 
   Raises:
-    ValueError: on bad shapes, an unknown loss or a bad size.
+    ValueError: on bad shapes, an unknown loss or a bad size; images the
+      model does not accept or with NaN/inf pixels; labels outside the
+      model's classes; soft targets of another width, non-finite, or (for
+      ``cross_entropy``) not probability rows. Only the records that train
+      (the first ``size``) are checked.
   """
   key = _validate.prng_key("key", key)
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs, 0)
   n = images.shape[0]
   size = n if size is None else _validate.integer("size", size, minimum=1, maximum=n)
+  _check_values(clf, state, images, targets, loss, 0, False, np.arange(n) < size)
   if epochs == 0:
     return state
   b = min(batch_size, n)
@@ -327,6 +366,10 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
 
   Returns:
     The stacked trained states.
+
+  Raises:
+    ValueError: as :func:`fit` (model i's rows past ``sizes[i]`` are padding
+      and are not checked); mismatched m, sizes or keys.
   """
   keys = _validate.prng_key("keys", keys, batched=True)
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs,
@@ -343,6 +386,9 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
   keys = jnp.asarray(keys)
   if keys.shape[0] != m:
     raise ValueError(f"Expected {m} keys; got {keys.shape[0]}.")
+  record = np.arange(n)
+  _check_values(clf, states, images, targets, loss, 0 if shared else 1, True,
+                record < sizes.max() if shared else record[None, :] < sizes[:, None])
   if epochs == 0:
     return states
   b = min(batch_size, n)
@@ -386,11 +432,30 @@ def _pad_to(x: jax.Array, c: int, axis: int) -> jax.Array:
   return jnp.pad(x, widths)
 
 
+def _check_predict(clf: Classifier, state: TrainState, images: jax.Array, *, stacked: bool) -> None:
+  if isinstance(images, jax.core.Tracer):
+    return
+  one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:] if stacked else a.shape, a.dtype), state)
+  try:
+    jax.eval_shape(lambda st, x: _forward_jit(st, x, clf=clf), one,
+                   jax.ShapeDtypeStruct((1, *images.shape[-3:]), jnp.float32))
+  except (TypeError, ValueError) as err:
+    raise ValueError(f"Expected images the model accepts; its forward pass fails on images of shape "
+                     f"{tuple(images.shape[-3:])} ({type(err).__name__}: {str(err).splitlines()[0][:120]}).") from None
+  if not bool(jnp.isfinite(images).all()):
+    raise ValueError("Expected finite images; found NaN or inf.")
+
+
 def predict_logits(clf: Classifier, state: TrainState, images: Any, *, chunk: int = 512) -> jax.Array:
-  """Eval-mode logits ``[n, C] float32`` of ``images: [n, H, W, C]``, in chunks."""
+  """Eval-mode logits ``[n, C] float32`` of ``images: [n, H, W, C]``, in chunks.
+
+  Raises:
+    ValueError: images of another rank or shape than the model takes, or NaN/inf pixels.
+  """
   images = jnp.asarray(images, jnp.float32)
   if images.ndim != 4 or images.shape[0] < 1:
     raise ValueError(f"Expected images of shape [n >= 1, H, W, C]; got {images.shape}.")
+  _check_predict(clf, state, images, stacked=False)
   n = images.shape[0]
   c = _validate.integer("chunk", chunk, minimum=1)
   # Every chunk is padded to c rows, so one compiled forward serves every n.
@@ -412,6 +477,7 @@ def predict_logits_stacked(clf: Classifier, states: TrainState, images: Any, *, 
   images = jnp.asarray(images, jnp.float32)
   if images.ndim != (4 if shared else 5):
     raise ValueError(f"Expected images of rank {4 if shared else 5}; got shape {images.shape}.")
+  _check_predict(clf, states, images, stacked=True)
   axis = 0 if shared else 1
   n = images.shape[axis]
   c = _validate.integer("chunk", chunk, minimum=1)
@@ -435,6 +501,11 @@ def accuracy(logits: Any, labels: Any) -> float:
   """
   logits = np.asarray(logits)
   labels = np.asarray(labels)
-  if logits.shape[-2] != labels.shape[0]:
-    raise ValueError(f"Expected logits [..., {labels.shape[0]}, C]; got {logits.shape}.")
+  if labels.ndim != 1 or logits.ndim < 2 or logits.shape[-2] != labels.shape[0]:
+    raise ValueError(f"Expected logits [..., n, C] and labels [n]; got {logits.shape} and {labels.shape}.")
+  if not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"Expected integer labels; got dtype {labels.dtype}.")
+  if labels.size and (labels.min() < 0 or labels.max() >= logits.shape[-1]):
+    raise ValueError(f"Expected labels in [0, {logits.shape[-1]}) (the logits' classes); found values in "
+                     f"[{labels.min()}, {labels.max()}].")
   return float(np.mean(np.argmax(logits, axis=-1) == labels, dtype=np.float64))

@@ -96,3 +96,10 @@ def test_clip_rows_and_sensitivity():
   assert fedmd.release_sensitivity("logits", 3.0) == 6.0
   with pytest.raises(ValueError, match="clip"):
     fedmd.release_sensitivity("logits")
+
+
+def test_aggregate_refuses_nan_releases_and_non_numeric_weights():
+  with pytest.raises(ValueError, match="finite released"):
+    fedmd.aggregate(np.full((2, 3, 4), np.nan, np.float32))
+  with pytest.raises(ValueError, match="Expected weights to be 2 numbers"):
+    fedmd.aggregate(np.ones((2, 3, 4), np.float32), "heavy")

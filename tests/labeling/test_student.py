@@ -34,3 +34,16 @@ def test_student_embedding_is_a_public_only_representation():
   np.testing.assert_allclose(rep(pub.images).mean(0), 0.0, atol=1e-3)
   # Embedding is a deterministic function of the images (same batch, same features).
   np.testing.assert_array_equal(rep(pub.images[:7]), rep(pub.images[:7]))
+
+
+def test_vote_shares_refuse_bad_votes_and_assignments():
+  import pytest  # pylint: disable=import-outside-toplevel
+  votes = np.array([[3.0, -1.0], [0.0, 0.0]])
+  np.testing.assert_allclose(labeling.vote_shares(votes, np.array([0, 1, 0])), [[1, 0], [0.5, 0.5], [1, 0]])
+  for bad_votes, assignment, match in ((np.array([[np.nan, 1.0]]), [0], "finite votes"),
+                                       (np.array([1.0, 2.0]), [0], r"votes of shape \[s, C\]"),
+                                       (votes, [0, 2], r"assignment in \[0, s=2\); found values in \[0, 2\]"),
+                                       (votes, [-1], r"found values in \[-1, -1\]"),
+                                       (votes, [0.0], "int")):
+    with pytest.raises(ValueError, match=match):
+      labeling.vote_shares(bad_votes, np.asarray(assignment))

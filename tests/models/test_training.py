@@ -152,3 +152,62 @@ def test_bad_shapes():
   with pytest.raises(ValueError, match="sizes"):
     M.fit_stacked(jax.random.split(jax.random.key(0), 1), clf, M.stack_states([st]), x[None], y[None],
                   epochs=1, batch_size=4, sizes=[17])
+
+
+def test_bad_values_are_refused_before_training():
+  x, y = toy(16)
+  clf, st = make()
+
+  def fit(xx, yy, loss="cross_entropy"):
+    return M.fit(jax.random.key(0), clf, st, xx, yy, epochs=1, batch_size=4, loss=loss)
+
+  bad_x = x.copy()
+  bad_x[3, 2, 2, 0] = np.nan
+  with pytest.raises(ValueError, match="finite images"):
+    fit(bad_x, y)
+  with pytest.raises(ValueError, match=r"labels in \[0, 4\) \(the model's classes\); found values in \[0, 4\]"):
+    fit(x, np.where(np.arange(16) == 5, 4, y))  # one label past the model's 4 classes
+  with pytest.raises(ValueError, match=r"found values in \[-1, 3\]"):
+    fit(x, np.where(np.arange(16) == 5, -1, y))
+  soft = np.eye(4, dtype=np.float32)[y]
+  with pytest.raises(ValueError, match="4 columns"):
+    fit(x, soft[:, :3])
+  with pytest.raises(ValueError, match="probability rows"):
+    fit(x, 2.0 * soft)
+  with pytest.raises(ValueError, match="finite targets"):
+    fit(x, np.where(soft > 0, np.nan, soft), loss="mse")
+  fit(x, 2.0 * soft, loss="mse")  # regression targets (logits) need not be distributions
+  wide = np.zeros((16, 10, 10, 1), np.float32)
+  with pytest.raises(ValueError, match=r"model accepts; its forward pass fails on images of shape \(10, 10, 1\)"):
+    fit(wide, y)
+
+
+def test_stacked_padding_is_not_checked_but_records_are():
+  x, y = toy(16)
+  clf, st = make()
+  states = M.stack_states([st, st])
+  xs, ys = np.stack([x, x]), np.stack([y, y])
+  xs[1, 12:] = np.nan  # model 1's padding (sizes[1] = 12)
+  ys[1, 12:] = -1
+  M.fit_stacked(jax.random.split(jax.random.key(0), 2), clf, states, xs, ys, epochs=1, batch_size=4,
+                sizes=[16, 12])
+  xs[1, 11] = np.nan  # a record model 1 trains on
+  with pytest.raises(ValueError, match="finite images"):
+    M.fit_stacked(jax.random.split(jax.random.key(0), 2), clf, states, xs, ys, epochs=1, batch_size=4,
+                  sizes=[16, 12])
+
+
+def test_predict_and_accuracy_refuse_bad_input():
+  x, y = toy(8)
+  clf, st = make()
+  with pytest.raises(ValueError, match="finite images"):
+    M.predict_logits(clf, st, np.full_like(x, np.nan))
+  with pytest.raises(ValueError, match="model accepts"):
+    M.predict_logits(clf, st, np.zeros((2, 10, 10, 1), np.float32))
+  with pytest.raises(ValueError, match="model accepts"):
+    M.predict_logits_stacked(clf, M.stack_states([st, st]), np.zeros((2, 10, 10, 1), np.float32))
+  logits = np.asarray(M.predict_logits(clf, st, x))
+  with pytest.raises(ValueError, match=r"labels in \[0, 4\)"):
+    M.accuracy(logits, np.full(8, 4))
+  with pytest.raises(ValueError, match="integer labels"):
+    M.accuracy(logits, y.astype(np.float32))
