@@ -90,6 +90,8 @@ def test_splits_are_disjoint_and_seeded():
   assert (len(s1.private), len(s1.public), len(s1.evaluation)) == (2000, 1000, 500)
   with pytest.raises(ValueError, match="private_size"):
     data.paper_splits(d, None, seed=0, public_size=1000, eval_size=1000, private_size=4000)
+  with pytest.raises(ValueError, match=r"public_size \+ eval_size = 5000 < 5000 images, leaving at least one"):
+    data.paper_splits(d, None, seed=0, public_size=3000, eval_size=2000)  # no private_size given: name the two
 
 
 @pytest.mark.parametrize("scheme", ["iid", "dirichlet", "classes"])

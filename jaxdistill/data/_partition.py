@@ -51,6 +51,9 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
     return LabelingSplits(train.take(np.sort(priv_idx)), public, evaluation)
   rest = len(train) - public_size - eval_size
   if private_size is None:
+    if rest < 1:
+      raise ValueError(f"Expected public_size + eval_size = {public_size + eval_size} < {len(train)} images, "
+                       "leaving at least one private record.")
     private_size = rest
   private_size = _validate.integer("private_size", private_size, minimum=1)
   if private_size > rest:
