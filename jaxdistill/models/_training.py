@@ -279,9 +279,11 @@ def _check_values(clf: Classifier, state: TrainState, images: np.ndarray, target
     raise ValueError(f"Expected images the model accepts; its forward pass fails on images of shape "
                      f"{image_shape} ({type(err).__name__}: {str(err).splitlines()[0][:120]}).") from None
   classes = int(out.shape[-1])
-  x, y = (images, targets) if valid is None or valid.all() else (images[valid], targets[valid])
-  if not np.isfinite(x).all():
+  masked = valid is not None and not valid.all()
+  # Padding past size/sizes may hold anything: only the training rows are checked (copied only if needed).
+  if not np.isfinite(images).all() and not (masked and np.isfinite(images[valid]).all()):
     raise ValueError("Expected finite images; found NaN or inf.")
+  y = targets[valid] if masked else targets
   if targets.ndim == lead + 1:
     if y.size and (y.min() < 0 or y.max() >= classes):
       raise ValueError(f"Expected labels in [0, {classes}) (the model's classes); found values in "
