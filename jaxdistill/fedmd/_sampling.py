@@ -153,7 +153,6 @@ class SampleOracle:
 
   def draw(self, key: jax.Array) -> ImageData:
     """Draws a fresh sample, records it, and returns its records."""
-    key = _validate.prng_key("key", key)
     idx = np.asarray(self.sampler.sample(key))
     self.draws.append(idx)
     return self._records.take(idx)

@@ -264,21 +264,25 @@ def _check_fit(images: Any, targets: Any, loss: str, batch_size: Any, epochs: An
   return images, targets, loss, batch_size, epochs
 
 
-def _check_values(clf: Classifier, state: TrainState, images: np.ndarray, targets: np.ndarray, loss: str,
-                  lead: int, stacked: bool, valid: np.ndarray | None) -> None:
-  """Data the model can train on: an image shape it accepts, finite pixels, targets for its classes.
-
-  ``valid`` masks the rows that train (``images.shape[:lead + 1]``; None: all), so padding is not checked.
-  """
+def _output_classes(clf: Classifier, state: TrainState, image_shape: tuple[int, ...], stacked: bool) -> int:
+  """C of the model's logits for one image of ``image_shape`` (shapes only); ValueError if it rejects it."""
   one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:] if stacked else a.shape, a.dtype), state)
-  image_shape = tuple(images.shape[lead + 1:])
   try:
     out = jax.eval_shape(lambda st, x: _forward_jit(st, x, clf=clf), one,
                          jax.ShapeDtypeStruct((1, *image_shape), jnp.float32))
   except (TypeError, ValueError) as err:
     raise ValueError(f"Expected images the model accepts; its forward pass fails on images of shape "
                      f"{image_shape} ({type(err).__name__}: {str(err).splitlines()[0][:120]}).") from None
-  classes = int(out.shape[-1])
+  return int(out.shape[-1])
+
+
+def _check_values(clf: Classifier, state: TrainState, images: np.ndarray, targets: np.ndarray, loss: str,
+                  lead: int, stacked: bool, valid: np.ndarray | None) -> None:
+  """Data the model can train on: an image shape it accepts, finite pixels, targets for its classes.
+
+  ``valid`` masks the rows that train (``images.shape[:lead + 1]``; None: all), so padding is not checked.
+  """
+  classes = _output_classes(clf, state, tuple(images.shape[lead + 1:]), stacked)
   masked = valid is not None and not valid.all()
   # Padding past size/sizes may hold anything: only the training rows are checked (copied only if needed).
   if not np.isfinite(images).all() and not (masked and np.isfinite(images[valid]).all()):
@@ -437,13 +441,7 @@ def _pad_to(x: jax.Array, c: int, axis: int) -> jax.Array:
 def _check_predict(clf: Classifier, state: TrainState, images: jax.Array, *, stacked: bool) -> None:
   if isinstance(images, jax.core.Tracer):
     return
-  one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:] if stacked else a.shape, a.dtype), state)
-  try:
-    jax.eval_shape(lambda st, x: _forward_jit(st, x, clf=clf), one,
-                   jax.ShapeDtypeStruct((1, *images.shape[-3:]), jnp.float32))
-  except (TypeError, ValueError) as err:
-    raise ValueError(f"Expected images the model accepts; its forward pass fails on images of shape "
-                     f"{tuple(images.shape[-3:])} ({type(err).__name__}: {str(err).splitlines()[0][:120]}).") from None
+  _output_classes(clf, state, tuple(images.shape[-3:]), stacked)
   if not bool(jnp.isfinite(images).all()):
     raise ValueError("Expected finite images; found NaN or inf.")
 

@@ -69,7 +69,8 @@ def test_clients_must_fit_the_mechanism(make, shape, sizes, match):
     simulation.simulate(jax.random.key(1), mech, w)
   # Materialised rows: a wider row than the bound (k, r) or an index outside the mechanism's range.
   inp = w.materialize()
-  with pytest.raises(ValueError, match=r"Expected (at most [kr]=1 (buckets|labels) per client|clients\.(buckets|labels) in)"):
+  refused = r"Expected (at most [kr]=1 (buckets|labels) per client|clients\.(buckets|labels) in)"
+  with pytest.raises(ValueError, match=refused):
     simulation.client_statistics(jax.random.key(1), mech, inp)
 
 
