@@ -81,7 +81,8 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
 
   Raises:
     ValueError: naming the problem (wrong image shapes, mismatched classes,
-      labels outside the classes, non-finite pixels, empty splits).
+      labels outside the classes, non-finite pixels or pixels outside
+      [0, 1], empty splits).
   """
   if not isinstance(splits, data_lib.LabelingSplits):
     raise ValueError(f"Expected splits to be a jaxdistill.data.LabelingSplits; got {type(splits).__name__}.")
@@ -103,6 +104,10 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
                        f"got {part.num_classes}.")
     if not np.isfinite(img).all():
       raise ValueError(f"Expected finite {name} pixels; found NaN or inf.")
+    low, high = float(img.min()), float(img.max())
+    if low < 0.0 or high > 1.0:  # the augmentations clip to [0, 1]; mixed scales would compare apples to pears
+      raise ValueError(f"Expected {name} pixels in [0, 1] (ImageData's scale; divide bytes by 255); found "
+                       f"range [{low:g}, {high:g}].")
   if shape[0] < 8 or shape[1] < 8:
     raise ValueError(f"Expected images of at least 8x8 pixels for the student CNN; got {shape}.")
   return int(classes)

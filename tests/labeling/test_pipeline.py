@@ -217,6 +217,13 @@ def test_images_of_the_wrong_shape(splits):
   assert "images" in one_line(err)
 
 
+def test_pixels_on_another_scale(splits):
+  bytes_scale = data_lib.ImageData(splits.private.images * 255.0, splits.private.labels, 10)
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(tiny(), splits=data_lib.LabelingSplits(bytes_scale, splits.public, splits.evaluation))
+  assert "private pixels in [0, 1]" in one_line(err) and "range [0, 255]" in one_line(err)
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("mechanism", "laplace", "mechanism"), ("epsilon", 0.0, "epsilon"), ("epsilon", math.inf, "epsilon"),
     ("delta", 1.0, "delta"), ("iterations", 0, "iterations"), ("representation", "sift", "representation"),
