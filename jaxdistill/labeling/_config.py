@@ -141,6 +141,14 @@ class LabelingConfig:
       key for any value); with more, the report adds every draw and their
       mean, because one student's accuracy moves by about a point with its
       seed. Not a release setting: the ledger ignores it.
+    student_seeds: how many students (different seeds) are trained on the
+      final iteration's votes, in the private and the noise-free chain.
+      The first is the reported Acc_pc (the same key for any value); with
+      more, the report adds every draw, their mean and the gaps between
+      the means. At T = 1, student draw i has the key of ceiling draw i,
+      so the gaps are paired. Training more students on released votes is
+      post-processing: the privacy statement does not change, and the
+      ledger ignores this setting.
   """
 
   dataset: str = "mnist-embedded"
@@ -165,6 +173,7 @@ class LabelingConfig:
   out_dir: str | None = None
   baselines: bool = True
   ceiling_seeds: int = 1
+  student_seeds: int = 1
 
   def __post_init__(self):
     if not isinstance(self.dataset, str) or not (self.dataset in DATASETS or self.dataset.startswith("tfds:")):
@@ -218,6 +227,7 @@ class LabelingConfig:
     if not isinstance(self.baselines, bool):
       raise ValueError(f"Expected baselines to be a bool; got {self.baselines!r}.")
     object.__setattr__(self, "ceiling_seeds", _validate.integer("ceiling_seeds", self.ceiling_seeds, minimum=1))
+    object.__setattr__(self, "student_seeds", _validate.integer("student_seeds", self.student_seeds, minimum=1))
 
   # -- derived settings ------------------------------------------------------------
   def sizes(self, has_test_split: bool) -> tuple[int | None, int, int]:
@@ -258,6 +268,6 @@ class LabelingConfig:
     which the ledger stores beside each release.
     """
     d = self.to_dict()
-    for name in ("out_dir", "baselines", "ceiling_seeds", "student", "data_dir", "noise_seed"):
+    for name in ("out_dir", "baselines", "ceiling_seeds", "student_seeds", "student", "data_dir", "noise_seed"):
       d.pop(name)
     return d

@@ -241,6 +241,9 @@ class IterationResult:
     refined_acc_pl: fraction of D_pub whose last self-training target
       (``StudentConfig.refine_rounds`` >= 1) has its argmax on the true
       label (None without refinement).
+    acc_pc_draws: Acc_pc of every student seed trained on this
+      iteration's votes (``LabelingConfig.student_seeds`` at the final
+      iteration, else one); the first is ``acc_pc``.
   """
 
   iteration: int
@@ -257,10 +260,12 @@ class IterationResult:
   timings: dict[str, float]
   student: Student | None = dataclasses.field(default=None, repr=False)
   refined_acc_pl: float | None = None
+  acc_pc_draws: tuple[float, ...] = ()
 
   def summary(self) -> dict[str, Any]:
     empty = int(np.sum(np.all(self.votes == 0, axis=1)))
     return {"iteration": self.iteration, "acc_pl": self.acc_pl, "acc_pc": self.acc_pc,
+            "acc_pc_draws": list(self.acc_pc_draws),
             "refined_acc_pl": self.refined_acc_pl,
             "reused_release": self.reused, "release_file": self.release_file,
             "queries_without_votes_in_release": empty,
@@ -409,28 +414,44 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
     query_labels = np.argmax(votes, axis=1).astype(np.int64)
     pseudo = query_labels[assignment]
     acc_pl = float(np.mean(pseudo == pub.labels, dtype=np.float64))
-    refined_acc_pl = None
     with timer("student"):
       student_key = jax.random.fold_in(jax.random.fold_in(key, _STUDENT), t)
-      rounds = config.student.refine_rounds
-      with _bar(config.student.epochs * (1 + rounds), f"student {config.mechanism} t={t}", progress) as bar:
+      draws = config.student_seeds if t == config.iterations else 1
+      epochs = config.student.epochs * (1 + config.student.refine_rounds) * draws
+      with _bar(epochs, f"student {config.mechanism} t={t}", progress) as bar:
         update = bar.update if bar is not None else None
-        student = train_student(student_key, config.student, pub.images,
-                                _targets(config, votes, assignment, pseudo), num_classes, progress=update)
-        # Self-training on D_pub (post-processing: public images and released votes only).
-        for r in range(1, rounds + 1):
-          refined = refine_targets(student, pub.images, vote_shares(votes, assignment))
-          refined_acc_pl = float(np.mean(refined.argmax(axis=1) == pub.labels, dtype=np.float64))
-          student = train_student(jax.random.fold_in(student_key, r), config.student, pub.images, refined,
-                                  num_classes, progress=update)
-      acc_pc = student.accuracy(ev.images, ev.labels)
+        student, refined_acc_pl = _train_student_chain(config, student_key, pub, votes, assignment, pseudo,
+                                                       num_classes, update)
+        acc_pc = student.accuracy(ev.images, ev.labels)
+        acc_pc_draws = [acc_pc]
+        for i in range(1, draws):  # more student seeds on the same votes: post-processing
+          extra, _ = _train_student_chain(config, jax.random.fold_in(student_key, i), pub, votes, assignment,
+                                          pseudo, num_classes, update)
+          acc_pc_draws.append(extra.accuracy(ev.images, ev.labels))
     release_file = None
     if ledger is not None:
       release_file = pathlib.Path(stored.path if stored is not None else stored_file).name
     results.append(IterationResult(t, np.asarray(queries), np.asarray(assignment), votes, query_labels, pseudo,
                                    acc_pl, acc_pc, stored is not None, release_file,
-                                   mech.privacy() if mech else None, timer.times, student, refined_acc_pl))
+                                   mech.privacy() if mech else None, timer.times, student, refined_acc_pl,
+                                   tuple(acc_pc_draws)))
   return ChainResult(config.mechanism, results)
+
+
+def _train_student_chain(config: LabelingConfig, student_key: jax.Array, pub: data_lib.ImageData, votes: np.ndarray,
+                         assignment: np.ndarray, pseudo: np.ndarray, num_classes: int,
+                         update: Callable[[int], Any] | None) -> tuple[Student, float | None]:
+  """The student on the released labels, then ``refine_rounds`` self-training rounds; (student, refined Acc_pl)."""
+  student = train_student(student_key, config.student, pub.images, _targets(config, votes, assignment, pseudo),
+                          num_classes, progress=update)
+  refined_acc_pl = None
+  # Self-training on D_pub (post-processing: public images and released votes only).
+  for r in range(1, config.student.refine_rounds + 1):
+    refined = refine_targets(student, pub.images, vote_shares(votes, assignment))
+    refined_acc_pl = float(np.mean(refined.argmax(axis=1) == pub.labels, dtype=np.float64))
+    student = train_student(jax.random.fold_in(student_key, r), config.student, pub.images, refined, num_classes,
+                            progress=update)
+  return student, refined_acc_pl
 
 
 # -- the run -------------------------------------------------------------------------
@@ -581,6 +602,8 @@ def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingS
   final = chain.final
   ceiling = ceiling_draws[0] if ceiling_draws else None
   ceiling_mean = float(np.mean(ceiling_draws)) if ceiling_draws else None
+  pc_mean = float(np.mean(final.acc_pc_draws))
+  nf_mean = float(np.mean(noise_free.final.acc_pc_draws)) if noise_free else None
   results = {
       "acc_pl": final.acc_pl, "acc_pc": final.acc_pc,
       "noise_free_acc_pl": noise_free.final.acc_pl if noise_free else None,
@@ -591,6 +614,13 @@ def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingS
       "supervised_ceiling_draws": list(ceiling_draws) if ceiling_draws else None,
       "supervised_ceiling_mean": ceiling_mean,
       "gap_to_ceiling_mean_pc": (ceiling_mean - final.acc_pc) if ceiling_mean is not None else None,
+      # Over student seeds (student_seeds, ceiling_seeds): every draw, the means and the gaps of the means.
+      "acc_pc_draws": list(final.acc_pc_draws),
+      "acc_pc_mean": pc_mean,
+      "noise_free_acc_pc_draws": list(noise_free.final.acc_pc_draws) if noise_free else None,
+      "noise_free_acc_pc_mean": nf_mean,
+      "gap_of_means_to_noise_free_pc": (nf_mean - pc_mean) if nf_mean is not None else None,
+      "gap_of_means_to_ceiling_pc": (ceiling_mean - pc_mean) if ceiling_mean is not None else None,
   }
   return _jsonable({
       "task": "reverse k-NN private labeling (Algorithm 1, arXiv:2207.13253)",

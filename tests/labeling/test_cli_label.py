@@ -78,12 +78,14 @@ def test_tiny_run_writes_report_and_plots(tmp_path, capsys):
   args = ["label", "--private-size", "600", "--public-size", "200", "--eval-size", "200", "--s", "10",
           "--epsilon", "5", "--student-epochs", "1", "--student-widths", "4,8", "--no-progress",
           "--out-dir", str(out_dir)]
-  code, out, err = run_cli(args + ["--ceiling-seeds", "2"], capsys)
+  code, out, err = run_cli(args + ["--ceiling-seeds", "2", "--student-seeds", "2"], capsys)
   assert code == 0, err
   rep = json.loads((out_dir / "report.json").read_text())
   assert rep["settings"]["num_queries"] == 10 and rep["settings"]["mechanism"] == "central"
   assert rep["settings"]["ceiling_seeds"] == 2 and len(rep["results"]["supervised_ceiling_draws"]) == 2
-  assert "mean over 2 student seeds" in out
+  assert rep["settings"]["student_seeds"] == 2 and len(rep["results"]["acc_pc_draws"]) == 2
+  assert len(rep["results"]["noise_free_acc_pc_draws"]) == 2
+  assert out.count("mean over 2 student seeds") == 3  # private, noise-free and ceiling rows
   assert rep["privacy"]["statement"]["epsilon"] == pytest.approx(5.0)
   assert {"accuracy.png", "labels.png"} <= {p.name for p in out_dir.iterdir()}
   assert "Acc_pl" in out and "supervised ceiling" in out

@@ -96,6 +96,46 @@ def test_ceiling_seeds_keep_the_first_ceiling_and_report_every_draw(splits, tmp_
   np.testing.assert_array_equal(again.private.final.votes, three.private.final.votes)
 
 
+def test_student_seeds_keep_the_first_student_and_report_every_draw(splits, tmp_path):
+  cfg = tiny(mechanism="central", epsilon=2.0, iterations=2, baselines=True, ceiling_seeds=3, student_seeds=3,
+             out_dir=str(tmp_path))
+  three = labeling.run_labeling(cfg, splits=splits)
+  final = three.private.final
+  assert len(final.acc_pc_draws) == 3 and final.acc_pc_draws[0] == final.acc_pc
+  assert len(set(final.acc_pc_draws)) > 1  # other seeds give other students
+  assert three.private.iterations[0].acc_pc_draws == (three.private.iterations[0].acc_pc,)  # only the final one
+  assert len(three.noise_free.final.acc_pc_draws) == 3
+  res = json.loads((tmp_path / "report.json").read_text())["results"]
+  assert res["acc_pc_draws"] == list(final.acc_pc_draws)
+  assert res["acc_pc_mean"] == pytest.approx(np.mean(final.acc_pc_draws))
+  assert res["noise_free_acc_pc_mean"] == pytest.approx(np.mean(three.noise_free.final.acc_pc_draws))
+  assert res["gap_of_means_to_ceiling_pc"] == pytest.approx(np.mean(three.ceiling_draws) - res["acc_pc_mean"])
+  assert res["gap_of_means_to_noise_free_pc"] == pytest.approx(res["noise_free_acc_pc_mean"] - res["acc_pc_mean"])
+  # Post-processing, not a release setting: one seed reuses both releases and gives the first draw again.
+  one = labeling.run_labeling(cfg.replace(student_seeds=1, baselines=False), splits=splits)
+  assert all(it.reused for it in one.private.iterations)
+  assert one.private.final.acc_pc_draws == (final.acc_pc,)
+
+
+def test_student_draws_are_paired_with_the_ceiling_draws(splits, monkeypatch):
+  # At T = 1, private student draw i is initialised and shuffled with the key of ceiling draw i.
+  calls = []
+  real = _pipeline.train_student
+
+  def spy(key, config, images, targets, num_classes, **kw):
+    is_truth = np.asarray(targets).ndim == 1 and np.array_equal(targets, splits.public.labels)
+    calls.append(("ceiling" if is_truth else "student", tuple(np.asarray(jax.random.key_data(key)).tolist())))
+    return real(key, config, images, targets, num_classes, **kw)
+
+  monkeypatch.setattr(_pipeline, "train_student", spy)
+  cfg = tiny(mechanism="central", epsilon=2.0, baselines=True, ceiling_seeds=3, student_seeds=3)
+  labeling.run_labeling(cfg, splits=splits)
+  students = [k for who, k in calls if who == "student"]
+  ceilings = [k for who, k in calls if who == "ceiling"]
+  assert len(students) == 6 and len(ceilings) == 3  # 3 private + 3 noise-free students, 3 ceilings
+  assert students[:3] == ceilings and students[3:] == ceilings
+
+
 class Interrupt(Exception):
   pass
 
@@ -228,6 +268,7 @@ def test_pixels_on_another_scale(splits):
     ("mechanism", "laplace", "mechanism"), ("epsilon", 0.0, "epsilon"), ("epsilon", math.inf, "epsilon"),
     ("delta", 1.0, "delta"), ("iterations", 0, "iterations"), ("representation", "sift", "representation"),
     ("dataset", "cifar100", "dataset"), ("ceiling_seeds", 0, "ceiling_seeds"),
+    ("student_seeds", 0, "student_seeds"),
     ("representation", "scan", "num_queries"),   # with num_queries=1 below
 ])
 def test_bad_settings(field, value, match):
