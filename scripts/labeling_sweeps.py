@@ -80,11 +80,19 @@ def parse(argv):
   p.add_argument("--ceiling-seeds", type=int, default=1,
                  help="with --ceiling: train the supervised student with this many seeds (the first is the "
                       "ceiling; the others show its spread)")
+  p.add_argument("--student-seeds", type=int, default=1,
+                 help="train this many students (other seeds) on each release and on its noise-free twin; "
+                      "post-processing, no privacy cost. The table adds their mean and, with --ceiling, the gap "
+                      "of the means to the ceiling's mean over --ceiling-seeds")
   p.add_argument("--out", default="results/labeling")
   p.add_argument("--tag", default="", help="appended to the output file names (e.g. the representation)")
   args = p.parse_args(argv)
   if args.ceiling_seeds != 1 and not args.ceiling:
     p.error("--ceiling-seeds needs --ceiling")
+  if args.student_seeds < 1:
+    p.error(f"--student-seeds must be >= 1, got {args.student_seeds}")
+  if args.ceiling_seeds < 1:
+    p.error(f"--ceiling-seeds must be >= 1, got {args.ceiling_seeds}")
   return args
 
 
@@ -109,12 +117,12 @@ def main(argv=None) -> int:
         dataset=args.dataset, data_dir=args.data_dir, mechanism="central", epsilon=args.epsilon,
         num_queries=args.s, k=args.k, iterations=args.T, representation=args.representation, seed=seed,
         private_size=args.private_size, public_size=args.public_size, eval_size=args.eval_size,
-        student=student, baselines=False)
+        student=student, student_seeds=args.student_seeds, baselines=False)
     # Any s and representation load the same split; s = 1 passes the s <= |D_pub| check at any size.
     splits = (tuning_splits(base) if args.tuning_split
               else labeling.load_splits(base.replace(num_queries=1, representation="raw")))
     reps = {}  # the first representation, fitted once (scan: once per s, its number of clusters)
-    ceiling = None
+    ceiling = ceiling_mean = None
     noise_free_cache = {}
 
     def run(cfg):
@@ -146,22 +154,31 @@ def main(argv=None) -> int:
           with_ceiling = args.ceiling and ceiling is None
           nf, _ = run(cfg.replace(mechanism="none", epsilon=math.inf, baselines=with_ceiling,
                                   ceiling_seeds=args.ceiling_seeds))
-          noise_free_cache[nf_key] = (nf.private.final.acc_pl, nf.private.final.acc_pc)
+          noise_free_cache[nf_key] = (nf.private.final.acc_pl, nf.private.final.acc_pc,
+                                      float(np.mean(nf.private.final.acc_pc_draws)))
           if with_ceiling:
             ceiling, draws = nf.ceiling_acc, list(nf.ceiling_draws[1:])
+            ceiling_mean = float(np.mean(nf.ceiling_draws))
             print(f"seed={seed} supervised ceiling {ceiling:.4f}" +
                   (f"; with {len(draws)} other student seeds {min(draws):.4f}-{max(draws):.4f}" if draws else ""),
                   flush=True)
             spread += draws
         res, secs = run(cfg)
         acc_pl, acc_pc = res.private.final.acc_pl, res.private.final.acc_pc
-        nf_pl, nf_pc = noise_free_cache[nf_key]
+        nf_pl, nf_pc, nf_pc_mean = noise_free_cache[nf_key]
+        pc_mean = float(np.mean(res.private.final.acc_pc_draws))
+        # acc_pc and ceiling are the first student seed's (the pipeline's key, as `jaxdistill label`); the
+        # *_mean columns average over --student-seeds (Acc_pc) and --ceiling-seeds (ceiling).
         rows.append({"seed": seed, "value": v, "mechanism": mech, "epsilon": cfg.epsilon, "s": cfg.num_queries,
                      "k": cfg.k, "T": cfg.iterations, "acc_pl": acc_pl, "acc_pc": acc_pc,
                      "noise_free_acc_pl": nf_pl, "noise_free_acc_pc": nf_pc, "ceiling": ceiling,
+                     "student_seeds": args.student_seeds, "acc_pc_mean": pc_mean,
+                     "noise_free_acc_pc_mean": nf_pc_mean, "ceiling_mean": ceiling_mean,
                      "seconds": round(secs, 1)})
         print(f"seed={seed} {args.sweep}={v:g} {mech}: Acc_pl={acc_pl:.4f} Acc_pc={acc_pc:.4f} "
-              f"(no noise {nf_pl:.4f}/{nf_pc:.4f}) {secs:.0f}s", flush=True)
+              f"(no noise {nf_pl:.4f}/{nf_pc:.4f})"
+              + (f" mean of {args.student_seeds} students {pc_mean:.4f} (no noise {nf_pc_mean:.4f})"
+                 if args.student_seeds > 1 else "") + f" {secs:.0f}s", flush=True)
   wall = time.perf_counter() - start
   with open(out / f"{stem}.csv", "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -196,7 +213,7 @@ def aggregate(rows, key):
 
 def write_markdown(path, rows, args, command, wall, splits, spread=(), machine=""):
   keys = ("acc_pl", "acc_pc", "noise_free_acc_pl", "noise_free_acc_pc")
-  aggs = {k: aggregate(rows, k) for k in keys}
+  aggs = {k: aggregate(rows, k) for k in keys + ("acc_pc_mean", "noise_free_acc_pc_mean")}
   lines = [f"# {args.dataset}: accuracy against {args.sweep}", "",
            "Command:", "", "```bash", command, "```", "",
            f"|D_priv| = {len(splits.private)}, |D_pub| = {len(splits.public)}, "
@@ -212,24 +229,43 @@ def write_markdown(path, rows, args, command, wall, splits, spread=(), machine="
     per_seed = sorted({(r["seed"], r["ceiling"]) for r in rows})
     lines += ["Supervised ceiling (the same student on D_pub's true labels): " +
               ", ".join(f"seed {sd}: {c:.4f}" for sd, c in per_seed) +
-              f"; mean {np.mean([c for _, c in per_seed]):.4f}. The last column is Acc_pc minus the "
+              f"; mean {np.mean([c for _, c in per_seed]):.4f}. The column 'Acc_pc − ceiling' is Acc_pc minus the "
               "ceiling of the same seed, in points." +
               (f" The same student with {len(spread)} other seeds: mean {np.mean(spread):.4f}, sd "
                f"{np.std(spread, ddof=1):.4f}, range {min(spread):.4f}-{max(spread):.4f}." if len(spread) > 1 else ""),
               ""]
+  many = args.student_seeds > 1
+  if many:
+    lines += [f"Each release (and its noise-free twin) trains {args.student_seeds} students with other seeds "
+              "(post-processing, no privacy cost). Acc_pc is the first student's (the pipeline's key); the "
+              "mean columns average all of them" +
+              (f", and 'mean − ceiling mean' compares them with the mean of the {args.ceiling_seeds} "
+               "ceiling students (student i and ceiling student i share a key)." if with_ceiling else ".")
+              + " The ± of a mean column is its spread over the data seeds, not over the students.", ""]
   column = "total eps" if args.sweep == "budget" else args.sweep
   lines += [f"| mechanism | {column} | Acc_pl | Acc_pc | Acc_pl (no noise) | Acc_pc (no noise) |"
-            + (" Acc_pc − ceiling |" if with_ceiling else ""),
-            "|---|---|---|---|---|---|" + ("---|" if with_ceiling else "")]
+            + (" Acc_pc − ceiling |" if with_ceiling else "")
+            + (" Acc_pc, mean of students | Acc_pc (no noise), mean |" if many else "")
+            + (" mean − ceiling mean |" if many and with_ceiling else ""),
+            "|---|---|---|---|---|---|" + ("---|" if with_ceiling else "") + ("---|---|" if many else "")
+            + ("---|" if many and with_ceiling else "")]
   order = {m: i for i, m in enumerate(dict.fromkeys(r["mechanism"] for r in rows))}  # first appearance
   for (mech, v) in sorted(aggs["acc_pl"], key=lambda g: (order[g[0]], g[1])):
     cells = []
     for k in keys:
       m, sd, n = aggs[k][(mech, v)]
       cells.append(f"{m:.4f}" + (f" ± {sd:.4f}" if n > 1 else ""))
+    group = [r for r in rows if (r["mechanism"], r["value"]) == (mech, v)]
     if with_ceiling:
-      gap = [100 * (r["acc_pc"] - r["ceiling"]) for r in rows if (r["mechanism"], r["value"]) == (mech, v)]
+      gap = [100 * (r["acc_pc"] - r["ceiling"]) for r in group]
       cells.append(f"{np.mean(gap):+.2f}" + (f" ± {np.std(gap):.2f}" if len(gap) > 1 else ""))
+    if many:
+      for k in ("acc_pc_mean", "noise_free_acc_pc_mean"):
+        m, sd, n = aggs[k][(mech, v)]
+        cells.append(f"{m:.4f}" + (f" ± {sd:.4f}" if n > 1 else ""))
+      if with_ceiling:
+        gap = [100 * (r["acc_pc_mean"] - r["ceiling_mean"]) for r in group]
+        cells.append(f"{np.mean(gap):+.2f}" + (f" ± {np.std(gap):.2f}" if len(gap) > 1 else ""))
     lines.append(f"| {mech} | {v:g} | " + " | ".join(cells) + " |")
   path.write_text("\n".join(lines) + "\n")
 

@@ -41,7 +41,8 @@ def test_budget_sweep_writes_gaps_to_the_ceiling(tmp_path):
   sweeps = load_script()
   argv = ["--dataset", "mnist-embedded", "--sweep", "budget", "--values", "1", "--s-grid", "10,20",
           "--tuning-split", "--ceiling", "--student-epochs", "1", "--student-targets", "soft",
-          "--student-refine", "1", "--ceiling-seeds", "3", "--public-size", "300", "--eval-size", "200",
+          "--student-refine", "1", "--ceiling-seeds", "3", "--student-seeds", "2",
+          "--public-size", "300", "--eval-size", "200",
           "--private-size", "1000", "--tag", "t1",
           "--out", str(tmp_path)]
   assert sweeps.main(argv) == 0
@@ -59,7 +60,25 @@ def test_budget_sweep_writes_gaps_to_the_ceiling(tmp_path):
   assert "The same student with 2 other seeds" in md
   table = [line for line in md.splitlines() if line.startswith("| central s=")]
   assert [line.split("|")[1].strip() for line in table] == ["central s=10", "central s=20"]
+  header = next(line for line in md.splitlines() if line.startswith("| mechanism |"))
+  columns = [c.strip() for c in header.split("|")[1:-1]]
+  assert columns[-4:] == ["Acc_pc − ceiling", "Acc_pc, mean of students", "Acc_pc (no noise), mean",
+                          "mean − ceiling mean"]
+  assert "trains 2 students" in md and "mean of the 3 ceiling students" in md
   for line, r in zip(table, rows):
-    gap = float(line.split("|")[-2])
-    np.testing.assert_allclose(gap, 100 * (float(r["acc_pc"]) - ceiling), atol=0.006)
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    np.testing.assert_allclose(float(cells[columns.index("Acc_pc − ceiling")]),
+                               100 * (float(r["acc_pc"]) - ceiling), atol=0.006)
+    # Two students: the mean is (first + second) / 2, and the first is acc_pc, so the second student's
+    # accuracy 2 * mean - acc_pc must be a whole number of the 200 held-out images.
+    assert int(r["student_seeds"]) == 2
+    for first, mean in ((r["acc_pc"], r["acc_pc_mean"]), (r["noise_free_acc_pc"], r["noise_free_acc_pc_mean"])):
+      second = 2 * float(mean) - float(first)
+      assert 0.0 <= second <= 1.0
+      np.testing.assert_allclose(second * 200, round(second * 200), atol=1e-6)
+    # The ceiling mean is over 3 ceiling students, the first of which is the ceiling.
+    ceiling_mean = float(r["ceiling_mean"])
+    np.testing.assert_allclose(ceiling_mean * 600, round(ceiling_mean * 600), atol=1e-6)
+    np.testing.assert_allclose(float(cells[columns.index("mean − ceiling mean")]),
+                               100 * (float(r["acc_pc_mean"]) - ceiling_mean), atol=0.006)
   assert (tmp_path / f"{stem}.png").stat().st_size > 0
