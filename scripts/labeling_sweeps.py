@@ -240,7 +240,7 @@ def write_markdown(path, rows, args, command, wall, splits, spread=(), machine="
               "(post-processing, no privacy cost). Acc_pc is the first student's (the pipeline's key); the "
               "mean columns average all of them" +
               (f", and 'mean − ceiling mean' compares them with the mean of the {args.ceiling_seeds} "
-               "ceiling students (student i and ceiling student i share a key)." if with_ceiling else ".")
+               "ceiling students (at T = 1, student i and ceiling student i share a key)." if with_ceiling else ".")
               + " The ± of a mean column is its spread over the data seeds, not over the students.", ""]
   column = "total eps" if args.sweep == "budget" else args.sweep
   lines += [f"| mechanism | {column} | Acc_pl | Acc_pc | Acc_pl (no noise) | Acc_pc (no noise) |"
