@@ -275,27 +275,33 @@ def plot(path, rows, args):
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, ax = plt.subplots(figsize=(6, 4))
+  # With --student-seeds N the Acc_pc curves and the ceiling are means over the students.
+  many = args.student_seeds > 1
+  pc_key, nf_pc_key, ceiling_key = ("acc_pc_mean", "noise_free_acc_pc_mean", "ceiling_mean") if many else (
+      "acc_pc", "noise_free_acc_pc", "ceiling")
+  of = f" (mean of {args.student_seeds} students)" if many else ""
   if args.sweep == "budget":  # one colour per s: Acc_pc with noise (solid) and without (dashed)
-    pc, nf_pc = aggregate(rows, "acc_pc"), aggregate(rows, "noise_free_acc_pc")
+    pc, nf_pc = aggregate(rows, pc_key), aggregate(rows, nf_pc_key)
     for i, mech in enumerate(dict.fromkeys(r["mechanism"] for r in rows)):
       xs = sorted(v for m, v in pc if m == mech)
       ax.errorbar(xs, [pc[(mech, x)][0] for x in xs], yerr=[pc[(mech, x)][1] for x in xs], fmt="s-", color=f"C{i}",
-                  capsize=2, label=f"Acc_pc {mech}")
+                  capsize=2, label=f"Acc_pc {mech}{of}")
       ax.plot(xs, [nf_pc[(mech, x)][0] for x in xs], "--", color=f"C{i}", label=f"Acc_pc no noise {mech}")
   else:
-    for key, style in (("acc_pl", "o-"), ("acc_pc", "s-")):
+    for key, style in (("acc_pl", "o-"), (pc_key, "s-")):
       agg = aggregate(rows, key)
       for mech in sorted({g[0] for g in agg}):
         xs = sorted(v for m, v in agg if m == mech)
         ax.errorbar(xs, [agg[(mech, x)][0] for x in xs], yerr=[agg[(mech, x)][1] for x in xs], fmt=style,
-                    capsize=2, label=f"{key.replace('acc_', 'Acc_')} {mech}")
+                    capsize=2, label=f"{key.replace('acc_', 'Acc_').replace('_mean', '')} {mech}"
+                    + (of if key == pc_key else ""))
     nf = aggregate(rows, "noise_free_acc_pl")
     mech0 = sorted({g[0] for g in nf})[0]
     xs = sorted(v for m, v in nf if m == mech0)
     ax.plot(xs, [nf[(mech0, x)][0] for x in xs], "k--", label="Acc_pl no noise")
   if any(r.get("ceiling") is not None for r in rows):
-    ceiling = float(np.mean([r["ceiling"] for r in rows]))
-    ax.axhline(ceiling, color="k", lw=1, label="supervised ceiling")
+    ceiling = float(np.mean([r[ceiling_key] for r in rows]))
+    ax.axhline(ceiling, color="k", lw=1, label="supervised ceiling" + (" (mean)" if many else ""))
     ax.axhline(ceiling - 0.03, color="k", lw=1, ls=":", label="ceiling - 3 points")
   if args.sweep in ("s", "eps-central", "eps-local", "budget"):
     ax.set_xscale("log")
