@@ -212,8 +212,6 @@ def aggregate(rows, key):
 
 
 def write_markdown(path, rows, args, command, wall, splits, spread=(), machine=""):
-  keys = ("acc_pl", "acc_pc", "noise_free_acc_pl", "noise_free_acc_pc")
-  aggs = {k: aggregate(rows, k) for k in keys + ("acc_pc_mean", "noise_free_acc_pc_mean")}
   lines = [f"# {args.dataset}: accuracy against {args.sweep}", "",
            "Command:", "", "```bash", command, "```", "",
            f"|D_priv| = {len(splits.private)}, |D_pub| = {len(splits.public)}, "
@@ -242,31 +240,33 @@ def write_markdown(path, rows, args, command, wall, splits, spread=(), machine="
               (f", and 'mean − ceiling mean' compares them with the mean of the {args.ceiling_seeds} "
                "ceiling students (at T = 1, student i and ceiling student i share a key)." if with_ceiling else ".")
               + " The ± of a mean column is its spread over the data seeds, not over the students.", ""]
-  column = "total eps" if args.sweep == "budget" else args.sweep
-  lines += [f"| mechanism | {column} | Acc_pl | Acc_pc | Acc_pl (no noise) | Acc_pc (no noise) |"
-            + (" Acc_pc − ceiling |" if with_ceiling else "")
-            + (" Acc_pc, mean of students | Acc_pc (no noise), mean |" if many else "")
-            + (" mean − ceiling mean |" if many and with_ceiling else ""),
-            "|---|---|---|---|---|---|" + ("---|" if with_ceiling else "") + ("---|---|" if many else "")
-            + ("---|" if many and with_ceiling else "")]
-  order = {m: i for i, m in enumerate(dict.fromkeys(r["mechanism"] for r in rows))}  # first appearance
-  for (mech, v) in sorted(aggs["acc_pl"], key=lambda g: (order[g[0]], g[1])):
-    cells = []
-    for k in keys:
-      m, sd, n = aggs[k][(mech, v)]
-      cells.append(f"{m:.4f}" + (f" ± {sd:.4f}" if n > 1 else ""))
-    group = [r for r in rows if (r["mechanism"], r["value"]) == (mech, v)]
+  def cell(values, spec, sd_spec):  # the mean over the data seeds, and their spread when there are several
+    return f"{np.mean(values):{spec}}" + (f" ± {np.std(values):{sd_spec}}" if len(values) > 1 else "")
+
+  def mean_of(key):
+    return lambda group: cell([r[key] for r in group], ".4f", ".4f")
+
+  def gap_of(key, ceiling_key):  # in points
+    return lambda group: cell([100 * (r[key] - r[ceiling_key]) for r in group], "+.2f", ".2f")
+
+  columns = [("Acc_pl", mean_of("acc_pl")), ("Acc_pc", mean_of("acc_pc")),
+             ("Acc_pl (no noise)", mean_of("noise_free_acc_pl")), ("Acc_pc (no noise)", mean_of("noise_free_acc_pc"))]
+  if with_ceiling:
+    columns.append(("Acc_pc − ceiling", gap_of("acc_pc", "ceiling")))
+  if many:
+    columns += [("Acc_pc, mean of students", mean_of("acc_pc_mean")),
+                ("Acc_pc (no noise), mean", mean_of("noise_free_acc_pc_mean"))]
     if with_ceiling:
-      gap = [100 * (r["acc_pc"] - r["ceiling"]) for r in group]
-      cells.append(f"{np.mean(gap):+.2f}" + (f" ± {np.std(gap):.2f}" if len(gap) > 1 else ""))
-    if many:
-      for k in ("acc_pc_mean", "noise_free_acc_pc_mean"):
-        m, sd, n = aggs[k][(mech, v)]
-        cells.append(f"{m:.4f}" + (f" ± {sd:.4f}" if n > 1 else ""))
-      if with_ceiling:
-        gap = [100 * (r["acc_pc_mean"] - r["ceiling_mean"]) for r in group]
-        cells.append(f"{np.mean(gap):+.2f}" + (f" ± {np.std(gap):.2f}" if len(gap) > 1 else ""))
-    lines.append(f"| {mech} | {v:g} | " + " | ".join(cells) + " |")
+      columns.append(("mean − ceiling mean", gap_of("acc_pc_mean", "ceiling_mean")))
+  column = "total eps" if args.sweep == "budget" else args.sweep
+  lines += [f"| mechanism | {column} | " + " | ".join(name for name, _ in columns) + " |",
+            "|---|---|" + "---|" * len(columns)]
+  groups = {}
+  for r in rows:
+    groups.setdefault((r["mechanism"], r["value"]), []).append(r)
+  order = {m: i for i, m in enumerate(dict.fromkeys(r["mechanism"] for r in rows))}  # first appearance
+  for (mech, v) in sorted(groups, key=lambda g: (order[g[0]], g[1])):
+    lines.append(f"| {mech} | {v:g} | " + " | ".join(f(groups[(mech, v)]) for _, f in columns) + " |")
   path.write_text("\n".join(lines) + "\n")
 
 
