@@ -120,7 +120,14 @@ class MechanismAccount:
     return _cached_pld(self)
 
   def dp_event(self) -> dpe.DpEvent:
-    """The dp-accounting event of the T-fold mechanism."""
+    """The dp-accounting event of the T-fold mechanism.
+
+    The event's sensitivity is the shift of one worst neighbouring pair under
+    ``relation`` (2kr for a BSVS count under replace-one), so compose it in an
+    accountant built with ``ADD_OR_REMOVE_ONE``: dp-accounting's
+    ``REPLACE_ONE`` reads a Gaussian event's sensitivity as a clip norm and
+    doubles the shift, and it refuses (discrete) Laplace events.
+    """
     if self.mechanism == "laplace":
       ev = dpe.LaplaceDpEvent(noise_multiplier=self.parameter / self.sensitivity)
     elif self.mechanism == "discrete-laplace":
@@ -143,16 +150,21 @@ class MechanismAccount:
     """Smallest epsilon (upper bound) such that the T-fold release is (eps, delta)-DP.
 
     At ``delta = 0`` this is the exact pure-DP epsilon (:meth:`pure_epsilon`);
-    the PLD's truncated tails cannot certify delta = 0.
+    the PLD's truncated tails cannot certify delta = 0. At ``delta > 0`` it is
+    the PLD's epsilon, capped at the pure epsilon: the pessimistic grid rounds
+    every loss up by up to one step, so near the pure epsilon the PLD alone
+    would report more than the exact bound.
     """
     d = _validate.probability("delta", delta)
     if d == 0.0:
       return self.pure_epsilon()
-    return float(self.pld().get_epsilon_for_delta(d))
+    return min(float(self.pld().get_epsilon_for_delta(d)), self.pure_epsilon())
 
   def delta(self, epsilon: Any) -> float:
-    """delta (upper bound) of the T-fold release at ``epsilon``."""
+    """delta (upper bound) of the T-fold release at ``epsilon`` (0 from the pure epsilon on)."""
     e = _validate.nonnegative("epsilon", epsilon)
+    if e >= self.pure_epsilon():
+      return 0.0
     return float(self.pld().get_delta_for_epsilon(e))
 
   def statement(self, *, delta: Any = None, epsilon: Any = None) -> PrivacyStatement:
@@ -189,9 +201,11 @@ def _cached_pld(acct: MechanismAccount) -> pld_lib.PrivacyLossDistribution:
     single = pld_lib.from_discrete_laplace_mechanism(acct.parameter, sensitivity=int(acct.sensitivity),
                                                      value_discretization_interval=vdi)
   elif acct.mechanism == "gaussian":
+    # ``sensitivity`` is already the shift under ``relation``. dp-accounting's REPLACE_ONE would shift
+    # by twice its sensitivity (a clip norm), and for a single Gaussian its add and remove PLDs agree.
     single = pld_lib.from_gaussian_mechanism(acct.parameter, sensitivity=acct.sensitivity,
                                              value_discretization_interval=vdi,
-                                             neighboring_relation=acct.relation.to_dp_accounting())
+                                             neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
   else:
     single = pld_lib.from_randomized_response(
         _rr_noise(acct.parameter, acct.num_buckets), acct.num_buckets,
@@ -372,6 +386,12 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
   def ok(x: float) -> bool:
     acct = _factory(mech, x, sens, rel, count, num_buckets, vdi)
     return acct.epsilon(delta) <= eps
+
+  # Floating point may put T * (pure loss) an ulp above eps: step the pure-DP end towards more noise.
+  for _ in range(8):
+    if mech == "gaussian" or _factory(mech, safe, sens, rel, count, num_buckets, vdi).pure_epsilon() <= eps:
+      break
+    safe = math.nextafter(safe, math.inf if increasing else 0.0)
 
   if not ok(safe):  # pragma: no cover - pure-DP ends are private by construction
     raise ValueError(f"Could not verify a private starting point for {mech}; widen rtol or check inputs.")

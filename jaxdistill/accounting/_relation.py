@@ -45,7 +45,13 @@ class Relation(str, enum.Enum):
     raise ValueError(f"Expected {name} to be one of {options}; got {value!r}.")
 
   def to_dp_accounting(self) -> dp_accounting.NeighboringRelation:
-    """The matching dp-accounting relation (add-one/remove-one map to add/remove)."""
+    """The matching dp-accounting relation (add-one/remove-one map to add/remove).
+
+    This names the relation only. dp-accounting's accountants read an event's
+    sensitivity under ``REPLACE_ONE`` as a clip norm (a Gaussian's shift
+    doubles), so :meth:`jaxdistill.accounting.MechanismAccount.dp_event`
+    events, whose sensitivity is already the shift, go to ``ADD_OR_REMOVE_ONE``.
+    """
     if self is Relation.REPLACE_ONE:
       return dp_accounting.NeighboringRelation.REPLACE_ONE
     return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE

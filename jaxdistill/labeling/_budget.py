@@ -123,7 +123,8 @@ def compose_pairs_epsilon(epsilon: Any, delta: Any, count: Any, target_delta: An
      \\frac{\\max(0,\\ e^{(T-l)\\varepsilon} - e^{\\varepsilon'} e^{l\\varepsilon})}{(1+e^{\\varepsilon})^T}\\Big)
 
   (the optimal composition theorem), evaluated through dp-accounting's
-  pessimistic PLD of the dominating pair.
+  pessimistic PLD of the dominating pair, and capped by basic composition
+  (T epsilon when T delta <= ``target_delta``), which that grid can overshoot.
 
   References:
     Kairouz, Oh, Viswanath, "The Composition Theorem for Differential
@@ -133,7 +134,8 @@ def compose_pairs_epsilon(epsilon: Any, delta: Any, count: Any, target_delta: An
   d = _validate.probability("delta", delta)
   t = _validate.integer("count", count, minimum=1)
   td = _validate.probability("target_delta", target_delta)
-  return float(_pairs_pld(eps, d, t).get_epsilon_for_delta(td))
+  basic = t * eps if t * d <= td else math.inf
+  return min(float(_pairs_pld(eps, d, t).get_epsilon_for_delta(td)), basic)
 
 
 def _central_plan(eps: float, delta: float, t: int, k: int, r: int, noise: str) -> BudgetPlan:
@@ -155,6 +157,8 @@ def _shuffle_plan(mechanism: str, eps: float, delta: float, t: int) -> BudgetPla
     return BudgetPlan(mechanism, eps, delta, 1, eps, delta, eps, delta, "pld-of-pairs")
   delta_t = delta / (2 * t)
   lo, hi = eps / t, eps  # eps/t each is always enough (basic composition); eps each never is for t > 1
+  while t * lo > eps:  # an ulp of rounding must not break basic composition
+    lo = math.nextafter(lo, 0.0)
   if compose_pairs_epsilon(lo, delta_t, t, delta) > eps:  # pragma: no cover - basic composition holds
     raise ValueError(f"Could not split epsilon={eps}, delta={delta} over T={t} iterations.")
   for _ in range(60):

@@ -33,11 +33,15 @@ def test_laplace_single_release_epsilon_is_sensitivity_over_scale(scale, sens):
     assert acct.delta(eps) == pytest.approx(laplace_delta(eps, sens / scale), abs=2e-4)
 
 
+@pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
 @pytest.mark.parametrize("count", [1, 10, 1000, 100_000])
 @pytest.mark.parametrize("eps", [0.5, 1.0, 3.0])
-def test_gaussian_composition_matches_analytic(count, eps):
+def test_gaussian_composition_matches_analytic(count, eps, relation):
+  # ``sensitivity`` is the shift under the stated relation, so both relations give the same curve
+  # (dp-accounting's own REPLACE_ONE would shift by 2 x sensitivity: 6.8e-3 instead of 2.9e-6 at
+  # sigma = 4, eps = 1).
   sigma = 3.0 * math.sqrt(count)  # T-fold sigma = one Gaussian with sigma/sqrt(T) = 3
-  acct = accounting.gaussian(sigma, sensitivity=1.0, relation="add-remove", count=count)
+  acct = accounting.gaussian(sigma, sensitivity=1.0, relation=relation, count=count)
   want = analytic_gaussian_delta(eps, math.sqrt(count) / sigma)
   got = acct.delta(eps)
   # Pessimistic PLD: an upper bound, within 2% of the exact analytic value.
@@ -90,6 +94,7 @@ def test_dp_event_matches_dp_accounting_accountant():
     ("laplace", dict(sensitivity=2.0, relation="replace-one", count=20)),
     ("discrete-laplace", dict(sensitivity=2, relation="replace-one", count=20)),
     ("gaussian", dict(sensitivity=1.0, relation="add-remove", count=50)),
+    ("gaussian", dict(sensitivity=2.0, relation="replace-one", count=50)),
     ("randomized-response", dict(relation="replace-one", count=10, num_buckets=2)),
 ])
 def test_calibration_is_tight_and_verified(mechanism, kwargs):
@@ -149,3 +154,33 @@ def test_relation_is_explicit_and_recorded():
 def test_bad_input(call, name):
   with pytest.raises(ValueError, match=name):
     call()
+
+
+@pytest.mark.parametrize("mechanism,parameter,count", [
+    ("discrete-laplace", 1 / 6, 6), ("discrete-laplace", 0.1 / 3, 3), ("laplace", 6.0, 6),
+    ("randomized-response", 1 / 3, 3)])
+def test_pld_never_reports_more_than_the_exact_pure_epsilon(mechanism, parameter, count):
+  # The pessimistic grid rounds every loss up by up to one step (1e-4). When T x (largest loss) is not
+  # a grid multiple, the PLD alone put eps(1e-6) at 1.00016 for six unit shifts of DLap(1/6), whose
+  # exact pure epsilon is 1.0, and made calibrate() reject its own pure-DP starting point.
+  kwargs = dict(num_buckets=2) if mechanism == "randomized-response" else dict(sensitivity=1)
+  acct = accounting.MechanismAccount(mechanism, parameter, 1, accounting.Relation.REPLACE_ONE, count,
+                                     kwargs.get("num_buckets"))
+  pure = count * (parameter if mechanism != "laplace" else 1 / parameter)
+  assert acct.pure_epsilon() == pytest.approx(pure, rel=1e-12)
+  for d in (1e-9, 1e-6, 1e-3):
+    assert acct.epsilon(d) <= acct.pure_epsilon()
+  assert acct.delta(acct.pure_epsilon()) == 0.0
+  # Below the pure epsilon the PLD still answers, as an upper bound of the exact binomial profile.
+  if mechanism == "discrete-laplace":
+    p = 1 / (1 + math.exp(-parameter))
+    k = np.arange(count + 1)
+    loss = parameter * (2 * k - count)
+    eps = 0.5 * pure
+    exact = float(np.sum(stats.binom.pmf(k, count, p) * np.clip(1 - np.exp(eps - loss), 0, None)))
+    assert exact - 1e-12 <= acct.delta(eps) <= exact + 1e-3
+  # calibrate() starts from the pure-DP end; it must verify it (it raised before the cap).
+  target = acct.pure_epsilon()
+  cal = accounting.calibrate(mechanism, target_epsilon=target, target_delta=1e-6, count=count,
+                             relation="replace-one", **kwargs)
+  assert cal.epsilon(1e-6) <= target
