@@ -66,8 +66,11 @@ class ConnectionPrivacy:
     dp_valid: True if a BSVS mechanism calibrated with ``shape_k`` gives the
       DP guarantee it states, in the models listed in ``models``.
     shape_k: the out-degree bound to declare as ``k`` in
-      :class:`~jaxdistill.mechanisms.BsvsShape` (replace-one L1 sensitivity
-      2 * shape_k * r).
+      :class:`~jaxdistill.mechanisms.BsvsShape` of a *replace-one* mechanism
+      (L1 sensitivity 2 * shape_k * r). Under add/remove, k-NN labeling still
+      moves 2sr votes (an added record displaces one member of every list),
+      twice what an add/remove mechanism with k = s assumes: take the
+      sensitivity from :meth:`sensitivity` with ``relation="add-remove"``.
     models: DP models in which the guarantee holds (``()`` when none).
     relation: the neighbouring relation of the guarantee.
     guarantee: one sentence saying what holds.
@@ -83,10 +86,21 @@ class ConnectionPrivacy:
   guarantee: str
   warnings: tuple[PrivacyWarning, ...] = ()
 
-  def sensitivity(self, r: int = 1) -> int | None:
-    """Replace-one L1 sensitivity 2 * shape_k * r of A, or None if no valid bound is claimed."""
+  def sensitivity(self, r: int = 1, relation: Any = Relation.REPLACE_ONE) -> int | None:
+    """L1 sensitivity of A under ``relation``, or None if no valid bound is claimed.
+
+    Replace-one: 2 * shape_k * r for every valid rule. Add/remove (one
+    record added or removed): k r for reverse k-NN (the record's own k
+    edges), but still 2 s r for k-NN labeling, where the record may enter all
+    s lists and push one member out of each.
+    """
     r = _validate.integer("r", r, minimum=1)
-    return 2 * self.shape_k * r if self.dp_valid else None
+    rel = Relation.parse(relation, "relation")
+    if not self.dp_valid:
+      return None
+    if rel is Relation.REPLACE_ONE or not self.per_record:
+      return 2 * self.shape_k * r
+    return self.shape_k * r
 
   def to_dict(self) -> dict[str, Any]:
     return {"rule": self.rule, "per_record": self.per_record, "dp_valid": self.dp_valid,

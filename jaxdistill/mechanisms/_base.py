@@ -146,6 +146,13 @@ def check_clients_fit(mechanism: BsvsMechanism, clients: Any, n: int) -> None:
       if low < -1 or high >= size:
         raise ValueError(f"Expected clients.{name} in [0, {size_name}={size}) or -1 (padding); found values in "
                          f"[{low}, {high}].")
+      # A repeated bucket (or label) moves one vote entry by 2: the unit-shift accounts would not hold.
+      srt = jnp.sort(arr, axis=1)
+      dup = jnp.any((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0), axis=1)
+      if bool(jnp.any(dup)):
+        row = int(jnp.argmax(dup))
+        raise ValueError(f"Expected distinct clients.{name} within a client (padding -1 aside); client {row} has "
+                         f"{np.asarray(arr[row]).tolist()}.")
     return
   declared = getattr(clients, "shape", None)
   if isinstance(declared, BsvsShape):

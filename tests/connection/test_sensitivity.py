@@ -11,6 +11,11 @@ largest L1 change of A is compared with the number each rule declares,
   upper bound that is also attained, so it is neither violated nor loose);
 * k-NN labeling declares 2sr: the enumerated maximum must not exceed it.
 
+Add/remove neighbours (every record removed, every grid point added with
+every label set) check ``sensitivity(r, relation="add-remove")``: exactly kr
+for reverse k-NN, and still 2sr for k-NN labeling, shown attained on a
+construction where one added record enters every query's list.
+
 The grid and the duplicated query make exact distance ties common, so the
 tie rules are part of what is checked.
 """
@@ -75,3 +80,48 @@ def test_knn_labeling_changes_stay_within_2sr(k, r):
   assert worst <= 2 * s * r
   # One replacement can move more than 2kr votes: the out-degree to declare is s, not k.
   assert worst > 2 * k * r
+
+
+def max_add_remove_change(buckets_of, r):
+  """max over every record removed, and every point x' with every r-label set added, of ||A(D) - A(D')||_1."""
+  label_choices = list(itertools.combinations(range(NUM_LABELS), r))
+  base_labels = [label_choices[i % len(label_choices)] for i in range(len(RECORDS))]
+  base = votes(buckets_of(RECORDS), base_labels)
+  worst = 0
+  for i in range(len(RECORDS)):
+    keep = [j for j in range(len(RECORDS)) if j != i]
+    worst = max(worst, int(np.abs(votes(buckets_of(RECORDS[keep]), [base_labels[j] for j in keep]) - base).sum()))
+  for point in GRID:
+    b2 = buckets_of(np.concatenate([RECORDS, point[None]]))
+    for labels in label_choices:
+      worst = max(worst, int(np.abs(votes(b2, base_labels + [labels]) - base).sum()))
+  return worst
+
+
+@pytest.mark.parametrize("r", [1, 2])
+@pytest.mark.parametrize("k", [1, 2])
+def test_reverse_knn_add_remove_sensitivity_is_exactly_kr(k, r):
+  worst = max_add_remove_change(lambda x: connection.reverse_knn(x, QUERIES, k), r)
+  declared = connection.connection_privacy("reverse-knn", k=k, num_queries=len(QUERIES))
+  assert worst == k * r == declared.sensitivity(r, relation="add-remove")
+
+
+def test_knn_labeling_add_remove_sensitivity_is_not_halved():
+  # Four queries at the compass points, each with its own two records further out. A record added at
+  # the origin is nearer to every query than their records, so it enters all s = 4 lists (k = 2) and
+  # pushes one member out of each: the L1 change is 2sr = 8, not the s*r = 4 that a mechanism with
+  # out-degree s would assume under add/remove.
+  s, k = 4, 2
+  q = 10 * np.stack([np.cos(np.arange(s) * np.pi / 2), np.sin(np.arange(s) * np.pi / 2)], 1).astype(np.float32)
+  x = np.concatenate([2.5 * q, 3.0 * q])
+  x_added = np.concatenate([x, np.zeros((1, 2), np.float32)])
+
+  def a(feats, labels):
+    out = np.zeros((s, 2), np.int64)
+    for row, y in zip(np.asarray(connection.knn_labeling(feats, q, k).buckets), labels):
+      np.add.at(out[:, y], row[row >= 0], 1)
+    return out
+
+  change = int(np.abs(a(x_added, [0] * len(x) + [1]) - a(x, [0] * len(x))).sum())
+  declared = connection.connection_privacy("knn-labeling", k=k, num_queries=s)
+  assert change == 2 * s == declared.sensitivity(1, relation="add-remove") == declared.sensitivity(1)

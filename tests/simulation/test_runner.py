@@ -91,6 +91,21 @@ def test_out_of_range_rows_are_refused():
       simulation.simulate(jax.random.key(0), mech, inp)
 
 
+@pytest.mark.parametrize("make", [M.CentralDiscreteLaplace, M.RandomizedResponse,
+                                  lambda s, e: M.ShuffleMultiMessage(s, e, 1e-6, 3)])
+def test_repeated_buckets_or_labels_are_refused(make):
+  # A client listing bucket 0 twice would move one vote entry by 2, and every unit-shift account
+  # (central PLD, multi-message delta) assumes a record changes distinct entries by 1 each.
+  mech = make(M.BsvsShape(3, 2, 2, 2), 1.0)
+  ok = M.BsvsInput(np.asarray([[0, 1], [2, -1], [-1, -1]], np.int32), np.asarray([[0, 1], [1, -1], [0, -1]], np.int32))
+  simulation.client_statistics(jax.random.key(0), mech, ok)  # padding may repeat
+  for buckets, labels, name in (([[0, 1], [2, 2], [1, -1]], [[0, 1], [1, -1], [0, -1]], "buckets"),
+                                ([[0, 1], [2, -1], [1, -1]], [[0, 1], [1, 1], [0, -1]], "labels")):
+    inp = M.BsvsInput(np.asarray(buckets, np.int32), np.asarray(labels, np.int32))
+    with pytest.raises(ValueError, match=rf"distinct clients\.{name} within a client .* client 1 has"):
+      simulation.client_statistics(jax.random.key(0), mech, inp)
+
+
 @pytest.mark.parametrize("make", [lambda s, n: M.ShuffleSingleMessage(s, 1.0, 1e-6, n),
                                   lambda s, n: M.ShuffleMultiMessage(s, 1.0, 1e-6, n)], ids=["single", "multi"])
 def test_shuffle_mechanisms_need_their_own_number_of_clients(make):
