@@ -213,3 +213,64 @@ def test_bad_input(cls):
     cls(M.BsvsShape(2, 2, 1, 0), 1.0)
   assert cls(shape, 1.0, "add-remove").sensitivity == 1
   assert cls(shape, 1.0).sensitivity == 2
+
+
+def _sampler_geometric_counts(a):
+  """cnt[g] = #{m in [0, 2^53): G(m) >= g} for the library's G = floor(-ln((m + 1/2)/2^53)/a), exactly.
+
+  G is non-increasing in m, so each count is found by bisection on m, with the same NumPy float64
+  operations as ``CentralDiscreteLaplace.noise``.
+  """
+  two53 = 1 << 53
+  geo = lambda m: int(np.floor(-np.log((np.float64(m) + 0.5) / float(two53)) / a))
+  counts = [two53]
+  for g in range(1, geo(0) + 2):
+    lo, hi = 0, two53 - 1  # invariant: geo(lo) >= g > geo(hi), or no m at all
+    if geo(0) < g:
+      counts.append(0)
+      continue
+    while hi - lo > 1:
+      mid = (lo + hi) // 2
+      lo, hi = (mid, hi) if geo(mid) >= g else (lo, mid)
+    counts.append(lo + 1)
+  return counts
+
+
+@pytest.mark.parametrize("a", [0.05, 0.5, 2.0])
+def test_float_discrete_laplace_sampler_is_within_its_stated_delta(a):
+  # The noise really is floor(-ln U / a) differences of host_uniform's U = (m + 1/2)/2^53.
+  from jaxdistill.mechanisms._central import float_sampler_tv, host_uniform  # pylint: disable=import-outside-toplevel
+  mech = M.CentralDiscreteLaplace(M.BsvsShape(3, 2, 1), 2 * a)  # Delta = 2, parameter a
+  key = jax.random.key(7)
+  u = host_uniform(key, (2, 3, 2))
+  g = np.floor(-np.log(u) / a).astype(np.int64)
+  np.testing.assert_array_equal(mech.noise(key), g[0] - g[1])
+  # The sampler's exact law: P(G = g) = (cnt[g] - cnt[g + 1]) / 2^53.
+  cnt = _sampler_geometric_counts(a)
+  pg = [cnt[i] - cnt[i + 1] for i in range(len(cnt) - 1)]
+  ideal = np.exp(-a * np.arange(len(pg))) * (1 - math.exp(-a))
+  tv_g = 0.5 * (np.abs(np.array(pg, np.float64) / 2.0**53 - ideal).sum() + math.exp(-a * len(pg)))
+  tv = float_sampler_tv(a)
+  assert 0 < tv_g <= tv / 2 <= 1e-12
+  # N = G1 - G2 exactly (integers scaled by 2^106), and the exact delta of a unit shift N vs N + 1 at
+  # eps = a, computed in 50-digit decimals: not 0 (the sampler is not exactly pure), but within the
+  # TV bound (1 + e^a) tv that privacy() states per unit shift.
+  import decimal  # pylint: disable=import-outside-toplevel
+  decimal.getcontext().prec = 50
+  n = len(pg)
+  pn = [0] * (2 * n - 1)  # index z + n - 1
+  for i, x in enumerate(pg):
+    if x:
+      for j, y in enumerate(pg):
+        pn[i - j + n - 1] += x * y
+  p = pn + [0]
+  q = [0] + pn
+  ea = decimal.Decimal(a).exp()
+  delta = sum((max(decimal.Decimal(x) - ea * decimal.Decimal(y), 0) for x, y in zip(p, q)), decimal.Decimal(0))
+  delta = float(delta / decimal.Decimal(2) ** 106)
+  assert 0 < delta <= (1 + math.exp(a)) * tv
+  statement = mech.privacy()
+  assert statement.delta == 0.0  # the ideal mechanism's; the float sampler's delta is the warning's
+  (warn,) = statement.warnings
+  assert warn.code == "float_sampler_delta"
+  assert warn.details["delta_per_release"] == pytest.approx((1 + math.exp(2 * a)) * 2 * tv, rel=1e-12)
