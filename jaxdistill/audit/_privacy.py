@@ -58,6 +58,7 @@ import math
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxdistill import _validate
@@ -72,6 +73,9 @@ _MAX_BINS = 4096
 @functools.partial(jax.jit, static_argnames=("mechanism", "statistic"))
 def _vmapped_batch(keys, x, mechanism, statistic):
   return jax.vmap(lambda k: statistic(mechanism(k, x)))(keys)
+
+
+_sample_keys = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(None, 0)))
 
 
 def _identity(output):
@@ -94,6 +98,8 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
       the batch of outputs to ``[m]``). Default: the output itself, which must
       then be a scalar.
     batch_size: samples per jitted batch (memory ~ batch_size x output size).
+      Sample j always uses the key ``fold_in(key, j)``, so the samples do
+      not depend on it.
     batched: see ``mechanism``.
 
   Returns:
@@ -111,7 +117,8 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
   stat = _identity if statistic is None else statistic
   parts = []
   for b in range(-(-num // batch)):
-    keys = jax.random.split(jax.random.fold_in(key, b), batch)
+    # Sample j's key is fold_in(key, j), whatever batch it falls in: batch_size changes memory, not samples.
+    keys = _sample_keys(key, jnp.arange(b * batch, (b + 1) * batch, dtype=jnp.uint32))
     if batched:
       vals = stat(mechanism(keys, x))
     else:
