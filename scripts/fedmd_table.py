@@ -16,7 +16,7 @@ Writes ``table.md``, ``table.csv``, ``summary.json``, ``accuracy_vs_k.png``, and
 for the main row (NFDP, N = 10, IID, k = 16, WOR, argmax) ``ldp_sigma.csv`` and
 ``accuracy_per_round.png``, into ``--out`` (default ``results/fedmd``).
 
-    python scripts/fedmd_table.py                 # the reduced CPU settings below (~1 h on 2 cores)
+    python scripts/fedmd_table.py                 # the reduced CPU settings below (~40 min on 2 cores)
     python scripts/fedmd_table.py --quick         # smoke test (a minute)
     python scripts/fedmd_table.py --rounds 20 --public-subset 5000 --width-multiplier 1   # paper-sized (GPU)
 """

@@ -221,7 +221,9 @@ def write_markdown(path, rows, args, command, wall, splits, spread=(), machine="
            f"wall time {wall:.0f} s ({machine}).",
            "Epsilon is the total over T; central = discrete Laplace, replace-one, sensitivity 2k.", "",
            ("Split: drawn from the TRAINING images only (`--tuning-split`); the evaluation column is "
-            "held-out training images." if args.tuning_split else "Split: the paper's protocol."), ""]
+            "held-out training images." if args.tuning_split
+            else "Split: a seeded random three-way split of the 5,000 embedded digits (they have no test split)."
+            if args.dataset == "mnist-embedded" else "Split: the paper's protocol."), ""]
   with_ceiling = any(r.get("ceiling") is not None for r in rows)
   if with_ceiling:
     per_seed = sorted({(r["seed"], r["ceiling"]) for r in rows})

@@ -66,10 +66,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--student-refine", type=int, default=st.refine_rounds, metavar="R",
                  help="self-training rounds on D_pub: retrain on the student's predictions times the vote "
                       "shares (post-processing, no privacy cost; default: %(default)s)")
-  p.add_argument("--central-noise", default=d.central_noise, choices=label_config.CENTRAL_NOISES)
+  p.add_argument("--central-noise", default=d.central_noise, choices=label_config.CENTRAL_NOISES,
+                 help="noise of the central mechanism (default: %(default)s)")
   p.add_argument("--shuffle-local", default=d.shuffle_local, choices=label_config.SHUFFLE_LOCALS,
                  help="local randomizer of shuffle-single (default: %(default)s)")
-  p.add_argument("--pca-dim", type=int, default=d.pca_dim, help="representation dimension (default: %(default)s)")
+  p.add_argument("--pca-dim", type=int, default=d.pca_dim,
+                 help="PCA components of the pca and hog-pca representations (default: %(default)s)")
   p.add_argument("--no-baselines", action="store_true",
                  help="skip the noise-free pipeline (not private) and the supervised ceiling")
   p.add_argument("--ceiling-seeds", type=int, default=d.ceiling_seeds, metavar="N",

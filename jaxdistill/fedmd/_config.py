@@ -57,7 +57,10 @@ class FedMDConfig:
     relation: neighbouring relation of the privacy reports.
     vmap: ``on`` (same-architecture parties as one vmapped batch), ``off``
       (one party at a time) or ``auto`` (``on`` except on CPU, where XLA's
-      grouped convolutions are slower than a loop; see benchmarks).
+      grouped convolutions are slower than a loop; see benchmarks). The two
+      modes draw the same samples and batches but round differently in
+      float32, so their accuracies agree only statistically: set it
+      explicitly to compare runs across backends.
     eval_every: evaluate test accuracy every this many rounds (and at the end).
   """
 

@@ -26,8 +26,14 @@ report is computed from the oracle's recorded draws.
 
 Randomness: every phase key is ``fold_in(fold_in(root, phase), round)`` and
 each party gets ``fold_in(., party)``, so a run is a pure function of the
-root key, the configuration and the data, whether same-architecture parties
-are vmapped or looped and whether the run was interrupted and resumed.
+root key, the configuration and the data, and an interrupted and resumed
+run equals an uninterrupted one. Every party draws the same sample and the
+same batches whether same-architecture parties are vmapped or looped, but
+the two compile to different float32 kernels, whose rounding Adam amplifies
+over epochs: accuracies and releases agree only statistically. ``vmap="auto"``
+loops on CPU and vmaps on GPU/TPU, so set ``vmap`` explicitly to compare
+numbers across backends; the report records the mode used
+(``timings_s.vmap``).
 
 Checkpoints: after every round one ``.npz`` file (written atomically) holds
 the model states, the samples drawn, the public subsets and consensus
@@ -111,7 +117,8 @@ class FedMDResult:
     ldp_sigma_table: sigma FedMD-LDP needs at party 0's NFDP delta (or at
       ``config.ldp_delta`` when set; ``matched_to`` says which) for several
       eps (nfdp and ldp runs).
-    timings: seconds per phase.
+    timings: seconds per phase, and ``vmap``: whether same-architecture
+      parties were trained as one vmapped stack (``config.vmap`` resolved).
     samples: per party, the list of sample index arrays drawn (nfdp /
       local-sample). Resume restores them from the checkpoint; they are
       not written to :meth:`to_report` (which users share), since they name
@@ -121,6 +128,7 @@ class FedMDResult:
     releases: ``[R, N, q, C]`` per-party releases (only if requested).
     groups: final models, as ``(spec, parties, classifier, stacked state)``.
     resumed_from: round a resumed run started after (None: fresh run).
+    data_description: where the data came from and the split sizes.
   """
 
   config: FedMDConfig
