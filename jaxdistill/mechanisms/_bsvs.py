@@ -276,7 +276,7 @@ class SyntheticWorkload:
   def materialize(self, chunk_size: int = 65536) -> BsvsInput:
     """All clients as a :class:`BsvsInput` (n x (k + r) int32 on the device)."""
     n = self.num_clients
-    chunk = min(chunk_size, n)
+    chunk = min(_validate.integer("chunk_size", chunk_size, minimum=1), n)
     b, lab = _materialize(self, -(-n // chunk), chunk)
     return BsvsInput(b.reshape(-1, self.shape.k)[:n], lab.reshape(-1, self.shape.r)[:n])
 

@@ -58,6 +58,9 @@ def test_synthetic_workload_is_valid_and_chunk_invariant():
   _, shape = M.make_bsvs_input(np.asarray(a.buckets), np.asarray(a.labels), num_buckets=12, num_labels=4)
   assert shape == w.shape
   assert (np.asarray(a.buckets) >= 0).all() and (np.asarray(a.labels) >= 0).all()
+  for bad in (0, -3, 2.5):  # was ZeroDivisionError / a JAX reshape TypeError
+    with pytest.raises(ValueError, match="chunk_size"):
+      w.materialize(chunk_size=bad)
 
 
 @pytest.mark.parametrize("build", [
