@@ -33,9 +33,12 @@ class KMeansResult:
     centres: float32 ``[s, d]`` cluster centres.
     assignment: int32 ``[m]`` cluster of every point (its nearest centre;
       exact ties to the lower cluster index).
-    inertia: float64, the sum of squared distances to the assigned centres.
-    inertia_history: float64 ``[num_iterations]``, the objective at each
-      Lloyd assignment step (non-increasing up to float32 rounding).
+    inertia: float64, the sum of the (float32) squared distances to the
+      assigned centres, summed in float64 on the host.
+    inertia_history: ``[num_iterations]`` the objective at each Lloyd
+      assignment step, a convergence trace summed in float32 inside the
+      jitted loop and returned as float64 (non-increasing up to that
+      rounding; its last entry may differ from ``inertia`` in the 7th digit).
     num_iterations: Lloyd iterations run.
     converged: True if the assignment stopped changing before
       ``max_iterations``.
