@@ -34,6 +34,11 @@ def _is_bool(value: Any) -> bool:
   return isinstance(value, (bool, np.bool_))
 
 
+#: Largest seed: with 64-bit types off (JAX's default) ``jax.random.key(seed)``
+#: keeps only the low 32 bits, so seed 2**32 would silently repeat seed 0.
+MAX_SEED = 2**32 - 1
+
+
 def integer(name: str, value: Any, *, minimum: int | None = None,
             maximum: int | None = None) -> int:
   """Returns ``value`` as a Python int, or raises naming ``name``.

@@ -79,6 +79,7 @@ def _without(args, *flags):
     (["--chunk-size", "0"], "chunk_size=0"),
     (["--devices", "99"], "devices=99"),
     (["--r", "6"], "r=6"),
+    (["--seed", str(2**63)], "seed=9223372036854775808 <= 4294967295"),  # was an OverflowError traceback
 ])
 def test_bad_input_is_one_line_exit_2(capsys, extra, needle):
   flags = {a for a in extra if a.startswith("--")}

@@ -165,7 +165,8 @@ class MechanismAccount:
     e = _validate.nonnegative("epsilon", epsilon)
     if e >= self.pure_epsilon():
       return 0.0
-    return float(self.pld().get_delta_for_epsilon(e))
+    # The pessimistic grid can put a hair above 1 when almost all mass sits at the largest loss.
+    return min(float(self.pld().get_delta_for_epsilon(e)), 1.0)
 
   def statement(self, *, delta: Any = None, epsilon: Any = None) -> PrivacyStatement:
     """A :class:`PrivacyStatement` at the given delta (or epsilon)."""

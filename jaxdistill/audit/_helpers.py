@@ -19,15 +19,35 @@ def local_randomizer(mechanism: BsvsMechanism) -> Callable[[jax.Array, Any], Any
   """``(key, (buckets [k], labels [r])) -> message`` of one client (one object per mechanism).
 
   The same function object is returned for equal mechanisms, so
-  :func:`audit_privacy` compiles once per mechanism.
+  :func:`audit_privacy` compiles once per mechanism. Its ``check_input(name,
+  x)`` attribute, which :func:`audit_privacy` calls on both neighbours,
+  refuses a client the mechanism cannot take: the kernel would silently drop
+  a bucket outside its s, and the audit would be of another input.
   """
   if not isinstance(mechanism, BsvsMechanism):
     raise ValueError(f"Expected mechanism to be a BsvsMechanism; got {type(mechanism).__name__}.")
+  shape = mechanism.shape
 
   def randomize(key, x):
     buckets, labels = x
     return mechanism.randomize(key, buckets, labels)
 
+  def check_input(name: str, x: Any) -> None:
+    try:
+      buckets, labels = (np.asarray(v) for v in x)
+    except (TypeError, ValueError) as err:
+      raise ValueError(f"Expected {name} to be a pair (buckets [k], labels [r]); got {x!r}.") from err
+    for part, arr, bound, size in (("buckets", buckets, shape.k, shape.num_buckets),
+                                   ("labels", labels, shape.r, shape.num_labels)):
+      if arr.ndim != 1 or arr.shape[0] > bound or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"Expected {name}'s {part} to be at most {bound} integers; got {arr.tolist()!r} "
+                         f"(dtype {arr.dtype}).")
+      real = arr[arr >= 0]
+      if (arr < -1).any() or (arr >= size).any() or len(np.unique(real)) != len(real):
+        raise ValueError(f"Expected {name}'s {part} to be distinct values in [0, {size}) or -1 (padding); got "
+                         f"{arr.tolist()}.")
+
+  randomize.check_input = check_input
   return randomize
 
 

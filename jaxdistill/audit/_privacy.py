@@ -308,6 +308,10 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   (False, True)
   """
   key = _validate.prng_key("key", key)
+  check_input = getattr(mechanism, "check_input", None)  # set by local_randomizer
+  if check_input is not None:
+    check_input("x0", x0)
+    check_input("x1", x1)
   n = _validate.integer("num_samples", num_samples, minimum=10)
   a = _validate.open_unit("alpha", alpha)
   eps_c = None if claimed_epsilon is None else _validate.nonnegative("claimed_epsilon", claimed_epsilon)

@@ -90,7 +90,7 @@ def max_error_prediction(mech: Any, counts: np.ndarray, n: int,
 def run_simulate(args: argparse.Namespace) -> int:
   shape = mechanisms.BsvsShape(args.buckets, args.labels, args.k, args.r)
   n = _validate.integer("clients", args.clients, minimum=1, maximum=simulation.MAX_CLIENTS)
-  seed = _validate.integer("seed", args.seed, minimum=0)
+  seed = _validate.integer("seed", args.seed, minimum=0, maximum=_validate.MAX_SEED)
   mech = simulation.build_mechanism(args.mechanism, shape, epsilon=args.epsilon, delta=args.delta,
                                     num_clients=n)
   privacy = mech.privacy()  # before the run: a bad calibration fails fast

@@ -34,6 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
       msg = f"jaxdistill: error: {msg}"
     sys.stderr.write(msg + "\n")
     return 2
+  except ArithmeticError as err:  # backstop: a parameter so large or small that float arithmetic gives up
+    sys.stderr.write(f"jaxdistill: error: numeric {type(err).__name__} ({err}); a parameter is out of the range "
+                     "this computation supports.\n")
+    return 2
   except KeyboardInterrupt:
     sys.stderr.write("jaxdistill: interrupted\n")
     return 130

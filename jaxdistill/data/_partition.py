@@ -35,7 +35,7 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
   Raises:
     ValueError: if the sizes do not fit the data.
   """
-  rng = np.random.default_rng(_validate.integer("seed", seed, minimum=0))
+  rng = np.random.default_rng(_validate.integer("seed", seed, minimum=0, maximum=_validate.MAX_SEED))
   public_size = _validate.integer("public_size", public_size, minimum=1)
   eval_size = _validate.integer("eval_size", eval_size, minimum=1)
   if test is not None:
@@ -93,7 +93,7 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
   n = labels.shape[0]
   m = _validate.integer("num_clients", num_clients, minimum=1, maximum=max(n, 1))
   scheme = _validate.choice("scheme", scheme, ("iid", "dirichlet", "classes"))
-  rng = np.random.default_rng(_validate.integer("seed", seed, minimum=0))
+  rng = np.random.default_rng(_validate.integer("seed", seed, minimum=0, maximum=_validate.MAX_SEED))
   if scheme == "iid":
     return [np.sort(p) for p in np.array_split(rng.permutation(n), m)]
   classes = np.unique(labels)

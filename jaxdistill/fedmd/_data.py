@@ -110,7 +110,7 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
     ValueError: on an unknown partition, N < 1, too few images, or a party
       left without records.
   """
-  seed = _validate.integer("seed", seed, minimum=0)
+  seed = _validate.integer("seed", seed, minimum=0, maximum=_validate.MAX_SEED)
   num_parties = _validate.integer("num_parties", num_parties, minimum=1)
   partition = _validate.choice("partition", partition, PARTITIONS)
   classes = [int(c) for c in private_classes]

@@ -121,7 +121,7 @@ class LabelingConfig:
       ``scan`` clusters D_pub end to end into s = ``num_queries`` clusters
       (:func:`jaxdistill.representations.fit_scan`); it pays off at small s
       (s = |Y| for the local mechanisms) and needs s >= 2.
-    seed: the run's seed (splits, k-means, student; and the noise unless
+    seed: the run's seed in [0, 2**32) (splits, k-means, student; and the noise unless
       ``noise_seed`` is given).
     noise_seed: a SECRET seed for the vote noise, or ``None`` to derive the
       noise from ``seed`` (reproducible, but anyone who knows ``seed`` can
@@ -207,9 +207,11 @@ class LabelingConfig:
     if _validate.choice("representation", self.representation, REPRESENTATIONS) == "scan" and s < 2:
       raise ValueError(f"Expected num_queries (s)={s} >= 2 with representation=scan (it clusters D_pub into s "
                        "clusters).")
-    object.__setattr__(self, "seed", _validate.integer("seed", self.seed, minimum=0))
+    object.__setattr__(self, "seed", _validate.integer("seed", self.seed, minimum=0, maximum=_validate.MAX_SEED))
     if self.noise_seed is not None:
-      object.__setattr__(self, "noise_seed", _validate.integer("noise_seed", self.noise_seed, minimum=0))
+      # The secret noise key folds in all 64 bits (_pipeline._secret_key).
+      object.__setattr__(self, "noise_seed", _validate.integer("noise_seed", self.noise_seed, minimum=0,
+                                                               maximum=2**64 - 1))
     for name in ("private_size", "public_size", "eval_size"):
       value = getattr(self, name)
       if value is not None:

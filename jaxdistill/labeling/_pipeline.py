@@ -576,8 +576,10 @@ def _write_report(out: pathlib.Path, report: dict) -> None:
   if path.exists():  # keep earlier reports: nothing already saved is lost
     history = out / "history"
     history.mkdir(exist_ok=True)
-    n = len(list(history.glob("report-*.json"))) + 1
-    path.replace(history / f"report-{n}.json")
+    # One past the largest number, not the count: with report-1 deleted, a count would overwrite report-2.
+    numbers = [int(p.stem[len("report-"):]) for p in history.glob("report-*.json")
+               if p.stem[len("report-"):].isdigit()]
+    path.replace(history / f"report-{max(numbers, default=0) + 1}.json")
   path.write_text(json.dumps(_jsonable(report), indent=2) + "\n")
 
 

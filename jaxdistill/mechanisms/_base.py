@@ -139,6 +139,8 @@ def check_clients_fit(mechanism: BsvsMechanism, clients: Any, n: int) -> None:
         ("labels", clients.labels, "r", shape.r, "num_labels", shape.num_labels)):
       if arr.ndim != 2 or arr.shape[0] != n:
         raise ValueError(f"Expected clients.{name} of shape [n={n}, ...]; got {tuple(arr.shape)}.")
+      if not jnp.issubdtype(arr.dtype, jnp.integer):  # 1.5 would be cast to a bucket without a word
+        raise ValueError(f"Expected integer clients.{name}; got dtype {arr.dtype}.")
       if arr.shape[1] > bound:
         raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the mechanism's bound (its "
                          f"noise is calibrated to it); got clients.{name} of shape {tuple(arr.shape)}.")

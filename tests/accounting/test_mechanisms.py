@@ -184,3 +184,11 @@ def test_pld_never_reports_more_than_the_exact_pure_epsilon(mechanism, parameter
   cal = accounting.calibrate(mechanism, target_epsilon=target, target_delta=1e-6, count=count,
                              relation="replace-one", **kwargs)
   assert cal.epsilon(1e-6) <= target
+
+
+def test_tiny_noise_gives_the_pure_epsilon_and_a_delta_of_at_most_one():
+  # Laplace(b = 0.001) with sensitivity 1: the PLD grid cannot hold a loss of 1000 and answered inf;
+  # a shift of 1000 scales gave delta(1) = 1.00000007, above any probability.
+  assert accounting.laplace(0.001, sensitivity=1, relation="replace-one").epsilon(1e-5) == 1000.0
+  d = accounting.laplace(1.0, sensitivity=1000, relation="replace-one").delta(1.0)
+  assert 1.0 - 1e-9 <= d <= 1.0  # exact: 1 - e^{(1 - 1000)/2}

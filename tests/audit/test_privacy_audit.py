@@ -253,3 +253,16 @@ def test_samples_do_not_depend_on_batch_size():
   runs = [audit.audit_privacy(key, T.laplace_release, *T.LAPLACE_PAIR, num_samples=4_000, alpha=ALPHA,
                               claimed_epsilon=T.EPS, batch_size=bs) for bs in (333, 4_000)]
   assert runs[0].to_dict() == runs[1].to_dict()
+
+
+def test_local_randomizer_refuses_a_neighbour_the_mechanism_cannot_take():
+  # Bucket 5 outside s = 2 was dropped by the kernel: the audit ran on the empty client instead.
+  mech = M.RandomizedResponse(M.BsvsShape(2, 1, 1), 1.0)
+  rand = audit.local_randomizer(mech)
+  ok = (jnp.array([1], jnp.int32), jnp.array([0], jnp.int32))
+  for bad, needle in (((jnp.array([5], jnp.int32), jnp.array([0], jnp.int32)), r"x0's buckets .* \[0, 2\)"),
+                      ((jnp.array([0, 1], jnp.int32), jnp.array([0], jnp.int32)), "x0's buckets to be at most 1"),
+                      ((jnp.array([0.5]), jnp.array([0], jnp.int32)), "dtype float"),
+                      ((jnp.array([0], jnp.int32), jnp.array([1], jnp.int32)), r"x0's labels .* \[0, 1\)")):
+    with pytest.raises(ValueError, match=needle):
+      audit.audit_privacy(jax.random.key(0), rand, bad, ok, num_samples=100)

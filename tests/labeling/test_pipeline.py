@@ -270,6 +270,8 @@ def test_pixels_on_another_scale(splits):
     ("dataset", "cifar100", "dataset"), ("ceiling_seeds", 0, "ceiling_seeds"),
     ("student_seeds", 0, "student_seeds"),
     ("representation", "scan", "num_queries"),   # with num_queries=1 below
+    ("seed", 2**32, "seed=4294967296 <= 4294967295"),  # jax.random.key keeps 32 bits: it would repeat seed 0
+    ("noise_seed", 2**64, "noise_seed"), ("noise_seed", -1, "noise_seed"),
 ])
 def test_bad_settings(field, value, match):
   with pytest.raises(ValueError) as err:
@@ -325,3 +327,17 @@ def test_balanced_rules_claim_no_guarantee(rule):
   # One record can re-route other records' edges: no sensitivity is claimed (not the 2k of reverse k-NN).
   assert st["parameters"]["sensitivity_l1"] is None
   assert "balanced_connection_no_dp" in {w["code"] for w in rep["warnings"]}
+
+
+def test_report_history_never_overwrites(tmp_path):
+  # With only history/report-2.json left (report-1 deleted), numbering by count wrote the old
+  # report.json over report-2.json.
+  from jaxdistill.labeling._pipeline import _write_report  # pylint: disable=import-outside-toplevel
+  (tmp_path / "history").mkdir()
+  (tmp_path / "history" / "report-2.json").write_text('{"run": 2}\n')
+  (tmp_path / "history" / "report-x.json").write_text('{"run": "x"}\n')
+  (tmp_path / "report.json").write_text('{"run": 3}\n')
+  _write_report(tmp_path, {"run": 4})
+  assert json.loads((tmp_path / "history" / "report-2.json").read_text()) == {"run": 2}
+  assert json.loads((tmp_path / "history" / "report-3.json").read_text()) == {"run": 3}
+  assert json.loads((tmp_path / "report.json").read_text()) == {"run": 4}

@@ -89,6 +89,10 @@ def test_out_of_range_rows_are_refused():
     inp = M.BsvsInput(np.asarray(buckets, np.int32), np.asarray(labels, np.int32))
     with pytest.raises(ValueError, match=match):
       simulation.simulate(jax.random.key(0), mech, inp)
+  # A float index was cast without a word: bucket 1.5 counted as bucket 2 (or 1).
+  inp = M.BsvsInput(np.asarray([[0.0], [1.5]]), np.asarray([[0], [1]], np.int32))
+  with pytest.raises(ValueError, match=r"integer clients\.buckets; got dtype float"):
+    simulation.simulate(jax.random.key(0), mech, inp)
 
 
 @pytest.mark.parametrize("make", [M.CentralDiscreteLaplace, M.RandomizedResponse,
