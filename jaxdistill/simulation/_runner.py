@@ -167,7 +167,10 @@ def client_mesh(devices: Any = None) -> Mesh:
     count = _validate.integer("devices", devices, minimum=1, maximum=len(available))
     devs = available[:count]
   else:
-    devs = list(devices)
+    devs = list(devices) if isinstance(devices, (list, tuple, np.ndarray)) else None
+    if devs is None or not all(isinstance(d, jax.Device) for d in devs):
+      raise ValueError(f"Expected devices to be None, a count, a sequence of jax devices or a 1-D Mesh; "
+                       f"got {devices!r}.")
     if not devs:
       raise ValueError("Expected devices to name at least one device; got an empty sequence.")
   return Mesh(np.array(devs), (CLIENT_AXIS,))
@@ -310,7 +313,7 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
   clients_key, server_key = jax.random.split(key)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
       mechanism, clients, chunk_size, devices)
-  run_mech = _WithCounts(mechanism) if with_counts else mechanism
+  run_mech = _WithCounts(mechanism) if _validate.boolean("with_counts", with_counts) else mechanism
   stats = _run(clients_key, clients, jnp.uint32(n), run_mech, source_fn, sharded_rows, per_device,
                chunk, mesh)
   stats = jax.tree.map(np.asarray, jax.block_until_ready(stats))

@@ -168,12 +168,15 @@ def test_with_counts_matches_bsvs_counts_and_leaves_the_estimate_unchanged():
   assert plain.counts is None
 
 
-@pytest.mark.parametrize("devices,needle", [(0, "devices=0"), (2, "devices=2"), ([], "at least one")])
+@pytest.mark.parametrize("devices,needle", [(0, "devices=0"), (2, "devices=2"), ([], "at least one"),
+                                            ("cpu", "got 'cpu'"), (["x"], "sequence of jax devices")])
 def test_rejects_bad_devices(devices, needle):
   mech = M.RandomizedResponse(M.BsvsShape(2, 2, 1), 1.0)
   w = M.synthetic_workload(jax.random.key(0), num_clients=10, num_buckets=2, num_labels=2, k=1)
   with pytest.raises(ValueError, match=needle):
     simulation.simulate(jax.random.key(0), mech, w, devices=devices)
+  with pytest.raises(ValueError, match="with_counts"):  # a truthy 'no' computed the counts
+    simulation.simulate(jax.random.key(0), mech, w, with_counts="no")
 
 
 def test_rejects_bad_chunk_size_and_too_many_clients():
