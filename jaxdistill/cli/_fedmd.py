@@ -1,13 +1,21 @@
-"""``jaxdistill fedmd``: run FedMD-NFDP or a baseline; write report.json and PNG plots."""
+"""``jaxdistill fedmd``: run FedMD-NFDP or a baseline; write report.json and PNG plots.
+
+A run into an ``--out`` that already holds a ``report.json`` keeps the earlier
+report: it is moved to ``history/report-<N>.json`` (N one more than the
+largest number there, so no saved report is ever overwritten) before the new
+one is written.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 import time
 
 from jaxdistill import _validate
+from jaxdistill._files import keep_earlier_report
 from jaxdistill.cli._common import _clean, print_table
 
 # Literal copies (checked against the library by tests/fedmd/test_cli.py) so
@@ -25,7 +33,9 @@ def _ints(text: str, name: str) -> list[int]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-  p = sub.add_parser("fedmd", help="FedMD-NFDP and baselines (report.json + plots)")
+  p = sub.add_parser("fedmd", help="FedMD-NFDP and baselines (report.json + plots)",
+                     description="Runs FedMD-NFDP or a baseline and writes report.json and PNG plots to --out. "
+                     "An earlier report.json there is kept as history/report-<N>.json.")
   a = p.add_argument
   a("--method", default="nfdp", choices=METHODS, help="algorithm or baseline")
   a("--parties", type=int, default=10, help="number of parties N")
@@ -64,7 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--seed", type=int, default=0)
   a("--vmap", default="auto", choices=VMAP_MODES, help="vmapped same-architecture parties")
   a("--eval-every", type=int, default=1)
-  a("--out", default="runs/fedmd", help="output folder (report.json, plots, checkpoints)")
+  a("--out", default="runs/fedmd",
+    help="output folder (report.json, plots, checkpoints); an earlier report.json moves to history/report-<N>.json")
   a("--resume", action="store_true", help="continue from the checkpoints in --out")
   a("--stop-after-round", type=int, default=None, help="stop this session after this round (resume later)")
   a("--no-progress", action="store_true", help="no progress bars")
@@ -73,6 +84,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 class _Stop(Exception):
   pass
+
+
+def _write_report(out: pathlib.Path, report: dict) -> pathlib.Path:
+  """Writes ``out/report.json``, first moving an earlier one to ``history/report-<N>.json``.
+
+  N is one more than the largest number already in ``history``, so no saved
+  report is ever overwritten (even after one was deleted from there).
+  """
+  keep_earlier_report(out)
+  path = out / "report.json"
+  path.write_text(json.dumps(_clean(report), indent=1))
+  return path
 
 
 def _config(args: argparse.Namespace, k: int, wr: bool):
@@ -111,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     table_eps = tuple(float(x) for x in args.ldp_table_epsilons.split(",") if x.strip())
   except ValueError:
     raise ValueError(f"Expected --ldp-table-epsilons to be numbers; got {args.ldp_table_epsilons!r}.") from None
+  table_eps = tuple(_validate.nonnegative("--ldp-table-epsilons", e) for e in table_eps)  # before any training
   out = _validate.output_dir("--out", args.out)
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
@@ -146,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
   report = {"command": " ".join(["jaxdistill", *getattr(args, "argv", sys.argv[1:])]),
             "wall_time_s": time.perf_counter() - t0, "backend": jax.default_backend(),
             "runs": [{"name": n, **r.to_report()} for n, r in results]}
-  (out / "report.json").write_text(json.dumps(_clean(report), indent=1))
+  _write_report(out, report)
   rows = []
   for n, r in results:
     p = r.privacy[0]

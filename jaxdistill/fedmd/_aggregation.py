@@ -45,12 +45,16 @@ def release(logits: Any, mode: str) -> jax.Array:
   """The released vectors ``[..., q, C] float32`` for logits ``[..., q, C]``.
 
   Raises:
-    ValueError: on an unknown mode or logits of rank < 2.
+    ValueError: on an unknown mode, logits of rank < 2, or (for concrete
+      input) NaN or inf logits, which argmax would turn into a vote for
+      class 0 and softmax into NaN rows.
   """
   mode = _validate.choice("aggregation", mode, RELEASE_MODES)
   z = jnp.asarray(logits, jnp.float32)
   if z.ndim < 2:
     raise ValueError(f"Expected logits of shape [..., q, C]; got {z.shape}.")
+  if not isinstance(z, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(z))):
+    raise ValueError(f"Expected finite logits; found NaN or inf in logits of shape {z.shape}.")
   if mode == "argmax":
     return jax.nn.one_hot(jnp.argmax(z, axis=-1), z.shape[-1], dtype=jnp.float32)
   if mode == "softmax":

@@ -399,6 +399,19 @@ def _ldp_delta(config: FedMDConfig, n: int) -> float:
                                                relation=config.relation)
 
 
+def _table_epsilons(value: Any) -> tuple[float, ...] | None:
+  """``ldp_table_epsilons`` as a tuple of finite floats >= 0 (None: the default table)."""
+  if value is None:
+    return None
+  try:
+    if isinstance(value, (str, bytes)):
+      raise TypeError
+    items = tuple(value)
+  except TypeError:
+    raise ValueError(f"Expected ldp_table_epsilons to be a sequence of numbers >= 0; got {value!r}.") from None
+  return tuple(_validate.nonnegative("ldp_table_epsilons", e) for e in items)
+
+
 def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
               checkpoint_dir: Any = None, resume: bool = False, progress: bool = False,
               record_releases: bool = False, ldp_table_epsilons: Any = None,
@@ -423,9 +436,10 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     resume: continue from the checkpoint in ``checkpoint_dir``.
     progress: show a tqdm progress bar over rounds.
     record_releases: keep every party's releases in ``result.releases``.
-    ldp_table_epsilons: epsilons of ``result.ldp_sigma_table`` (default
-      :data:`~jaxdistill.fedmd.DEFAULT_LDP_EPSILONS`).
-    on_round_end: ``callback(round, info)`` after each round's checkpoint.
+    ldp_table_epsilons: epsilons of ``result.ldp_sigma_table``, finite and
+      >= 0 (default :data:`~jaxdistill.fedmd.DEFAULT_LDP_EPSILONS`).
+    on_round_end: ``callback(round, info)`` after each round's checkpoint
+      (None or a callable).
 
   Returns:
     A :class:`FedMDResult`.
@@ -433,9 +447,14 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
   Raises:
     ValueError: on a mismatch between config and data (N, k > n_i without
       replacement, public subset too large), an existing checkpoint without
-      ``resume=True``, or a checkpoint from a different run.
+      ``resume=True``, a checkpoint from a different run, bad
+      ``ldp_table_epsilons`` or a non-callable ``on_round_end`` (all checked
+      before any training).
   """
   key = _validate.prng_key("key", key)
+  table_epsilons = _table_epsilons(ldp_table_epsilons)
+  if on_round_end is not None and not callable(on_round_end):
+    raise ValueError(f"Expected on_round_end to be None or a callable; got {on_round_end!r}.")
   _check(config, data)
   vmap = _use_vmap(config)
   n_parties = config.num_parties
@@ -642,7 +661,7 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
   table = None
   if config.method in ("nfdp", "ldp") and config.rounds > 0:
     n0 = data.party_sizes[0]
-    kwargs = {} if ldp_table_epsilons is None else {"epsilons": tuple(ldp_table_epsilons)}
+    kwargs = {} if table_epsilons is None else {"epsilons": table_epsilons}
     p0 = _ldp_delta(config, n0)
     source = (f"party 0's NFDP delta p = {p0:.6g} (n={n0}, k={config.k}, "
               f"{'WR' if config.with_replacement else 'WOR'}, {config.relation})" if config.ldp_delta is None

@@ -54,6 +54,7 @@ import jax
 import numpy as np
 
 from jaxdistill import _validate
+from jaxdistill._files import keep_earlier_report
 from jaxdistill import data as data_lib
 from jaxdistill import mechanisms as mech_lib
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
@@ -572,15 +573,8 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
 
 
 def _write_report(out: pathlib.Path, report: dict) -> None:
-  path = out / "report.json"
-  if path.exists():  # keep earlier reports: nothing already saved is lost
-    history = out / "history"
-    history.mkdir(exist_ok=True)
-    # One past the largest number, not the count: with report-1 deleted, a count would overwrite report-2.
-    numbers = [int(p.stem[len("report-"):]) for p in history.glob("report-*.json")
-               if p.stem[len("report-"):].isdigit()]
-    path.replace(history / f"report-{max(numbers, default=0) + 1}.json")
-  path.write_text(json.dumps(_jsonable(report), indent=2) + "\n")
+  keep_earlier_report(out)  # nothing already saved is lost
+  (out / "report.json").write_text(json.dumps(_jsonable(report), indent=2) + "\n")
 
 
 def _jsonable(x: Any) -> Any:

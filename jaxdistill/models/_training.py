@@ -146,8 +146,23 @@ def stack_states(states: Sequence[TrainState]) -> TrainState:
 
 
 def unstack_state(stacked: TrainState, index: int) -> TrainState:
-  """Model ``index`` of a stacked state."""
-  return _take(stacked, jnp.int32(index))
+  """Model ``index`` of a stacked state of ``m`` models.
+
+  Raises:
+    ValueError: ``index`` is not an integer in ``[-m, m - 1]`` (a bad index
+      would otherwise be clamped to the last model or truncated). A traced
+      index (under ``jax.jit``) is passed through unchecked.
+  """
+  if isinstance(index, jax.core.Tracer):
+    return _take(stacked, index)
+  leaves = jax.tree.leaves(stacked)
+  if not leaves or any(np.ndim(x) == 0 for x in leaves):
+    raise ValueError("Expected stacked to be a stacked state (a leading model axis on every leaf).")
+  m = int(np.shape(leaves[0])[0])
+  if isinstance(index, jax.Array):
+    index = np.asarray(index)
+  index = _validate.integer("index", index, minimum=-m, maximum=m - 1)
+  return _take(stacked, jnp.int32(index % m))
 
 
 def _per_example_loss(loss: str, logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -498,11 +513,19 @@ def accuracy(logits: Any, labels: Any) -> float:
 
   For stacked logits ``[m, n, C]`` returns the mean over models (per-model
   values: ``np.mean(np.argmax(logits, -1) == labels, axis=-1)``).
+
+  Raises:
+    ValueError: on mismatched shapes, empty input (no examples, classes or
+      models), NaN or inf logits, or labels outside the logits' classes.
   """
   logits = np.asarray(logits)
   labels = np.asarray(labels)
   if labels.ndim != 1 or logits.ndim < 2 or logits.shape[-2] != labels.shape[0]:
     raise ValueError(f"Expected logits [..., n, C] and labels [n]; got {logits.shape} and {labels.shape}.")
+  if logits.size == 0:
+    raise ValueError(f"Expected at least one example and one class; got logits of shape {logits.shape}.")
+  if not np.isfinite(logits).all():
+    raise ValueError("Expected finite logits; found NaN or inf.")
   if not np.issubdtype(labels.dtype, np.integer):
     raise ValueError(f"Expected integer labels; got dtype {labels.dtype}.")
   if labels.size and (labels.min() < 0 or labels.max() >= logits.shape[-1]):

@@ -103,3 +103,15 @@ def test_aggregate_refuses_nan_releases_and_non_numeric_weights():
     fedmd.aggregate(np.full((2, 3, 4), np.nan, np.float32))
   with pytest.raises(ValueError, match="Expected weights to be 2 numbers"):
     fedmd.aggregate(np.ones((2, 3, 4), np.float32), "heavy")
+
+
+@pytest.mark.parametrize("mode", fedmd.RELEASE_MODES)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_release_refuses_non_finite_logits(mode, bad):
+  # argmax used to turn a NaN row into a vote for class 0, and softmax into a NaN row.
+  z = LOGITS.copy()
+  z[1, 0, 1] = bad
+  with pytest.raises(ValueError, match="finite logits") as err:
+    fedmd.release(z, mode)
+  assert "\n" not in str(err.value)
+  assert fedmd.release(LOGITS, mode).shape == LOGITS.shape  # finite logits still pass

@@ -90,3 +90,41 @@ def test_k_larger_than_n_without_replacement(capsys, tmp_path):
   assert main(TINY + ["--out", str(tmp_path), "--k", "1000"]) == 2
   err = capsys.readouterr().err
   assert len(err.strip().splitlines()) == 1 and "k=1000" in err
+
+
+@pytest.mark.parametrize("eps,needle", [("-1", "--ldp-table-epsilons=-1.0 >= 0"), ("0,nan", "--ldp-table-epsilons"),
+                                        ("inf", "--ldp-table-epsilons")])
+def test_bad_table_epsilons_fail_before_loading_data(capsys, tmp_path, monkeypatch, eps, needle):
+  def no_data(*args, **kwargs):
+    raise AssertionError("loaded data (and would train) before validating --ldp-table-epsilons")
+  monkeypatch.setattr(fedmd, "load_fedmd_data", no_data)
+  assert main(TINY + ["--out", str(tmp_path), f"--ldp-table-epsilons={eps}"]) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+@needs_fashion
+def test_second_run_keeps_the_first_report(tmp_path):
+  out = tmp_path / "run"
+  args = TINY + ["--k", "2", "--out", str(out)]
+  assert main(args) == 0
+  first = (out / "report.json").read_text()
+  args_np = TINY + ["--method", "local", "--out", str(out)]
+  assert main(args_np) == 0
+  assert (out / "history" / "report-1.json").read_text() == first
+  assert json.loads((out / "report.json").read_text())["runs"][0]["name"].startswith("local")
+
+
+def test_report_history_never_overwrites(tmp_path):
+  history = tmp_path / "history"
+  history.mkdir()
+  (history / "report-3.json").write_text("three")  # report-1 and -2 were deleted: a count would give 2
+  (history / "report-x.json").write_text("not numbered")
+  (tmp_path / "report.json").write_text("four")
+  _fedmd._write_report(tmp_path, {"run": 5})  # pylint: disable=protected-access
+  assert (history / "report-3.json").read_text() == "three"
+  assert (history / "report-4.json").read_text() == "four"
+  _fedmd._write_report(tmp_path, {"run": 6})  # pylint: disable=protected-access
+  assert json.loads((history / "report-5.json").read_text()) == {"run": 5}
+  assert json.loads((tmp_path / "report.json").read_text()) == {"run": 6}
+  assert "history/report-<N>.json" in " ".join(_fedmd.__doc__.split())

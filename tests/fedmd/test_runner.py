@@ -243,3 +243,22 @@ def test_unknown_partition_and_too_few_records():
     tiny_data(partition="by-writer")
   with pytest.raises(ValueError, match="private_per_class"):
     tiny_data(per_class=10_000)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(ldp_table_epsilons=5.0), "ldp_table_epsilons"),
+    (dict(ldp_table_epsilons="0,1"), "ldp_table_epsilons"),
+    (dict(ldp_table_epsilons=[0.0, -1.0]), r"ldp_table_epsilons=-1.0 >= 0"),
+    (dict(ldp_table_epsilons=[float("nan")]), "ldp_table_epsilons"),
+    (dict(ldp_table_epsilons=[float("inf")]), "ldp_table_epsilons"),
+    (dict(ldp_table_epsilons=["1"]), "ldp_table_epsilons"),
+    (dict(on_round_end=5), "on_round_end"),
+    (dict(on_round_end="print"), "on_round_end"),
+])
+def test_bad_table_epsilons_and_callback_fail_before_training(data3, monkeypatch, kw, needle):
+  def no_training(*args, **kwargs):
+    raise AssertionError("trained before validating the arguments")
+  monkeypatch.setattr(fedmd._runner, "_fit_group", no_training)  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match=needle) as err:
+    fedmd.run_fedmd(jax.random.key(0), tiny_config(), data3, **kw)
+  assert "\n" not in str(err.value)

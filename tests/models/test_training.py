@@ -211,3 +211,27 @@ def test_predict_and_accuracy_refuse_bad_input():
     M.accuracy(logits, np.full(8, 4))
   with pytest.raises(ValueError, match="integer labels"):
     M.accuracy(logits, y.astype(np.float32))
+
+
+def test_accuracy_refuses_non_finite_and_empty_input():
+  y = np.array([0, 1, 1])
+  for bad in (np.nan, np.inf, -np.inf):
+    logits = np.eye(3)[[0, 1, 1]]
+    logits[2, 0] = bad
+    with pytest.raises(ValueError, match="finite logits"):
+      M.accuracy(logits, y)  # NaN used to score as a correct argmax (1.0)
+  with pytest.raises(ValueError, match="at least one example"):
+    M.accuracy(np.zeros((0, 3)), np.zeros(0, np.int32))  # used to return nan
+  with pytest.raises(ValueError, match="at least one example"):
+    M.accuracy(np.zeros((0, 4, 3)), np.zeros(4, np.int32))
+
+
+def test_unstack_state_validates_the_index():
+  states = [make(seed=i)[1] for i in range(3)]
+  stacked = M.stack_states(states)
+  for index, want in [(0, 0), (2, 2), (-1, 2), (-3, 0), (np.int64(1), 1), (jnp.int32(1), 1), (1.0, 1)]:
+    leaves_close(M.unstack_state(stacked, index).params, states[want].params, rtol=0, atol=0)
+  for index, needle in [(3, "index=3 <= 2"), (5, "index=5 <= 2"), (-4, "index=-4 >= -3"), (1.7, "index"),
+                        ("1", "index"), (True, "index"), (None, "index")]:
+    with pytest.raises(ValueError, match=needle):
+      M.unstack_state(stacked, index)
