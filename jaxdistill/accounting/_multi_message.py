@@ -97,6 +97,7 @@ from scipy import stats
 
 from jaxdistill import _validate
 from jaxdistill.accounting._relation import PrivacyStatement, Relation
+from jaxdistill.accounting._shuffle import _MAX_EPS0
 
 __all__ = [
     "MultiMessageNoise",
@@ -111,6 +112,10 @@ __all__ = [
 DEFAULT_TAIL_MASS = 1e-30
 #: Flooding rates tried by the calibration, as multiples of (1 - f) eps / (2kr).
 DEFAULT_FLOOD_MULTIPLIERS = (0.5, 1.0, 2.0, 4.0)
+#: Largest target epsilon of the calibration (the single-message cap, ``_shuffle._MAX_EPS0``). It keeps
+#: a = f eps/(2kr) < 30, so p = e^{-a} > 2^-44 and 1 - p, p^2 stay resolvable in float64; at
+#: a > 37 (p < 2^-53) dp-accounting's PLD construction breaks down (an IndexError at eps = 150).
+MAX_CALIBRATION_EPSILON = _MAX_EPS0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,13 +364,22 @@ def _calibrate(eps: float, delta: float, shifts: int, fraction: float, multiplie
   p = math.exp(-a)
   base_b = (1.0 - fraction) * eps / (2 * shifts)
   best = None
+  failures = []
   for mult in multipliers:
     pf = math.exp(-mult * base_b)
-    # Coarse pass (1% on rho) to choose b; the chosen b is refined below.
-    rho = _least_rho(p, pf, eps, delta, shifts, vdi, max(rtol, 1e-2))
+    # Coarse pass (1% on rho) to choose b; the chosen b is refined below. A b for which no
+    # rho <= 2^24 suffices (a large b at a large eps needs rho ~ ln(1/delta) e^b) is skipped.
+    try:
+      rho = _least_rho(p, pf, eps, delta, shifts, vdi, max(rtol, 1e-2))
+    except ValueError as err:
+      failures.append(str(err))
+      continue
     cost = rho * pf / (1.0 - pf)
     if best is None or cost < best[0]:
       best = (cost, pf)
+  if best is None:
+    raise ValueError(f"No flood multiplier in {multipliers} calibrates epsilon={eps}, delta={delta}: "
+                     + " ".join(failures))
   pf = best[1]
   rho = _least_rho(p, pf, eps, delta, shifts, vdi, rtol)
   return MultiMessageNoise(p, rho, pf)
@@ -382,11 +396,13 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
   ``flood_multipliers``, the least rho with delta(eps) <= target is found by
   bisection (delta is non-increasing in rho), and the b with the fewest
   expected flooding messages (proportional to rho p'/(1-p')) is kept and its
-  rho refined to relative ``rtol``. The returned rho is the verified end of
-  the final bracket: the result meets the target, and rho / (1 + rtol) does not.
+  rho refined to relative ``rtol``. A b whose least rho exceeds 2^24 (at
+  large eps the largest multipliers need rho ~ ln(1/delta) e^b) is skipped.
+  The returned rho is the verified end of the final bracket: the result
+  meets the target, and rho / (1 + rtol) does not.
 
   Args:
-    target_epsilon: > 0.
+    target_epsilon: in (0, 60].
     target_delta: in (0, 1).
     k: buckets per record.
     r: labels per record.
@@ -400,14 +416,18 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
     The calibrated :class:`MultiMessageNoise`.
 
   Raises:
-    ValueError: on bad arguments, or when no rho reaches the target (delta
-      below what a pessimistic PLD certifies, about 1e-15).
+    ValueError: on bad arguments, or when no rho reaches the target for any
+      multiplier (delta below what a pessimistic PLD certifies, about 1e-15).
 
   >>> noise = calibrate_multi_message(1.0, 1e-6)
   >>> round(noise.dlap_a, 6), multi_message_delta(noise, 1.0) <= 1e-6
   (0.25, True)
   """
   eps = _validate.positive("target_epsilon", target_epsilon)
+  if eps > MAX_CALIBRATION_EPSILON:
+    raise ValueError(f"Expected target_epsilon={eps!r} <= {MAX_CALIBRATION_EPSILON:g}: the calibration "
+                     f"supports epsilon in (0, {MAX_CALIBRATION_EPSILON:g}] (beyond it the noise parameter "
+                     f"p = e^(-f eps/(2kr)) is too small for the PLD in float64).")
   delta = _validate.open_unit("target_delta", target_delta)
   shifts = _shifts(k, r)
   fraction = _validate.open_unit("dlap_fraction", dlap_fraction)

@@ -53,7 +53,18 @@ __all__ = [
 ]
 
 _METHODS = ("closed-form", "numeric")
-_MAX_EPS0 = 60.0  # beyond this e^{-eps0} underflows the clone reduction
+#: Largest eps0 (and target epsilon) the shuffle accounting supports. At eps0 = 60 a message is a
+#: clone with probability e^{-60} ~ 9e-27, so shuffling no longer amplifies (epsilon = eps0 up to
+#: about n e^{-60}), and e^{eps} (eps < eps0) stays far from the float64 overflow at eps > 709.
+_MAX_EPS0 = 60.0
+
+
+def _check_eps0_cap(name: str, value: float) -> float:
+  if value > _MAX_EPS0:
+    raise ValueError(f"Expected {name}={value!r} <= {_MAX_EPS0:g}: the shuffle accounting supports local and "
+                     f"central epsilons in (0, {_MAX_EPS0:g}] (beyond it a clone has probability "
+                     f"e^-eps0 < 1e-26, so shuffling gives no amplification).")
+  return value
 
 
 def _check(eps0: Any, n: Any, delta: Any) -> tuple[float, int, float]:
@@ -127,7 +138,7 @@ def clone_delta(eps: Any, eps0: Any, n: Any) -> float:
 
   Args:
     eps: central epsilon >= 0.
-    eps0: local epsilon > 0.
+    eps0: local epsilon in (0, 60].
     n: number of messages.
 
   Returns:
@@ -136,7 +147,7 @@ def clone_delta(eps: Any, eps0: Any, n: Any) -> float:
     delta, so the result stays an upper bound.
   """
   eps = _validate.nonnegative("eps", eps)
-  eps0 = _validate.positive("eps0", eps0)
+  eps0 = _check_eps0_cap("eps0", _validate.positive("eps0", eps0))
   n = _validate.integer("n", n, minimum=1)
   if eps >= eps0:
     return 0.0
@@ -224,7 +235,7 @@ def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
   """Central epsilon of n shuffled eps0-LDP messages (replace-one, n fixed).
 
   Args:
-    eps0: local epsilon > 0.
+    eps0: local epsilon in (0, 60].
     n: number of messages.
     delta: central delta in (0, 1).
     method: ``numeric`` (tighter; clone reduction) or ``closed-form``.
@@ -240,6 +251,7 @@ def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
   True
   """
   eps0, n, delta = _check(eps0, n, delta)
+  _check_eps0_cap("eps0", eps0)
   method = _validate.choice("method", method, _METHODS)
   on_invalid = _validate.choice("on_invalid", on_invalid, ("raise", "numeric"))
   tol = _validate.positive("tol", tol)
@@ -260,7 +272,7 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
   returned (the closed form cannot certify more; ``numeric`` may).
 
   Args:
-    target_epsilon: central epsilon > 0.
+    target_epsilon: central epsilon in (0, 60].
     n: number of messages.
     delta: central delta in (0, 1).
     method: ``numeric`` or ``closed-form``.
@@ -274,7 +286,7 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
     ValueError: if no eps0 > 0 meets the target under the chosen method (e.g.
       the closed form's validity range is empty for this n and delta).
   """
-  target = _validate.positive("target_epsilon", target_epsilon)
+  target = _check_eps0_cap("target_epsilon", _validate.positive("target_epsilon", target_epsilon))
   n = _validate.integer("n", n, minimum=1)
   delta = _validate.open_unit("delta", delta)
   method = _validate.choice("method", method, _METHODS)
@@ -301,7 +313,7 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
     def meets(e0: float) -> bool:
       return clone_delta(target, e0, n) <= delta
 
-    lo, hi = target, 2 * target
+    lo, hi = target, min(2 * target, _MAX_EPS0)
     while meets(hi):
       lo, hi = hi, 2 * hi
       if hi > _MAX_EPS0:

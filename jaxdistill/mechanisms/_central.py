@@ -35,6 +35,11 @@ from jaxdistill.mechanisms._bsvs import (BsvsShape, bsvs_sensitivity, check_shap
 
 __all__ = ["CentralLaplace", "CentralDiscreteLaplace"]
 
+#: Largest Laplace scale b = Delta/eps (see CentralLaplace._check_noise_fits).
+_MAX_LAPLACE_SCALE = 2.0**400
+#: -ln(U) <= 54 ln(2) for the 53-bit uniforms U >= 2^-54 of :func:`host_uniform`.
+_DLAP_MAX_LOG_U = 54 * math.log(2)
+
 
 def host_uniform(key: jax.Array, shape: tuple[int, ...]) -> np.ndarray:
   """float64 uniforms in the open interval (0, 1) with 53 random bits each.
@@ -79,6 +84,10 @@ class _Central(BsvsMechanism):
     check_shape(self.shape)
     object.__setattr__(self, "epsilon", _validate.positive("epsilon", self.epsilon))
     object.__setattr__(self, "relation", Relation.parse(self.relation))
+    self._check_noise_fits()
+
+  def _check_noise_fits(self) -> None:
+    """Raises ValueError naming epsilon when the noise would overflow its dtype (epsilon too small)."""
 
   @property
   def sensitivity(self) -> int:
@@ -159,6 +168,18 @@ class CentralLaplace(_Central):
   def scale(self) -> float:
     """Laplace scale b = Delta / eps."""
     return self.sensitivity / self.epsilon
+
+  def _check_noise_fits(self) -> None:
+    """Requires b = Delta/eps <= 2^400, i.e. eps >= Delta 2^-400.
+
+    With 53-bit uniforms |N| <= 2 * 54 ln(2) b < 75b, so the noise, the
+    variance 2b^2 <= 2^801 and sums of many squared errors stay far below the
+    float64 maximum 2^1024 (b^2 alone overflows for b > 2^512).
+    """
+    if not self.scale <= _MAX_LAPLACE_SCALE:
+      raise ValueError(f"Expected epsilon={self.epsilon!r} >= Delta * 2^-400 = {self.sensitivity * 2.0**-400:.3g}: "
+                       f"the Laplace scale b = Delta/eps = {self.scale:.3g} must stay <= 2^400 so that the noise "
+                       f"and its variance 2b^2 fit in float64.")
 
   def noise(self, key: jax.Array) -> np.ndarray:
     """float64 ``[*batch, s, |Y|]`` i.i.d. Laplace(b) noise, b * (E1 - E2), E ~ Exp(1).
@@ -259,6 +280,19 @@ class CentralDiscreteLaplace(_Central):
     """a = eps / Delta (pmf proportional to exp(-a|z|))."""
     return self.epsilon / self.sensitivity
 
+  def _check_noise_fits(self) -> None:
+    """Requires 54 ln(2) / a < 2^62, i.e. a = eps/Delta > 54 ln(2) 2^-62 (about 8.1e-18).
+
+    G = floor(-ln(U)/a) <= 54 ln(2)/a (U >= 2^-54), so G < 2^62 fits int64
+    and so do G1 - G2 and A + G1 - G2 (|.| < 2^63); beyond it the cast wraps
+    to about -2^63.
+    """
+    if not _DLAP_MAX_LOG_U / self.parameter < 2.0**62:
+      raise ValueError(f"Expected epsilon={self.epsilon!r} > Delta * 54 ln(2) * 2^-62 = "
+                       f"{self.sensitivity * _DLAP_MAX_LOG_U * 2.0**-62:.3g}: the geometric draws "
+                       f"floor(-ln(U)/a) <= 54 ln(2)/a (a = eps/Delta = {self.parameter!r}) must stay below "
+                       f"2^62 to fit in int64.")
+
   def noise(self, key: jax.Array) -> np.ndarray:
     """int64 ``[*batch, s, |Y|]`` i.i.d. discrete Laplace(a) noise (batch: an array of keys)."""
     u = host_uniform(key, (2, self.shape.num_buckets, self.shape.num_labels))
@@ -273,7 +307,7 @@ class CentralDiscreteLaplace(_Central):
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     del counts, num_clients
     x = math.exp(-self.parameter)
-    v = 2.0 * x / (1.0 - x) ** 2
+    v = 2.0 * x / math.expm1(-self.parameter) ** 2  # 1 - e^{-a} without cancellation for tiny a
     return np.full((self.shape.num_buckets, self.shape.num_labels), v, np.float64)
 
   def account(self) -> MechanismAccount:

@@ -29,7 +29,7 @@ from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape, client_entries
 from jaxdistill.mechanisms._sampling import uniform_below, uniform_index, uniform_words
 
-__all__ = ["Collision", "CollisionMessage", "collision_rates", "default_bloom_length"]
+__all__ = ["Collision", "CollisionMessage", "collision_rates", "default_bloom_length", "check_collision_rates"]
 
 _MAX_BLOOM = 2**31 - 1
 
@@ -88,6 +88,33 @@ def collision_rates(epsilon: float, cardinality: int, bloom_length: int) -> tupl
     p = math.nextafter(p, 1.0)
   omega = cardinality * math.exp(epsilon) + bloom_length - cardinality
   return p, 1.0 / bloom_length, omega
+
+
+def check_collision_rates(epsilon: float, cardinality: int, bloom_length: int, *, name: str = "epsilon",
+                          value: Any = None) -> None:
+  """Raises ValueError naming ``name`` unless p - q >= 2^-30 q (epsilon too small for float64).
+
+  .. math:: \\frac{p - q}{q} = \\frac{(l - c)(e^{\\varepsilon} - 1)}{\\Omega} \\ge 2^{-30},
+
+  about eps >= 2^-29 (1.9e-9) at the default l = 3c - 1 and e^eps - 1 >= 2^-30
+  as l grows. q = fl(1/l) and p (one ulp below e^eps/Omega) are within 2^-52
+  of their exact values relative to q, so under this bound the debiasing
+  denominator p - q is known to a relative 2^-21 (5e-7); without it p - q
+  can round to 0 or below (p = q gives NaN estimates, p < q flips them).
+
+  Args:
+    epsilon: the message's epsilon.
+    cardinality: c.
+    bloom_length: l.
+    name: the parameter named in the error.
+    value: its value for the message (default ``epsilon``).
+  """
+  p, q, _ = collision_rates(epsilon, cardinality, bloom_length)
+  if not p - q >= 2.0**-30 * q:
+    value = epsilon if value is None else value
+    raise ValueError(f"Expected {name}={value!r} large enough that the Collision hit rates p = e^eps/Omega and "
+                     f"q = 1/l differ by at least 2^-30 q in float64 (about eps >= 2^-29); got p={p!r}, q={q!r} "
+                     f"at eps={epsilon!r}, l={bloom_length}.")
 
 
 @functools.lru_cache(maxsize=256)
@@ -264,6 +291,7 @@ class Collision(CollisionRates, BsvsMechanism):
     c = self.shape.c
     l = default_bloom_length(eps, c) if self.bloom_length is None else self.bloom_length
     object.__setattr__(self, "bloom_length", check_bloom_length(l, c))
+    check_collision_rates(eps, c, self.bloom_length)
 
   @property
   def cardinality(self) -> int:

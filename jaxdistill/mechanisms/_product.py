@@ -33,7 +33,7 @@ from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
 from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
 from jaxdistill.mechanisms._collision import (CollisionMessage, CollisionRates, check_bloom_length,
-                                              collision_hits, collision_randomize,
+                                              check_collision_rates, collision_hits, collision_randomize,
                                               collision_rates, default_bloom_length)
 
 __all__ = ["ProductStats", "SeparationMessage", "Separation", "Concatenation",
@@ -131,7 +131,8 @@ class Separation(BsvsMechanism):
     eps = _validate.positive("epsilon", self.epsilon)
     object.__setattr__(self, "epsilon", eps)
     for c in (self.shape.k, self.shape.r):
-      check_bloom_length(default_bloom_length(eps / 2, c), c)
+      l = check_bloom_length(default_bloom_length(eps / 2, c), c)
+      check_collision_rates(eps / 2, c, l, value=eps)
 
   @property
   def bucket_bloom_length(self) -> int:
@@ -209,7 +210,8 @@ class _Concatenated(CollisionRates, BsvsMechanism):
     check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     object.__setattr__(self, "epsilon", eps)
-    check_bloom_length(default_bloom_length(eps, self.cardinality), self.cardinality)
+    l = check_bloom_length(default_bloom_length(eps, self.cardinality), self.cardinality)
+    check_collision_rates(eps, self.cardinality, l)
 
   @property
   def cardinality(self) -> int:

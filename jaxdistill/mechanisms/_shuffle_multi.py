@@ -42,6 +42,7 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement
 from jaxdistill.accounting._multi_message import (
+    MAX_CALIBRATION_EPSILON,
     MultiMessageNoise,
     calibrate_multi_message,
     multi_message_delta,
@@ -103,8 +104,9 @@ class ShuffleMultiMessage(BsvsMechanism):
       parameters must meet (epsilon, delta) or construction raises.
 
   Raises:
-    ValueError: bad epsilon, delta, num_clients, dlap_fraction, or noise that
-      does not meet (epsilon, delta).
+    ValueError: bad epsilon (outside (0, 60], or so large that (1 + e^eps)
+      times the sampler's total variation exceeds delta), delta, num_clients,
+      dlap_fraction, or noise that does not meet (epsilon, delta).
   """
 
   shape: BsvsShape
@@ -118,6 +120,9 @@ class ShuffleMultiMessage(BsvsMechanism):
   def __post_init__(self):
     check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
+    if eps > MAX_CALIBRATION_EPSILON:
+      raise ValueError(f"Expected epsilon={eps!r} <= {MAX_CALIBRATION_EPSILON:g}, the largest epsilon the "
+                       f"multi-message accounting supports.")
     delta = _validate.open_unit("delta", self.delta)
     n = _validate.integer("num_clients", self.num_clients, minimum=1)
     frac = _validate.open_unit("dlap_fraction", self.dlap_fraction)
@@ -138,6 +143,12 @@ class ShuffleMultiMessage(BsvsMechanism):
     if calibrated and self.privacy().delta > delta:
       # The sampler's TV term (~1e-18) did not fit in the calibration's slack: recalibrate.
       extra = self.privacy().delta - multi_message_delta(self.noise, eps, k=self.shape.k, r=self.shape.r)
+      if 2 * extra >= delta:
+        tv = self.sampler_tv_bound()
+        raise ValueError(f"Expected epsilon={eps!r} small enough that the sampler's total-variation term "
+                         f"(1 + e^eps) tv = {(1.0 + math.exp(eps)) * tv:.3g} (tv = {tv:.3g}) leaves room in "
+                         f"delta={delta}; with num_clients={n} that needs epsilon below about ln(delta / (2 tv)) = "
+                         f"{math.log(delta / (2 * tv)):.3g}.")
       object.__setattr__(self, "noise", calibrate(delta - 2 * extra))
     achieved = self.privacy().delta
     if achieved > delta:

@@ -30,6 +30,7 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation, ShuffleAmplification, shuffle_local_epsilon
+from jaxdistill.accounting._shuffle import _MAX_EPS0
 from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
 from jaxdistill.mechanisms._collision import Collision
@@ -87,8 +88,8 @@ class ShuffleSingleMessage(BsvsMechanism):
     local_mechanism: the wrapped local mechanism at eps0 (derived).
 
   Raises:
-    ValueError: bad epsilon, delta, num_clients, local or method, or no
-      eps0 > 0 meets the target under ``closed-form``.
+    ValueError: bad epsilon (outside (0, 60]), delta, num_clients, local or
+      method, or no eps0 > 0 meets the target under ``closed-form``.
   """
 
   shape: BsvsShape
@@ -105,6 +106,9 @@ class ShuffleSingleMessage(BsvsMechanism):
   def __post_init__(self):
     check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
+    if eps > _MAX_EPS0:  # e^-eps0 < 1e-26: no amplification left to calibrate (accounting._shuffle)
+      raise ValueError(f"Expected epsilon={eps!r} <= {_MAX_EPS0:g}, the largest central epsilon the shuffle "
+                       f"accounting supports.")
     delta = _validate.open_unit("delta", self.delta)
     n = _validate.integer("num_clients", self.num_clients, minimum=1)
     local = _validate.choice("local", self.local, LOCAL_RANDOMIZERS)

@@ -143,3 +143,23 @@ def test_numeric_bound_dominates_exact_shuffled_rr(k, n, eps0):
 def test_bad_input(call, name):
   with pytest.raises(ValueError, match=name):
     call()
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: accounting.shuffle_epsilon(710.0, 1000, 1e-6), "eps0"),
+    (lambda: accounting.shuffle_epsilon(710.0, 1000, 1e-6, method="closed-form", on_invalid="numeric"), "eps0"),
+    (lambda: accounting.clone_delta(0.5, 800.0, 1000), "eps0"),
+    (lambda: accounting.shuffle_local_epsilon(800.0, 1000, 1e-6), "target_epsilon"),
+])
+def test_epsilon_above_the_supported_range_is_a_clear_error(call, name):
+  # e^eps overflowed float64 (OverflowError) past 709; the accounting now states its range (0, 60].
+  with pytest.raises(ValueError, match=rf"{name}=\S+ <= 60"):
+    call()
+
+
+@pytest.mark.parametrize("target", [45.0, 60.0])
+def test_large_target_inside_the_range_is_met(target):
+  n, delta = 1000, 1e-6
+  amp = accounting.shuffle_local_epsilon(target, n, delta)
+  assert target <= amp.eps0 <= 60.0 and amp.epsilon <= target
+  assert accounting.clone_delta(target, amp.eps0, n) <= delta

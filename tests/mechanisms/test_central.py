@@ -274,3 +274,24 @@ def test_float_discrete_laplace_sampler_is_within_its_stated_delta(a):
   (warn,) = statement.warnings
   assert warn.code == "float_sampler_delta"
   assert warn.details["delta_per_release"] == pytest.approx((1 + math.exp(2 * a)) * 2 * tv, rel=1e-12)
+
+
+@pytest.mark.parametrize("cls,eps", [(M.CentralLaplace, 1e-300), (M.CentralLaplace, 1e-150),
+                                     (M.CentralDiscreteLaplace, 1e-300), (M.CentralDiscreteLaplace, 1e-18)])
+def test_epsilon_whose_noise_overflows_is_refused(cls, eps):
+  # Laplace: b = Delta/eps must stay <= 2^400 (b^2 overflows float64 past 2^512); discrete
+  # Laplace: G <= 54 ln(2)/a must stay below 2^62, else the int64 cast wraps to about -2^63.
+  with pytest.raises(ValueError, match="epsilon"):
+    cls(M.BsvsShape(3, 2, 1), eps)
+
+
+def test_tiny_epsilon_inside_the_limits_still_works():
+  shape = M.BsvsShape(2, 2, 1)  # Delta = 2
+  dl = M.CentralDiscreteLaplace(shape, 2e-17)  # a = 1e-17: 54 ln(2)/a = 3.7e18 < 2^62
+  est = dl.estimate(jax.random.key(0), np.zeros(4, np.int64), 10)
+  assert np.all(np.abs(est) < 2.0**62)
+  # e^{-a} rounds to 1 here, so 2e^{-a}/(1 - e^{-a})^2 needs expm1 (it divided by zero).
+  np.testing.assert_allclose(dl.entry_variance(None, 10), 2 / 1e-17**2, rtol=1e-12)
+  lap = M.CentralLaplace(shape, 2e-120)  # b = 1e120 <= 2^400
+  np.testing.assert_allclose(lap.entry_variance(None, 10), 2e240, rtol=1e-12)
+  assert np.all(np.isfinite(lap.estimate(jax.random.key(0), np.zeros(4, np.int64), 10)))

@@ -220,3 +220,14 @@ def test_multiword_comparison(pair):
   words = lambda v: jnp.array([v >> 32, v & 0xFFFFFFFF], jnp.uint32)
   assert bool(_collision._words_below(words(u), words(t))) == (u < t)
   assert not bool(_collision._words_below(words(u), words(u)))
+
+
+@pytest.mark.parametrize("eps,bloom_length", [(1e-300, None), (1e-12, None), (1e-12, 2**20), (1e-300, 2**31 - 1)])
+def test_epsilon_too_small_for_float64_rates_is_refused(eps, bloom_length):
+  # p - q = (l - c)(e^eps - 1)/(l Omega) vanishes (p == q: NaN estimates) or is all
+  # rounding error; p - q >= 2^-30 q (about eps >= 2^-29) is required.
+  shape = M.BsvsShape(4, 2, 1)
+  with pytest.raises(ValueError, match="epsilon"):
+    M.Collision(shape, eps, bloom_length=bloom_length)
+  mech = M.Collision(shape, 1e-8, bloom_length=bloom_length)
+  assert mech.p - mech.q >= 2.0**-30 * mech.q

@@ -190,3 +190,13 @@ def test_bad_input(cls):
     cls((3, 2, 1), 1.0)
   with pytest.raises(ValueError, match="k"):
     cls(M.BsvsShape(2, 2, 3), 1.0)
+
+
+@pytest.mark.parametrize("cls", [M.Separation, M.Concatenation, M.ConcatenationLiteral])
+@pytest.mark.parametrize("eps", [1e-300, 1e-12])
+def test_epsilon_too_small_for_float64_rates_is_refused(cls, eps):
+  # At 1e-300 p == q (Separation divided by zero) or p < q (Concatenation flipped its
+  # estimate); at 1e-12 p - q is mostly rounding error.
+  with pytest.raises(ValueError, match="epsilon"):
+    cls(M.BsvsShape(3, 2, 1), eps)
+  assert cls(M.BsvsShape(3, 2, 1), 1e-7).epsilon == 1e-7

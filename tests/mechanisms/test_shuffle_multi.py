@@ -454,3 +454,29 @@ def test_event_counts_fast_path_equals_the_96_bit_search_on_ties():
   np.testing.assert_array_equal(
       np.asarray(jax.jit(nbs.compound_poisson_event_counts, static_argnums=1)(keys, plain)),
       np.asarray(nbs.count_below(jnp.asarray(words), plain.count)))
+
+
+@pytest.mark.parametrize("eps", [15.0, 20.0])
+def test_larger_epsilon_calibrates_and_verifies(eps):
+  # A larger epsilon is a weaker requirement. The calibration used to fail from eps ~ 15:
+  # its largest flooding multiplier needs rho ~ ln(1/delta) e^b > 2^24 there.
+  mech = M.ShuffleMultiMessage(M.BsvsShape(3, 2, 1), eps, 1e-6, 100)
+  statement = mech.privacy()
+  assert statement.epsilon == eps and statement.delta <= 1e-6
+  assert accounting.multi_message_delta(mech.noise, eps) <= 1e-6
+
+
+@pytest.mark.parametrize("eps,match", [(45.0, "epsilon=45.0 small enough that the sampler's total-variation"),
+                                       (60.0, "epsilon=60.0 small enough that the sampler's total-variation"),
+                                       (500.0, "epsilon=500.0 <= 60")])
+def test_epsilon_beyond_what_the_accounting_supports_is_a_clear_error(eps, match):
+  # 45, 60: (1 + e^eps) times the sampler's total variation (~8e-25 at n = 100) exceeds
+  # delta (past the calibration, it recalibrated to a negative delta); 500: above the cap
+  # of 60 (an IndexError inside dp-accounting).
+  with pytest.raises(ValueError, match=match):
+    M.ShuffleMultiMessage(M.BsvsShape(3, 2, 1), eps, 1e-6, 100)
+
+
+def test_calibration_epsilon_above_the_cap_is_a_clear_error():
+  with pytest.raises(ValueError, match="target_epsilon=150.0 <= 60"):
+    accounting.calibrate_multi_message(150.0, 1e-6)

@@ -108,6 +108,7 @@ def test_messages_are_the_local_randomizer_and_estimate_is_unbiased():
 
 @pytest.mark.parametrize("kwargs,param", [
     ({"epsilon": 0.0}, "epsilon"), ({"epsilon": -0.5}, "epsilon"), ({"epsilon": math.nan}, "epsilon"),
+    ({"epsilon": 800.0}, "epsilon=800.0 <= 60"), ({"epsilon": 61.0}, "epsilon=61.0 <= 60"),
     ({"delta": 0.0}, "delta"), ({"delta": 1.5}, "delta"), ({"delta": math.nan}, "delta"),
     ({"num_clients": 0}, "num_clients"), ({"num_clients": math.nan}, "num_clients"),
     ({"local": "laplace"}, "local"), ({"method": "exact"}, "method"),
