@@ -43,11 +43,16 @@ def votes(buckets, label_sets):
   return a
 
 
-def max_replace_one_change(buckets_of, r):
-  """max over records i, points x' and r-label sets y' of ||A(D) - A(D')||_1."""
+def baseline(buckets_of, r):
+  """Every r-label set, the records' own label sets, and A(D)."""
   label_choices = list(itertools.combinations(range(NUM_LABELS), r))
   base_labels = [label_choices[i % len(label_choices)] for i in range(len(RECORDS))]
-  base = votes(buckets_of(RECORDS), base_labels)
+  return label_choices, base_labels, votes(buckets_of(RECORDS), base_labels)
+
+
+def max_replace_one_change(buckets_of, r):
+  """max over records i, points x' and r-label sets y' of ||A(D) - A(D')||_1."""
+  label_choices, base_labels, base = baseline(buckets_of, r)
   worst = 0
   for i in range(len(RECORDS)):
     for point in GRID:
@@ -84,9 +89,7 @@ def test_knn_labeling_changes_stay_within_2sr(k, r):
 
 def max_add_remove_change(buckets_of, r):
   """max over every record removed, and every point x' with every r-label set added, of ||A(D) - A(D')||_1."""
-  label_choices = list(itertools.combinations(range(NUM_LABELS), r))
-  base_labels = [label_choices[i % len(label_choices)] for i in range(len(RECORDS))]
-  base = votes(buckets_of(RECORDS), base_labels)
+  label_choices, base_labels, base = baseline(buckets_of, r)
   worst = 0
   for i in range(len(RECORDS)):
     keep = [j for j in range(len(RECORDS)) if j != i]
