@@ -434,7 +434,8 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
   try:
     mults = tuple(_validate.positive("flood_multipliers", m) for m in flood_multipliers)
   except TypeError:
-    raise ValueError(f"Expected flood_multipliers to be a sequence of positive numbers; got {flood_multipliers!r}.") from None
+    raise ValueError(f"Expected flood_multipliers to be a sequence of positive numbers; "
+                     f"got {flood_multipliers!r}.") from None
   if not mults:
     raise ValueError("Expected at least one flood multiplier.")
   rtol = _validate.positive("rtol", rtol)
