@@ -80,14 +80,20 @@ def finite(name: str, value: Any) -> float:
   return out
 
 
+def _is_plus_inf(value: Any) -> bool:
+  """True for a numeric +inf (not the string ``"inf"``, not a bool)."""
+  if _is_bool(value) or isinstance(value, (str, bytes)):
+    return False
+  try:
+    return float(value) == math.inf
+  except (TypeError, ValueError):
+    return False
+
+
 def positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
   """Returns ``value`` as a float > 0 (optionally +inf), or raises."""
-  if allow_inf:
-    try:
-      if float(value) == math.inf and not _is_bool(value):
-        return math.inf
-    except (TypeError, ValueError):
-      pass
+  if allow_inf and _is_plus_inf(value):
+    return math.inf
   out = finite(name, value)
   if not out > 0:
     raise ValueError(f"Expected {name}={out!r} > 0.")
@@ -96,12 +102,8 @@ def positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
 
 def nonnegative(name: str, value: Any, *, allow_inf: bool = False) -> float:
   """Returns ``value`` as a float >= 0 (optionally +inf), or raises."""
-  if allow_inf:
-    try:
-      if float(value) == math.inf and not _is_bool(value):
-        return math.inf
-    except (TypeError, ValueError):
-      pass
+  if allow_inf and _is_plus_inf(value):
+    return math.inf
   out = finite(name, value)
   if not out >= 0:
     raise ValueError(f"Expected {name}={out!r} >= 0.")

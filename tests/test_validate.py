@@ -29,6 +29,14 @@ def test_positive_rejects(value):
 
 def test_positive_allows_inf_on_request():
   assert v.positive("epsilon", math.inf, allow_inf=True) == math.inf
+  assert v.nonnegative("epsilon", np.float64("inf"), allow_inf=True) == math.inf
+  for text in ("inf", b"inf"):  # text passed for a number is a caller's bug, as elsewhere
+    with pytest.raises(ValueError, match="epsilon"):
+      v.positive("epsilon", text, allow_inf=True)
+    with pytest.raises(ValueError, match="epsilon"):
+      v.nonnegative("epsilon", text, allow_inf=True)
+  with pytest.raises(ValueError, match="epsilon"):
+    v.positive("epsilon", True, allow_inf=True)
 
 
 @pytest.mark.parametrize("value", [0.0, 1.0, 1.5, -0.1, float("nan")])
