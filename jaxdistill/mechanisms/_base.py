@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement
 from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape
 
@@ -118,6 +119,24 @@ class BsvsMechanism(abc.ABC):
     """Closed-form mean squared error per entry: variance + bias^2."""
     bias = self.entry_bias(counts, num_clients)
     return np.asarray(self.entry_variance(counts, num_clients), np.float64) + bias * bias
+
+
+def entry_counts(shape: BsvsShape, counts: Any, num_clients: Any) -> tuple[np.ndarray, int]:
+  """The closed forms' inputs, checked: A as float64 ``[s, |Y|]`` with entries in [0, n], and n >= 1.
+
+  A client adds at most 1 to an entry (its buckets and labels are distinct),
+  so an entry above n, a negative one, or n < 1 cannot come from real votes
+  and would give a negative or NaN variance.
+  """
+  n = _validate.integer("num_clients", num_clients, minimum=1)
+  a = np.asarray(counts, np.float64)
+  if a.size != shape.num_buckets * shape.num_labels:
+    raise ValueError(f"Expected counts with s*|Y| = {shape.num_buckets}*{shape.num_labels} entries; got shape "
+                     f"{a.shape}.")
+  a = a.reshape(shape.num_buckets, shape.num_labels)
+  if not (np.isfinite(a).all() and (a >= 0).all() and (a <= n).all()):
+    raise ValueError(f"Expected counts in [0, num_clients={n}]; found values in [{a.min()}, {a.max()}].")
+  return a, n
 
 
 def check_clients_fit(mechanism: BsvsMechanism, clients: Any, n: int) -> None:

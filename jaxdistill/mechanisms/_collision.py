@@ -25,7 +25,7 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation
 from jaxdistill.mechanisms import _bounds
-from jaxdistill.mechanisms._base import BsvsMechanism
+from jaxdistill.mechanisms._base import BsvsMechanism, entry_counts
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape, client_entries
 from jaxdistill.mechanisms._sampling import uniform_below, uniform_index, uniform_words
 
@@ -330,9 +330,9 @@ class Collision(CollisionRates, BsvsMechanism):
     return (hits - num_clients * self.q) / (self.p - self.q)
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
-    a = np.asarray(counts, np.float64).reshape(self.shape.num_buckets, self.shape.num_labels)
+    a, n = entry_counts(self.shape, counts, num_clients)
     p, q = self.p, self.q
-    return (a * p * (1 - p) + (num_clients - a) * q * (1 - q)) / (p - q) ** 2
+    return (a * p * (1 - p) + (n - a) * q * (1 - q)) / (p - q) ** 2
 
   def accuracy(self, beta: Any, num_clients: int, *, simultaneous: bool = False) -> float:
     """Theorem 2 (Bernstein + union bound): alpha with failure <= beta."""

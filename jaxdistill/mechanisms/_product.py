@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
-from jaxdistill.mechanisms._base import BsvsMechanism
+from jaxdistill.mechanisms._base import BsvsMechanism, entry_counts
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
 from jaxdistill.mechanisms._collision import (CollisionMessage, CollisionRates, check_bloom_length,
                                               check_collision_rates, collision_hits, collision_randomize,
@@ -82,7 +82,7 @@ def _membership_counts(counts: Any, shape: BsvsShape, num_clients: int):
   with one-hot labels does), so #clients holding bucket a = row sum / r and
   #clients holding label b = column sum / k.
   """
-  a = np.asarray(counts, np.float64).reshape(shape.num_buckets, shape.num_labels)
+  a, num_clients = entry_counts(shape, counts, num_clients)
   with_bucket = a.sum(axis=1, keepdims=True) / shape.r
   with_label = a.sum(axis=0, keepdims=True) / shape.k
   n11 = a
@@ -369,8 +369,8 @@ class ConcatenationLiteral(_Concatenated):
 
   def entry_bias(self, counts: Any, num_clients: int) -> np.ndarray:
     """E[Â] - A = (bias_factor - 1) * A."""
-    del num_clients
-    return (self.bias_factor - 1.0) * np.asarray(counts, np.float64)
+    a, _ = entry_counts(self.shape, counts, num_clients)
+    return (self.bias_factor - 1.0) * a
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     """Variance (not MSE) of the literal estimate; its mean is bias_factor * A."""

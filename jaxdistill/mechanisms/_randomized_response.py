@@ -109,9 +109,10 @@ class RandomizedResponse(BsvsMechanism):
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     del counts  # every bit has variance pq whatever its true value
+    n = _validate.integer("num_clients", num_clients, minimum=1)
     p = self.keep_probability
     q = 1.0 - p
-    v = num_clients * p * q / (p - q) ** 2
+    v = n * p * q / (p - q) ** 2
     return np.full((self.shape.num_buckets, self.shape.num_labels), v, dtype=np.float64)
 
   def account(self) -> MechanismAccount:

@@ -78,3 +78,21 @@ def test_every_mechanism_names_a_bad_shape(build):
   # A tuple where a BsvsShape belongs: a ValueError naming ``shape``, not an AttributeError.
   with pytest.raises(ValueError, match="shape"):
     build((4, 3, 1))
+
+
+@pytest.mark.parametrize("make", [M.RandomizedResponse, M.Collision, M.Separation, M.Concatenation,
+                                  M.ConcatenationLiteral])
+def test_closed_forms_refuse_counts_no_votes_could_give(make):
+  # A negative n gave a negative variance; counts above n (a client adds at most 1 to an entry) or of
+  # the wrong size gave nonsense or a bare numpy reshape error.
+  mech = make(M.BsvsShape(3, 2, 1), 1.0)
+  counts = np.array([[2, 0], [0, 1], [1, 0]])
+  assert (mech.entry_variance(counts, 4) > 0).all()
+  for bad_n in (-4, 0, 2.5, None):
+    with pytest.raises(ValueError, match="num_clients"):
+      mech.entry_variance(counts, bad_n)
+  if make is not M.RandomizedResponse:  # its variance does not depend on the counts
+    for bad, needle in ((counts * 10, r"counts in \[0, num_clients=4\]"), (-counts, "counts in"),
+                        (counts[:2], "s\\*\\|Y\\| = 3\\*2 entries")):
+      with pytest.raises(ValueError, match=needle):
+        mech.entry_variance(bad, 4)
