@@ -21,6 +21,7 @@ __all__ = [
     "positive",
     "nonnegative",
     "finite",
+    "real_array",
     "probability",
     "open_unit",
     "choice",
@@ -78,6 +79,45 @@ def finite(name: str, value: Any) -> float:
   if not math.isfinite(out):
     raise ValueError(f"Expected {name} to be finite, got {out!r}.")
   return out
+
+
+def real_array(name: str, value: Any) -> np.ndarray:
+  """Returns ``value`` as a float64 NumPy array of real numbers, or raises naming ``name``.
+
+  Like :func:`finite` it refuses text, even text that parses (``"1"``,
+  ``["0.5", 0.5]``), and booleans; complex numbers are refused rather than
+  silently losing their imaginary part. Values are not range-checked here
+  (NaN and inf pass): the caller states its own range.
+  """
+  if _is_bool(value) or isinstance(value, (str, bytes)):
+    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {value!r}.")
+  try:
+    arr = np.asarray(value)
+  except (TypeError, ValueError):
+    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {value!r}.") from None
+  if arr.dtype.kind == "O":
+    flat = arr.reshape(-1)
+    if not all(isinstance(v, numbers.Real) and not _is_bool(v) for v in flat):
+      raise ValueError(f"Expected {name} to hold only real numbers; got {value!r}.")
+  elif arr.dtype.kind in "USbcmM" or (arr.dtype.kind == "V" and not _is_float_like(arr.dtype)):
+    raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype} ({value!r}).")
+  try:
+    return arr.astype(np.float64)
+  except (TypeError, ValueError, OverflowError):
+    raise ValueError(f"Expected {name} to hold real numbers; got {value!r}.") from None
+
+
+def _is_float_like(dtype: np.dtype) -> bool:
+  """True for the extension float types JAX uses (bfloat16, float8 ...), which NumPy reports as kind 'V'."""
+  try:
+    import ml_dtypes  # pylint: disable=import-outside-toplevel
+  except ImportError:  # pragma: no cover - a dependency of jax
+    return False
+  try:
+    ml_dtypes.finfo(dtype)
+  except (TypeError, ValueError):
+    return False
+  return True
 
 
 def _is_plus_inf(value: Any) -> bool:
@@ -145,11 +185,19 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   return value
 
 
-def output_dir(name: str, value: Any) -> pathlib.Path:
+def output_dir(name: str, value: Any, *, report: str | None = None) -> pathlib.Path:
   """Creates folder ``value`` (and its parents) if needed and checks that files can be written in it.
 
   Called before any work starts, so a bad output folder fails at once
   instead of after the run, when its results would be lost.
+
+  Args:
+    name: the parameter's name for the error message.
+    value: the folder.
+    report: the report file the run will write there. An earlier one moves
+      to ``history/`` (``jaxdistill._files.keep_earlier_report``), so a
+      file named ``history``, or a folder named like the report, is refused
+      now rather than after the run.
   """
   if not isinstance(value, (str, pathlib.PurePath)) or not str(value):
     raise ValueError(f"Expected {name} to be a folder path; got {value!r}.")
@@ -164,6 +212,14 @@ def output_dir(name: str, value: Any) -> pathlib.Path:
     reason = err.strerror or str(err)
     raise ValueError(f"Expected {name}={str(path)!r} to be a writable folder; cannot create or write it "
                      f"({reason}).") from None
+  if report is not None:
+    history = path / "history"
+    if history.exists() and not history.is_dir():
+      raise ValueError(f"Expected {name}={str(path)!r} to hold no file named 'history': earlier reports are kept "
+                       f"in a folder of that name.")
+    if (path / report).is_dir():
+      raise ValueError(f"Expected {name}={str(path)!r} to hold no folder named {report!r}: the report is written "
+                       f"there.")
   return path
 
 

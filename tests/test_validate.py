@@ -82,3 +82,32 @@ def test_output_dir_rejects_files_and_paths_under_files(tmp_path):
 def test_output_dir_rejects_non_paths(value):
   with pytest.raises(ValueError, match="out_dir"):
     v.output_dir("out_dir", value)
+
+
+@pytest.mark.parametrize("value", ["1", b"1", ["0.5", 0.5], True, [True, False], 1j, [1, None], {"a": 1}])
+def test_real_array_rejects_text_bools_and_complex(value):
+  with pytest.raises(ValueError, match="weights"):
+    v.real_array("weights", value)
+
+
+def test_real_array_accepts_numbers_and_keeps_their_values():
+  import fractions  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  np.testing.assert_array_equal(v.real_array("x", [1, 2**80]), np.array([1.0, 2.0**80]))
+  assert v.real_array("x", fractions.Fraction(1, 4)) == 0.25
+  out = v.real_array("x", jnp.array([0.5, 2.0], jnp.bfloat16))
+  assert out.dtype == np.float64 and out.tolist() == [0.5, 2.0]
+  assert np.isnan(v.real_array("x", math.nan))  # no range check: callers state their own
+
+
+def test_output_dir_with_a_report_refuses_what_would_block_it_later(tmp_path):
+  (tmp_path / "a").mkdir()
+  (tmp_path / "a" / "history").write_text("not a folder")
+  with pytest.raises(ValueError, match="no file named 'history'"):
+    v.output_dir("out_dir", tmp_path / "a", report="report.json")
+  v.output_dir("out_dir", tmp_path / "a")  # without a report the folder itself is fine
+  (tmp_path / "b" / "report.json").mkdir(parents=True)
+  with pytest.raises(ValueError, match="no folder named 'report.json'"):
+    v.output_dir("out_dir", tmp_path / "b", report="report.json")
+  (tmp_path / "c" / "history").mkdir(parents=True)
+  assert v.output_dir("out_dir", tmp_path / "c", report="report.json") == tmp_path / "c"

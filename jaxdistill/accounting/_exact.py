@@ -52,11 +52,11 @@ def align_pmfs(p: Any, q: Any) -> tuple[np.ndarray, np.ndarray]:
     if not (isinstance(p, Mapping) and isinstance(q, Mapping)):
       raise ValueError("Expected p and q to be both arrays or both mappings.")
     keys = list(dict.fromkeys(list(p.keys()) + list(q.keys())))
-    pa = np.array([float(p.get(k, 0.0)) for k in keys], dtype=np.float64)
-    qa = np.array([float(q.get(k, 0.0)) for k in keys], dtype=np.float64)
+    pa = np.array([_validate.finite(f"p[{k!r}]", p.get(k, 0.0)) for k in keys], dtype=np.float64)
+    qa = np.array([_validate.finite(f"q[{k!r}]", q.get(k, 0.0)) for k in keys], dtype=np.float64)
   else:
-    pa = np.asarray(p, dtype=np.float64).reshape(-1)
-    qa = np.asarray(q, dtype=np.float64).reshape(-1)
+    pa = _validate.real_array("p", p).reshape(-1)
+    qa = _validate.real_array("q", q).reshape(-1)
     if np.shape(p) != np.shape(q):
       raise ValueError(f"Expected p and q of the same shape; got {np.shape(p)} and {np.shape(q)}.")
   for name, arr in (("p", pa), ("q", qa)):
@@ -77,10 +77,7 @@ def _one_direction(p: np.ndarray, q: np.ndarray, epsilons: np.ndarray) -> np.nda
 
 def _epsilons(name: str, value: Any) -> np.ndarray:
   """``value`` as a float64 array of epsilons >= 0 (``inf`` allowed), or raises naming ``name``."""
-  try:
-    eps = np.asarray(value, dtype=np.float64)
-  except (TypeError, ValueError):
-    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {value!r}.") from None
+  eps = _validate.real_array(name, value)
   if np.any(np.isnan(eps)) or np.any(eps < 0):
     raise ValueError(f"Expected {name} >= 0; got {value!r}.")
   return eps
@@ -183,7 +180,7 @@ def worst_case_profile(pairs: Iterable[tuple[Any, Any]], epsilons: Any) -> Any:
       pair of interest (each pair aligned as in :func:`align_pmfs`).
     epsilons: scalar or array of epsilons.
   """
-  eps = np.asarray(epsilons, dtype=np.float64)
+  eps = _epsilons("epsilons", epsilons)
   best = np.zeros(eps.shape, dtype=np.float64)
   seen = False
   for p, q in pairs:

@@ -14,11 +14,8 @@ __all__ = ["clopper_pearson_lower", "clopper_pearson_upper"]
 
 def _check(successes: Any, trials: Any, alpha: Any) -> tuple[np.ndarray, np.ndarray, float]:
   a = _validate.open_unit("alpha", alpha)
-  try:
-    k = np.asarray(successes, dtype=np.float64)
-    n = np.asarray(trials, dtype=np.float64)
-  except (TypeError, ValueError):
-    raise ValueError(f"Expected successes and trials to be numbers; got {successes!r}, {trials!r}.") from None
+  k = _validate.real_array("successes", successes)
+  n = _validate.real_array("trials", trials)
   if np.any(~np.isfinite(k)) or np.any(~np.isfinite(n)) or np.any(n < 1) or np.any(k < 0) \
       or np.any(k > n):
     raise ValueError(f"Expected 0 <= successes <= trials and trials >= 1; got {successes!r}, {trials!r}.")

@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
   except ValueError:
     raise ValueError(f"Expected --ldp-table-epsilons to be numbers; got {args.ldp_table_epsilons!r}.") from None
   table_eps = tuple(_validate.nonnegative("--ldp-table-epsilons", e) for e in table_eps)  # before any training
-  out = _validate.output_dir("--out", args.out)
+  out = _validate.output_dir("--out", args.out, report="report.json")
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
       private_dataset=args.private_dataset, data_dir=args.data_dir,

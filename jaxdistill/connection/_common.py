@@ -23,7 +23,8 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
     min_rows: the least acceptable number of rows.
 
   Raises:
-    ValueError: not 2-D, wrong width, too few rows, not real, NaN or inf.
+    ValueError: not 2-D, wrong width, too few rows, not real, NaN or inf, or rows so long that
+      float32 squared distances would overflow.
   """
   if isinstance(value, jax.Array):
     arr = value
@@ -46,10 +47,19 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
   if dim is not None and arr.shape[1] != dim:
     raise ValueError(f"Expected {name} to have d={dim} columns like {dim_name}; got {arr.shape[1]}.")
   out = jnp.asarray(arr, dtype=jnp.float32)
-  if not bool(jnp.isfinite(out).all()):
-    bad = "NaN" if bool(jnp.isnan(out).any()) else "inf (or a value too large for float32)"
-    raise ValueError(f"Expected finite {name}; found {bad}.")
+  # One reduction checks both: a NaN or inf entry makes its row's squared norm non-finite too.
+  largest = float(jnp.max(jnp.sum(jnp.square(out), axis=1)))
+  if not largest <= _MAX_SQUARED_NORM:
+    if not bool(jnp.isfinite(out).all()):
+      bad = "NaN" if bool(jnp.isnan(out).any()) else "inf (or a value too large for float32)"
+      raise ValueError(f"Expected finite {name}; found {bad}.")
+    raise ValueError(f"Expected {name} rows with squared norms <= {_MAX_SQUARED_NORM:.3g}, so that float32 squared "
+                     f"distances do not overflow; found {largest:.3g}. Rescale the features.")
   return out
+
+
+#: float32's largest value / 4: ||x||^2 + ||q||^2 + 2|x.q| stays finite when both norms are below it.
+_MAX_SQUARED_NORM = float(np.finfo(np.float32).max) / 4
 
 
 def block_size(value: Any) -> int:

@@ -82,10 +82,7 @@ def aggregate(released: Any, weights: Any = None) -> jax.Array:
   m = y.shape[0]
   if weights is None:
     return jnp.mean(y, axis=0)
-  try:
-    w = np.asarray(weights, np.float64)
-  except (TypeError, ValueError):
-    raise ValueError(f"Expected weights to be {m} numbers; got {weights!r}.") from None
+  w = _validate.real_array("weights", weights)
   if w.shape != (m,) or not np.all(np.isfinite(w)) or w.min() < 0 or w.sum() <= 0:
     raise ValueError(f"Expected {m} finite nonnegative weights, not all zero; got {np.asarray(weights).tolist()}.")
   w = jnp.asarray(w / w.sum(), jnp.float32)
@@ -96,7 +93,8 @@ def _check_rows(name: str, x: Any) -> Any:
   """Concrete ``[..., C]`` input must be finite with C >= 1 (tracers pass through unchecked)."""
   if isinstance(x, jax.core.Tracer):
     return x
-  x = np.asarray(x, np.float32)
+  with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused just below
+    x = _validate.real_array(name, x).astype(np.float32)  # refuses text such as "1"
   if x.ndim == 0 or x.shape[-1] == 0:
     raise ValueError(f"Expected {name} of shape [..., C] with C >= 1; got shape {x.shape}.")
   if not np.isfinite(x).all():

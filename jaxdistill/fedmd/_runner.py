@@ -449,7 +449,9 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       replacement, public subset too large), an existing checkpoint without
       ``resume=True``, a checkpoint from a different run, bad
       ``ldp_table_epsilons`` or a non-callable ``on_round_end`` (all checked
-      before any training).
+      before any training). Private pixels are not checked (range, NaN): for
+      ``nfdp`` even whether the run raises must depend on party i's records
+      only through its sample, so unsampled records are never read.
   """
   key = _validate.prng_key("key", key)
   table_epsilons = _table_epsilons(ldp_table_epsilons)

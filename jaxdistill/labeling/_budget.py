@@ -107,6 +107,10 @@ class BudgetPlan:
             f"{self.composed_delta:.3g}).")
 
 
+#: Largest ``count`` of :func:`compose_pairs_epsilon` (its PLD takes about 1 s and 0.6 GiB there).
+MAX_PAIRS_COUNT = 10_000
+
+
 @functools.lru_cache(maxsize=128)
 def _pairs_pld(eps: float, delta: float, count: int) -> pld_lib.PrivacyLossDistribution:
   single = pld_lib.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(eps, delta),
@@ -126,13 +130,17 @@ def compose_pairs_epsilon(epsilon: Any, delta: Any, count: Any, target_delta: An
   pessimistic PLD of the dominating pair, and capped by basic composition
   (T epsilon when T delta <= ``target_delta``), which that grid can overshoot.
 
+  ``count`` is at most :data:`MAX_PAIRS_COUNT` (10,000): the composed PLD's
+  support grows linearly in T, and at T = 10^6 it needs about 29 GiB. The
+  planner calls this with T = the number of iterations.
+
   References:
     Kairouz, Oh, Viswanath, "The Composition Theorem for Differential
     Privacy", ICML 2015, Theorem 3.3 (https://arxiv.org/abs/1311.0776).
   """
   eps = _validate.nonnegative("epsilon", epsilon)
   d = _validate.probability("delta", delta)
-  t = _validate.integer("count", count, minimum=1)
+  t = _validate.integer("count", count, minimum=1, maximum=MAX_PAIRS_COUNT)
   td = _validate.probability("target_delta", target_delta)
   basic = t * eps if t * d <= td else math.inf
   return min(float(_pairs_pld(eps, d, t).get_epsilon_for_delta(td)), basic)

@@ -504,7 +504,8 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   if not isinstance(config, LabelingConfig):
     raise ValueError(f"Expected a LabelingConfig; got {type(config).__name__}.")
   if config.out_dir is not None and (write_files or config.mechanism != "none"):
-    _validate.output_dir("out_dir", config.out_dir)  # before any work: a bad folder must not lose a run
+    # Before any work: a bad folder must not lose a run.
+    _validate.output_dir("out_dir", config.out_dir, report="report.json")
   start = time.perf_counter()
   timer = _Timer()
   with timer("data"):

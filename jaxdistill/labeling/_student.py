@@ -173,7 +173,7 @@ def vote_shares(votes: np.ndarray, assignment: np.ndarray) -> np.ndarray:
     ValueError: votes not a finite ``[s, C]`` array, or an assignment
       outside ``[0, s)``.
   """
-  votes = np.asarray(votes, np.float64)
+  votes = _validate.real_array("votes", votes)
   assignment = np.asarray(assignment)
   if votes.ndim != 2 or votes.shape[0] < 1 or votes.shape[1] < 1:
     raise ValueError(f"Expected votes of shape [s, C]; got {votes.shape}.")
@@ -227,7 +227,7 @@ def refine_targets(student: Student, public_images: np.ndarray, shares: np.ndarr
     ValueError: if ``shares`` does not match the images and the classes, or
       has a negative entry or an all-zero row.
   """
-  shares = np.asarray(shares, np.float64)
+  shares = _validate.real_array("shares", shares)
   logits = np.asarray(student.logits(public_images), np.float64)
   if shares.shape != logits.shape:
     raise ValueError(f"Expected shares of shape {logits.shape} (public samples x classes); got {shares.shape}.")

@@ -129,7 +129,7 @@ def entry_counts(shape: BsvsShape, counts: Any, num_clients: Any) -> tuple[np.nd
   and would give a negative or NaN variance.
   """
   n = _validate.integer("num_clients", num_clients, minimum=1)
-  a = np.asarray(counts, np.float64)
+  a = _validate.real_array("counts", counts)
   if a.size != shape.num_buckets * shape.num_labels:
     raise ValueError(f"Expected counts with s*|Y| = {shape.num_buckets}*{shape.num_labels} entries; got shape "
                      f"{a.shape}.")

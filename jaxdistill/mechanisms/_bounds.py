@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdistill import _validate
+
 __all__ = [
     "laplace_alpha",
     "laplace_beta",
@@ -56,12 +58,7 @@ def _check(name: str, x: Any, *, low: float | None = None, low_open: bool = True
   """Validates a concrete scalar or array (tracers pass through unchecked)."""
   if _traced(x):
     return x
-  if isinstance(x, (bool, np.bool_)):
-    raise ValueError(f"Expected {name} to be a real number, got {x!r}.")
-  try:
-    arr = np.asarray(x, dtype=np.float64)
-  except (TypeError, ValueError):
-    raise ValueError(f"Expected {name} to be a real number or array, got {x!r}.") from None
+  arr = _validate.real_array(name, x)
   bad = ~np.isfinite(arr)
   if bad.any():
     raise ValueError(f"Expected {name} to be finite, got {arr[bad].reshape(-1)[0]!r}.")

@@ -38,6 +38,9 @@ __all__ = [
 ]
 
 
+_MAX_DOMAIN = 2**31 - 1
+
+
 @dataclasses.dataclass(frozen=True)
 class BsvsShape:
   """Static sizes of a BSVS problem.
@@ -63,6 +66,9 @@ class BsvsShape:
       raise ValueError(f"Expected k={k} <= num_buckets={s}.")
     if r > y:
       raise ValueError(f"Expected r={r} <= num_labels={y}.")
+    if s * y > _MAX_DOMAIN:  # flattened indices t * |Y| + y are int32 on the device
+      raise ValueError(f"Expected num_buckets * num_labels = {s} * {y} = {s * y} <= {_MAX_DOMAIN} (flattened "
+                       f"indices are int32).")
 
   @property
   def d(self) -> int:

@@ -80,6 +80,13 @@ class ContrastiveConfig:
     _validate.choice("output", self.output, ("projection", "backbone"))
 
 
+def backbone(layers: nnx.Module, x: jax.Array) -> jax.Array:
+  """The encoder's backbone features, from any module holding its ``conv1``, ``conv2`` and ``dense`` layers."""
+  x = jax.nn.relu(layers.conv1(x))
+  x = jax.nn.relu(layers.conv2(x))
+  return layers.dense(x.reshape(x.shape[0], -1))
+
+
 class _Encoder(nnx.Module):
   """conv(3x3, stride 2) -> conv(3x3, stride 2) -> dense backbone; MLP projection head."""
 
@@ -94,9 +101,7 @@ class _Encoder(nnx.Module):
     self.head2 = nnx.Linear(feature_dim, projection_dim, rngs=rngs)
 
   def backbone(self, x: jax.Array) -> jax.Array:
-    x = jax.nn.relu(self.conv1(x))
-    x = jax.nn.relu(self.conv2(x))
-    return self.dense(x.reshape(x.shape[0], -1))
+    return backbone(self, x)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     h = self.backbone(x)

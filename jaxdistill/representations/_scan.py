@@ -40,7 +40,8 @@ from flax import nnx
 
 from jaxdistill import _validate
 from jaxdistill.representations._base import Representation, public_images, register
-from jaxdistill.representations._contrastive import ContrastiveConfig, _Encoder, _neighbours, augment, fit_contrastive
+from jaxdistill.representations._contrastive import (ContrastiveConfig, _Encoder, _neighbours, augment, backbone,
+                                                     fit_contrastive)
 
 __all__ = ["ScanConfig", "ScanClusterer", "fit_scan"]
 
@@ -96,11 +97,12 @@ class _ScanNet(nnx.Module):
   """The contrastive encoder's backbone and a linear head (``num_heads * num_clusters`` logits while training)."""
 
   def __init__(self, encoder: _Encoder, feature_dim: int, num_clusters: int, *, rngs: nnx.Rngs):
-    self.encoder = encoder
+    # Only the backbone's layers: the contrastive projection head plays no part in SCAN's clustering.
+    self.conv1, self.conv2, self.dense = encoder.conv1, encoder.conv2, encoder.dense
     self.head = nnx.Linear(feature_dim, num_clusters, rngs=rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    return self.head(jax.nn.relu(self.encoder.backbone(x)))
+    return self.head(jax.nn.relu(backbone(self, x)))
 
 
 @dataclasses.dataclass(frozen=True)

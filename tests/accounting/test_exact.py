@@ -64,6 +64,13 @@ def test_bad_pmfs_rejected(bad):
     accounting.hockey_stick_divergence(bad, [0.5, 0.5], 0.0)
 
 
+@pytest.mark.parametrize("p,q,name", [(["0.5", "0.5"], [0.5, 0.5], "p"), ([0.5, 0.5], [True, False], "q"),
+                                      ({"a": "1"}, {"a": 1.0}, "p"), ({"a": 1.0}, {"a": None}, "q")])
+def test_pmfs_given_as_text_or_bools_are_refused(p, q, name):
+  with pytest.raises(ValueError, match=f"Expected {name}"):
+    accounting.hockey_stick_divergence(p, q, 0.0)
+
+
 def test_shape_mismatch_and_bad_epsilon():
   with pytest.raises(ValueError, match="shape"):
     accounting.privacy_profile([1.0], [0.5, 0.5], 0.0)
@@ -75,7 +82,7 @@ def test_shape_mismatch_and_bad_epsilon():
 
 @pytest.mark.parametrize("fn,name", [(accounting.hockey_stick_divergence, "epsilon"),
                                      (accounting.privacy_profile, "epsilons")])
-@pytest.mark.parametrize("bad", [-1.0, float("nan"), "one", [0.0, -0.5]])
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), "one", [0.0, -0.5], "1", ["0.5"], True])
 def test_bad_epsilons_name_the_parameter(fn, name, bad):
   with pytest.raises(ValueError, match=f"Expected {name} "):
     fn([0.5, 0.5], [0.25, 0.75], bad)

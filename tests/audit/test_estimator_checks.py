@@ -98,6 +98,16 @@ def test_normal_replicates_exact_levels():
     (lambda: audit.check_unbiased(np.full((5, 3), np.nan), 1.0, 1.0, alpha=ALPHA), "finite"),
     (lambda: audit.check_variance(np.ones((5, 3)), 1.0, alpha=2.0), "alpha=2.0"),
     (lambda: audit.check_variance(np.ones((5, 3)), 1.0, alpha=ALPHA, method="f"), "method"),
+    (lambda: audit.check_unbiased(np.ones((5, 3)), "1", 1.0, alpha=ALPHA), "truth"),
+    (lambda: audit.check_unbiased(np.ones((5, 3)), np.nan, 1.0, alpha=ALPHA), "finite truth"),
+    (lambda: audit.check_unbiased(np.ones((5, 3)), np.ones(4), 1.0, alpha=ALPHA), r"truth to broadcast .* \(3,\)"),
+    (lambda: audit.check_unbiased([["1", "2"]] * 5, 1.0, 1.0, alpha=ALPHA), "estimates"),
+    (lambda: audit.check_variance(np.ones((5, 3)), ["1"], alpha=ALPHA), "variance"),
+    (lambda: audit.clopper_pearson_lower("3", 10, 0.05), "successes"),
+    (lambda: audit.clopper_pearson_upper(3, "10", 0.05), "trials"),
+    # The kurtosis test's normal limit is far off below 100 replicates (11% at nominal 1%, m = 20).
+    (lambda: audit.check_variance(np.random.default_rng(0).normal(size=(99, 3)), 1.0, alpha=ALPHA,
+                                  method="kurtosis"), "at least 100 replicates"),
 ])
 def test_bad_arguments(call, needle):
   with pytest.raises(ValueError, match=needle):

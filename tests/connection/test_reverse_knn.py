@@ -6,10 +6,12 @@ the lower index. Small-integer features make every float32 product exact, so
 the blockwise kernels must match the reference bitwise, ties included.
 """
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxdistill import connection, mechanisms
+from jaxdistill.connection._distances import nearest_columns
 
 
 def dense_sq(x, q):
@@ -81,13 +83,18 @@ def test_every_record_has_out_degree_exactly_k_distinct_queries():
 
 def test_overflowed_distances_still_give_k_distinct_queries():
   # Finite features whose squared norms overflow float32, so the ranked values are +inf (q = -x) or nan
-  # (q = x: inf - inf). The kernel clamps both to the largest float32: all queries tie, and each record
-  # gets the k lowest indices, on the flat (s = 40) and the two-level (s = 400 >= 4 * 3 * 32) path alike.
+  # (q = x: inf - inf). The public functions refuse such features (the connections would be meaningless);
+  # the jitted kernel, which callers may reach with traced values, clamps both to the largest float32: all
+  # queries tie, and each record gets the k lowest indices, on the flat (s = 40) and the two-level
+  # (s = 400 >= 4 * 3 * 32) path alike.
   x = np.full((5, 2), 3e19, np.float32)
   for sign in (-1.0, 1.0):
     for s in (40, 400):
-      got = np.asarray(connection.reverse_knn(x, np.full((s, 2), sign * 3e19, np.float32), 3, block_size=2))
-      np.testing.assert_array_equal(got, np.tile([0, 1, 2], (5, 1)))
+      q = np.full((s, 2), sign * 3e19, np.float32)
+      got, _ = nearest_columns(jnp.asarray(x), jnp.asarray(q), 3, 2)
+      np.testing.assert_array_equal(np.asarray(got), np.tile([0, 1, 2], (5, 1)))
+      with pytest.raises(ValueError, match="Rescale the features"):
+        connection.reverse_knn(x, q, 3, block_size=2)
 
 
 def test_equidistant_record_goes_to_lower_query_index():
@@ -201,6 +208,9 @@ def test_reverse_knn_replacing_a_record_changes_only_its_own_row():
     (lambda x, q: connection.knn_labeling(x, q, 11), "k=11"),
     (lambda x, q: connection.knn_labeling(x, q[:, :2], 1), "private_features"),
     (lambda x, q: connection.connect("nearest", x, q, 1), "rule"),
+    # Finite in float32, but squared distances would overflow to inf and every query would tie.
+    (lambda x, q: connection.reverse_knn(x * np.float32(1e19), q, 1), "Rescale the features"),
+    (lambda x, q: connection.knn_labeling(x, q * np.float32(1e19), 1), "query_features rows with squared norms"),
 ])
 def test_bad_input_raises_value_error_naming_the_parameter(call, match):
   rng = np.random.default_rng(0)

@@ -46,7 +46,7 @@ def test_logits_equal_and_weighted():
   np.testing.assert_allclose(fedmd.aggregate(rel, [0, 2]), LOGITS[1])
 
 
-@pytest.mark.parametrize("weights", [[1], [1, -1], [0, 0], [1, float("nan")], [[1, 2]]])
+@pytest.mark.parametrize("weights", [[1], [1, -1], [0, 0], [1, float("nan")], [[1, 2]], ["1", "1"], [True, True]])
 def test_bad_weights(weights):
   with pytest.raises(ValueError, match="weights"):
     fedmd.aggregate(LOGITS, weights)
@@ -72,7 +72,8 @@ def test_simplex_projection(y, want):
 
 
 @pytest.mark.parametrize("bad,match", [
-    ([[np.nan, 1.0]], "finite"), ([[np.inf, 0.0]], "finite"), (1.0, "shape"), (np.zeros((2, 0)), "shape")])
+    ([[np.nan, 1.0]], "finite"), ([[np.inf, 0.0]], "finite"), (1.0, "shape"), (np.zeros((2, 0)), "shape"),
+    ([["0.5", "0.5"]], "real numbers"), ([[1e39, 0.0]], "finite")])
 def test_row_operations_reject_bad_rows(bad, match):
   with pytest.raises(ValueError, match=match) as err:
     fedmd.project_to_simplex(bad)
@@ -101,7 +102,7 @@ def test_clip_rows_and_sensitivity():
 def test_aggregate_refuses_nan_releases_and_non_numeric_weights():
   with pytest.raises(ValueError, match="finite released"):
     fedmd.aggregate(np.full((2, 3, 4), np.nan, np.float32))
-  with pytest.raises(ValueError, match="Expected weights to be 2 numbers"):
+  with pytest.raises(ValueError, match="Expected weights to be a number or an array of numbers; got 'heavy'"):
     fedmd.aggregate(np.ones((2, 3, 4), np.float32), "heavy")
 
 

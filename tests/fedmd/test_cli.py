@@ -128,3 +128,13 @@ def test_report_history_never_overwrites(tmp_path):
   assert json.loads((history / "report-5.json").read_text()) == {"run": 5}
   assert json.loads((tmp_path / "report.json").read_text()) == {"run": 6}
   assert "history/report-<N>.json" in " ".join(_fedmd.__doc__.split())
+
+
+def test_a_history_file_in_out_fails_before_loading_data(capsys, tmp_path, monkeypatch):
+  def no_data(*args, **kwargs):
+    raise AssertionError("loaded data (and would train) before checking --out")
+  monkeypatch.setattr(fedmd, "load_fedmd_data", no_data)
+  (tmp_path / "history").write_text("not a folder")
+  assert main(TINY + ["--out", str(tmp_path)]) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and "no file named 'history'" in err

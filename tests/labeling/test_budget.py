@@ -130,6 +130,14 @@ def test_bad_budget_arguments(args, match):
     labeling.plan_budget(*args, k=1)
 
 
+def test_compose_pairs_count_is_bounded():
+  # The composed PLD's support grows linearly in the count: 10^6 pairs needed about 29 GiB.
+  with pytest.raises(ValueError, match="count=10001 <= 10000"):
+    labeling.compose_pairs_epsilon(0.1, 1e-9, 10_001, 1e-6)
+  with pytest.raises(ValueError, match="epsilon"):
+    labeling.compose_pairs_epsilon("0.1", 1e-9, 2, 1e-6)
+
+
 @pytest.mark.parametrize("mechanism", ["central", "shuffle-single", "shuffle-multi"])
 @pytest.mark.parametrize("eps,t", [(1.0, 3), (0.5, 3), (2.0, 3), (1.0, 6), (0.3, 7)])
 def test_every_split_is_found_and_meets_the_total(mechanism, eps, t):

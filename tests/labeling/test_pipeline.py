@@ -341,3 +341,15 @@ def test_report_history_never_overwrites(tmp_path):
   assert json.loads((tmp_path / "history" / "report-2.json").read_text()) == {"run": 2}
   assert json.loads((tmp_path / "history" / "report-3.json").read_text()) == {"run": 3}
   assert json.loads((tmp_path / "report.json").read_text()) == {"run": 4}
+
+
+def test_a_history_file_in_the_out_dir_is_refused_before_any_work(tmp_path, monkeypatch):
+  # A report already in out_dir moves to history/ at the end of the run; a *file* named history used to
+  # make that move fail after all the work, losing the new report.
+  (tmp_path / "history").write_text("not a folder")
+  def no_data(*args, **kwargs):
+    raise AssertionError("loaded data before checking out_dir")
+  monkeypatch.setattr(_pipeline, "load_splits", no_data)
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(tiny(out_dir=str(tmp_path)))
+  assert "no file named 'history'" in one_line(err)

@@ -44,6 +44,7 @@ def test_vote_shares_refuse_bad_votes_and_assignments():
                                        (np.array([1.0, 2.0]), [0], r"votes of shape \[s, C\]"),
                                        (votes, [0, 2], r"assignment in \[0, s=2\); found values in \[0, 2\]"),
                                        (votes, [-1], r"found values in \[-1, -1\]"),
-                                       (votes, [0.0], "int")):
+                                       (votes, [0.0], "int"),
+                                       ([["3", "1"]], [0], "votes")):
     with pytest.raises(ValueError, match=match):
       labeling.vote_shares(bad_votes, np.asarray(assignment))

@@ -198,6 +198,12 @@ def test_bad_input():
     M.laplace_alpha(1.0, 0.1, num_entries=0)
   with pytest.raises(ValueError, match="num_entries"):
     M.laplace_beta(1.0, 0.1, num_entries=2.5)
+  with pytest.raises(ValueError, match="scale"):  # text is a caller's bug even when it parses
+    M.laplace_alpha("2", 0.1)
+  with pytest.raises(ValueError, match="beta"):
+    M.laplace_alpha(2.0, [0.1, "0.2"])
+  with pytest.raises(ValueError, match="scale"):
+    M.laplace_alpha(True, 0.1)
   with pytest.raises(ValueError, match="alpha"):
     M.laplace_beta(1.0, -0.1)
   with pytest.raises(ValueError, match="p="):

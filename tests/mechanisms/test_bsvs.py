@@ -42,6 +42,13 @@ def test_bad_input(kwargs, name):
     M.make_bsvs_input(**kwargs)
 
 
+def test_domain_must_fit_int32_indices():
+  # Flattened entries t * |Y| + y are int32 on the device: a larger domain would wrap around.
+  assert M.BsvsShape(2**16, 2**15 - 1, 1).d == 2**31 - 2**16
+  with pytest.raises(ValueError, match="num_buckets \\* num_labels = 65536 \\* 32768"):
+    M.BsvsShape(2**16, 2**15, 1)
+
+
 def test_sensitivity():
   assert M.bsvs_sensitivity(3, 2, "replace-one") == 12
   assert M.bsvs_sensitivity(3, 2, "add-remove") == 6

@@ -217,6 +217,9 @@ def test_scan_keeps_the_head_with_the_lowest_dataset_loss(mnist):
   nbrs = _neighbours(encoder(x), 10)
   assert _scan._dataset_loss(sc(x), nbrs, cfg.entropy_weight) == pytest.approx(sc.head_losses[sc.head], abs=1e-5)
   assert sc(x).shape == (600, 10)
+  # Its parameters are the backbone and that head: the contrastive projection head plays no part.
+  assert {path[0].key for path, _ in jax.tree_util.tree_flatten_with_path(sc.params)[0]} == {
+      "conv1", "conv2", "dense", "head"}
   # One head: nothing to choose.
   single = R.fit_scan(jax.random.key(0), x, dataclasses.replace(cfg, num_heads=1, steps=2))
   assert single.head == 0 and len(single.head_losses) == 1
