@@ -1,6 +1,7 @@
 """The CLI: JSON contracts, readable tables, one-line errors with exit status 2."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -29,7 +30,7 @@ def test_nfdp_json_with_epsilon_and_relation(capsys):
                           "--relation", "add-one", "--epsilon", "5", "--json"])
   assert obj["exact"]["epsilon"] == 5.0
   assert obj["exact"]["delta"] == pytest.approx(1 - (300 / 301)**3)
-  assert obj["paper"]["epsilon"] == pytest.approx(3 * __import__("math").log(301 / 300))
+  assert obj["paper"]["epsilon"] == pytest.approx(3 * math.log(301 / 300))
 
 
 def test_nfdp_table(capsys):
@@ -45,13 +46,22 @@ def test_nfdp_paper_table(capsys):
   assert all("delta_at_least_1_over_n" in r["warnings"] for r in obj["rows"])
 
 
+def fmt_closed_form(e0, n, d):
+  """Feldman, McMillan, Talwar (2021) closed form, written out (as in test_shuffle.py)."""
+  return math.log(1 + (math.exp(e0) - 1) / (math.exp(e0) + 1) * (
+      8 * math.sqrt(math.exp(e0) * math.log(4 / d)) / math.sqrt(n) + 8 * math.exp(e0) / n))
+
+
 def test_shuffle_json_both_directions(capsys):
   fwd = run_json(capsys, ["privacy", "shuffle", "--n", "100000", "--delta", "1e-6", "--eps0", "4",
                           "--method", "closed-form", "--json"])
-  assert fwd["method"] == "closed-form" and fwd["epsilon"] == pytest.approx(0.5346, abs=1e-3)
+  assert fwd["method"] == "closed-form"
+  assert fwd["epsilon"] == pytest.approx(fmt_closed_form(4.0, 1e5, 1e-6), rel=1e-12)  # 0.53463
   inv = run_json(capsys, ["privacy", "shuffle", "--n", "100000", "--delta", "1e-6",
                           "--target-epsilon", "0.5", "--method", "closed-form", "--json"])
   assert inv["direction"] == "central-to-local" and 3.0 < inv["eps0"] < 4.0
+  # The local epsilon found meets the target under the closed form.
+  assert fmt_closed_form(inv["eps0"], 1e5, 1e-6) <= 0.5
 
 
 @pytest.mark.parametrize("argv,needle", [

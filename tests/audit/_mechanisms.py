@@ -173,7 +173,7 @@ class CollisionOmegaOfC1(M.Collision):
 
   p = e^eps / (e^eps + l - 1) instead of e^eps / (2 e^eps + l - 2) for c = 2
   (l, the estimator and the privacy statement unchanged), sampled exactly by
-  the library's own sampler; true epsilon ~1.338 at eps = 1.
+  the library's own sampler; true epsilon ln(p / ((1 - 2p)/(l - 2))) = 1.3374 at eps = 1 (l = 8).
   """
 
   def randomize(self, key, buckets, labels):

@@ -1,17 +1,30 @@
 """The auditor on the library's own mechanisms: no alarm on Collision and the central
 releases, an alarm on a library Collision whose sampler uses a wrong p.
 
-Rates: every audit runs at alpha = 1e-4, so each of the 3 null audits below raises a false
-alarm with probability <= 1e-4 (Clopper-Pearson + Bonferroni; family-wise <= 3e-4 for
-this file). The planted bug (true epsilon 1.338, by enumeration) gave lower bounds
-1.272 at this seed and 1.270-1.288 at 5 other seeds (sd 0.006), ~44 sd above the claim
-of 1, so a missed alarm (or a bound below the asserted 1.15, 20 sd) has probability
-< 1e-9. Measured null bounds: 0.939 (Collision), 0.963 (discrete Laplace), 0.941
-(Laplace), against true epsilons of 1. Seeds are fixed; the outcome is deterministic.
+Rates. Every audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni), which bounds the
+probability that its epsilon_lower exceeds the true epsilon. Four assertions are such events:
+no alarm in each of the 3 null audits (true epsilon = claim = 1), and the planted bug's bound
+below its exact epsilon; family-wise <= 4e-4 for them. The accuracy floors on epsilon_lower are
+separate events; their spread was measured at the test's seed and 10 other seeds (100-109):
+
+=====================  ===========  ===============  ======  =================================
+audit                  this seed    mean (sd)        floor   floor, sd below the mean
+=====================  ===========  ===============  ======  =================================
+Collision (null)       0.927        0.942 (0.012)    0.85    8.0
+discrete Laplace       0.959        0.965 (0.009)    0.9     7.1
+Laplace                0.948        0.949 (0.011)    0.87    6.9
+planted bug            1.274        1.281 (0.010)    1.15    12.8 (the alarm at 1: 27)
+=====================  ===========  ===============  ======  =================================
+
+so each floor fails with probability < 1e-9 under a normal approximation of the bound (< 4e-9
+together), and the file's family-wise false-failure rate is <= 4e-4 + 4e-9. Seeds are fixed;
+the outcome is deterministic.
 
 True epsilons come from the definitions, not from the code under test: enumeration of
 the Collision statistic's pmf over every hash value of the three items and every output
-(``collision_statistic_pmf``), and closed forms of the (discrete) Laplace likelihood ratio.
+(``collision_statistic_pmf``), checked against a closed form for the planted bug (true
+epsilon ln(p / ((1 - 2p) / (l - 2))) = 1.3374 with p = e / (e + 7), l = 8), and closed
+forms of the (discrete) Laplace likelihood ratio.
 """
 
 import math
@@ -42,7 +55,13 @@ def test_library_collision_parameters_match_the_oracle():
   assert mech.bloom_length == T.collision_length(2, T.EPS) == 8
   assert mech.p == pytest.approx(math.exp(1) / (2 * math.exp(1) + 6), rel=1e-15)
   assert library_collision_true_epsilon(mech, 2) == pytest.approx(T.EPS, rel=1e-9)
-  assert library_collision_true_epsilon(mech, 1) == pytest.approx(1.3382, abs=1e-3)
+  # The bug's epsilon in closed form (independent of the enumeration): with Omega's c = 1 the
+  # sampler puts p = e^eps / (e^eps + l - 1) on each value of C = h({0, 2}) and (1 - 2p) / (l - 2)
+  # on each other value; the largest ratio is the event "z = h(0), no collisions", which has p
+  # under {0, 2} and (1 - 2p) / (l - 2) under {1, 2}: 1.3374051 at eps = 1, l = 8.
+  l, e = mech.bloom_length, math.exp(T.EPS)
+  p = e / (e + l - 1)
+  assert library_collision_true_epsilon(mech, 1) == pytest.approx(math.log(p / ((1 - 2 * p) / (l - 2))), rel=1e-9)
 
 
 def test_no_alarm_on_library_collision():
@@ -85,7 +104,7 @@ def test_no_alarm_on_library_central_laplace():
                           batched=True, batch_size=50_000)
   assert not r.alarm and r.kind == "thresholds"
   # The likelihood ratio's top atom {LLR = 2 / scale} has ratio e^eps exactly.
-  assert 0.9 < r.epsilon_lower <= T.EPS
+  assert 0.87 < r.epsilon_lower <= T.EPS
 
 
 def test_batched_central_release_is_the_per_key_release():

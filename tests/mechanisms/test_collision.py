@@ -1,5 +1,7 @@
 """Collision mechanism: exact pmf, tight eps-LDP, exact hit rates, sampler law, estimator."""
 
+import dataclasses
+import functools
 import itertools
 import math
 
@@ -117,28 +119,90 @@ def test_sampler_matches_exact_joint_pmf(s, y, k, eps, bucket, label):
   assert stats.chisquare(observed, pmf.reshape(-1) * len(z)).pvalue > 1e-3
 
 
-def test_unbiased_with_closed_form_variance():
-  # 200 independent runs over n = 400 clients; per-entry z-test on the mean and a
-  # chi-square interval on the variance, Bonferroni over 12 entries x 2 tests,
-  # family-wise false-failure rate 1e-3.
+def variance_reference(counts, n, eps, c, l):
+  """Var of the Collision estimate per entry, from Definition 5 (not from the code under test).
+
+  hit_ij is Bernoulli(p) for the A_j clients holding entry j and Bernoulli(q) for the others,
+  independent over clients, with p = e^eps / Omega and q = 1/l; the estimate divides the hit
+  sum by p - q.
+  """
+  omega = c * math.exp(eps) + l - c
+  p, q = math.exp(eps) / omega, 1.0 / l
+  a = np.asarray(counts, np.float64)
+  return (a * p * (1 - p) + (n - a) * q * (1 - q)) / (p - q) ** 2
+
+
+@pytest.mark.parametrize("s,y,k,eps", CONFIGS + [(4, 3, 1, 1.5), (3, 2, 2, 0.3)])
+def test_entry_variance_matches_the_definition(s, y, k, eps):
+  mech = M.Collision(M.BsvsShape(s, y, k), eps)
+  n = 7
+  counts = np.arange(s * y).reshape(s, y) % (n + 1)  # includes 0 and, where s|Y| > 7, n
+  want = variance_reference(counts, n, eps, k, mech.bloom_length)
+  np.testing.assert_allclose(mech.entry_variance(counts, n), want, rtol=1e-10, atol=0)
+
+
+@functools.lru_cache(maxsize=None)
+def collision_replicates():
+  """200 independent simulations of Collision(eps = 1.5) over n = 400 clients (shared by two tests)."""
   inp, shape = numpy_workload(1, 400, 4, 3, 1)
   truth = np.asarray(M.bsvs_counts(inp, shape), np.float64)
   mech = M.Collision(shape, 1.5)
-  runs = np.stack([simulation.simulate(jax.random.key(300 + i), mech, inp).estimate
-                   for i in range(200)])
-  var = mech.entry_variance(truth, 400)
+  results = [simulation.simulate(jax.random.key(300 + i), mech, inp) for i in range(200)]
+  return inp, truth, mech, results
+
+
+def test_unbiased_with_closed_form_variance():
+  # 200 independent runs over n = 400 clients; per-entry z-test on the mean and a
+  # chi-square interval on the variance (from Definition 5), Bonferroni over 12
+  # entries x 2 tests, family-wise false-failure rate 1e-3.
+  _, truth, mech, results = collision_replicates()
+  runs = np.stack([r.estimate for r in results])
+  var = variance_reference(truth, 400, mech.epsilon, 1, mech.bloom_length)
   alpha = 1e-3 / 24
   assert_mean_and_variance(runs, truth, var, alpha)
 
 
+@dataclasses.dataclass(frozen=True)
+class CollisionWrongQ(M.Collision):
+  """Planted bug: debiases with q = 1/(l + 1) instead of 1/l (sampler and statistics unchanged)."""
+
+  def estimate(self, key, hit_sums, num_clients):
+    del key
+    hits = np.asarray(hit_sums, np.float64).reshape(self.shape.num_buckets, self.shape.num_labels)
+    wrong_q = 1.0 / (self.bloom_length + 1)
+    return (hits - num_clients * wrong_q) / (self.p - wrong_q)
+
+
 def test_wrong_rate_is_detected():
-  # Power check of the z-test above: an estimator that used q = 1/(l+1) would be biased
-  # by n(1/l - 1/(l+1))/(p - q) per entry, far beyond the test's threshold.
-  mech = M.Collision(M.BsvsShape(4, 3, 1), 1.5)
-  n, l = 400, mech.bloom_length
-  shift = n * (1 / l - 1 / (l + 1)) / (mech.p - mech.q)
-  sd_mean = math.sqrt(mech.entry_variance(np.zeros((4, 3)), n)[0, 0] / 200)
-  assert shift / sd_mean > stats.norm.isf(1e-3 / 48) + 3
+  # Power check of test_unbiased_with_closed_form_variance: the same 200 replicates,
+  # debiased by the planted estimator, must fail the same check at the same alpha.
+  inp, truth, mech, results = collision_replicates()
+  n, m, alpha = 400, len(results), 1e-3 / 24
+  bug = CollisionWrongQ(mech.shape, mech.epsilon)
+  assert (bug.bloom_length, bug.p, bug.q) == (mech.bloom_length, mech.p, mech.q)
+  # The planted estimator runs in the real pipeline: simulate() with it gives the
+  # replicate's statistics (same sampler, same key) and the planted estimate of them.
+  one = simulation.simulate(jax.random.key(300), bug, inp)
+  np.testing.assert_array_equal(one.stats, results[0].stats)
+  np.testing.assert_array_equal(one.estimate, bug.estimate(None, results[0].stats, n))
+  wrong = np.stack([bug.estimate(None, r.stats, n) for r in results])
+  var = variance_reference(truth, n, mech.epsilon, 1, mech.bloom_length)
+  with pytest.raises(AssertionError):
+    assert_mean_and_variance(wrong, truth, var, alpha)
+  # Control: the correct estimates of the same replicates pass the same check.
+  assert_mean_and_variance(np.stack([r.estimate for r in results]), truth, var, alpha)
+  # Rate of a missed detection, from Definition 5 (normal approximation of the mean of m
+  # replicates): the planted mean of entry j is (E[H_j] - n q') / (p - q') with q' = 1/(l+1),
+  # and the z-test alone passes entry j with the probability below; its smallest value
+  # over the entries bounds the missed-detection rate (about 1e-78 here; asserted < 1e-12).
+  p, q, qw = mech.p, mech.q, 1.0 / (mech.bloom_length + 1)
+  mean_hits = truth * p + (n - truth) * q
+  var_hits = truth * p * (1 - p) + (n - truth) * q * (1 - q)
+  shift = (mean_hits - n * qw) / (p - qw) - truth
+  sd_ref, sd_bug = np.sqrt(var / m), np.sqrt(var_hits / m) / (p - qw)
+  thr = stats.norm.isf(alpha / 2)
+  passes = stats.norm.cdf((thr * sd_ref - shift) / sd_bug) - stats.norm.cdf((-thr * sd_ref - shift) / sd_bug)
+  assert passes.min() < 1e-12
 
 
 # (shape, eps) pairs: each compiles once.

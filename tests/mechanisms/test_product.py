@@ -1,10 +1,13 @@
-"""Separation and Concatenation: the literal Concatenation bias, by exact enumeration.
+"""Separation and Concatenation: bias and variance by exact enumeration.
 
 Claim under test (spec/REVERSE_KNN.md §5 I5): the paper's Concatenation product
 estimator has E[t_a y_b] = -q/(p - q) for a true entry (a in T_i, b in y_i), and
 0 otherwise; the unbiased estimator -(hit_a - q)(hit_b - q)/(q(p - q)) has mean
-1[a]1[b]. Every expectation below is an exact finite sum over all hash tables in
-[l]^(s+|Y|) and all outputs z, with probabilities from Definition 5.
+1[a]1[b]. The entry_variance closed forms of all three estimators are checked
+against the exact per-client variance, summed over clients. Every expectation
+below is an exact finite sum over all hash tables in [l]^(s+|Y|) and all outputs z,
+with probabilities from Definition 5. The privacy claims are checked in
+test_product_privacy.py.
 """
 
 import itertools
@@ -28,21 +31,38 @@ def definition_rates(eps, c, l):
   return math.exp(eps) / omega, 1.0 / l, omega
 
 
-def exact_hit_moments(S, domain, l, eps, c):
-  """Exact E[hit_j] [domain] and E[hit_i hit_j] [domain, domain] for input set S."""
-  _, _, omega = definition_rates(eps, c, l)
-  tables = np.array(list(itertools.product(range(l), repeat=domain)))  # [l^D, D]
+def collision_law(S, domain, l, p):
+  """Exact law of one Collision message (hash table, z) for the input set S, from Definition 5.
+
+  The table h is uniform on [l]^domain; given h, Pr[z = v] = p for v in C = h(S) and
+  (1 - |C| p) / (l - |C|) otherwise (with p = e^eps / Omega this is the Definition's
+  (Omega - |C| e^eps) / ((l - |C|) Omega)).
+
+  Returns:
+    ``(tables [l^domain, domain], pmf [l^domain, l])``, pmf[t, v] = Pr[h = tables[t], z = v].
+  """
+  tables = np.array(list(itertools.product(range(l), repeat=domain)), np.int64).reshape(-1, domain)
   member = np.zeros((len(tables), l), bool)
   for j in S:
     member[np.arange(len(tables)), tables[:, j]] = True
   size = member.sum(1, keepdims=True)
-  out = (omega - size * math.exp(eps)) / ((l - size) * omega)
-  pz = np.where(member, math.exp(eps) / omega, out) / len(tables)  # P(table, z)
+  pmf = np.where(member, p, (1 - size * p) / (l - size)) / len(tables)
+  assert math.fsum(pmf.ravel()) == pytest.approx(1.0, abs=1e-12)
+  return tables, pmf
+
+
+def hit_moments(S, domain, l, p):
+  """Exact E[hit_j] [domain] and E[hit_i hit_j] [domain, domain] for input set S and hit rate p."""
+  tables, pz = collision_law(S, domain, l, p)
   hits = tables[:, None, :] == np.arange(l)[None, :, None]  # [l^D, l, D]
-  assert pz.sum() == pytest.approx(1.0, abs=1e-12)
   first = np.einsum("tz,tzj->j", pz, hits)
   second = np.einsum("tz,tzi,tzj->ij", pz, hits, hits)
   return first, second
+
+
+def exact_hit_moments(S, domain, l, eps, c):
+  """hit_moments with p = e^eps / Omega of Definition 5."""
+  return hit_moments(S, domain, l, definition_rates(eps, c, l)[0])
 
 
 def client_inputs(s, y, k):
@@ -106,6 +126,78 @@ def test_separation_unbiased_by_exact_enumeration(s, y, k, eps):
     np.testing.assert_allclose(mech.estimate(None, expected, 1), truth, atol=1e-10)
 
 
+def full_inputs(s, y, k, r):
+  """Every input with exactly k buckets and r labels (the population entry_variance assumes)."""
+  return [(b, lab) for b in itertools.combinations(range(s), k)
+          for lab in itertools.combinations(range(y), r)]
+
+
+def centered_square(first, q):
+  """E[(hit - q)^2] = E[hit](1 - 2q) + q^2, as hit^2 = hit."""
+  return first * (1 - 2 * q) + q * q
+
+
+def separation_client_variance(mech, buckets, labels):
+  """Exact Var of one client's Separation estimate [s, |Y|], from enumerated hit moments.
+
+  The estimate is (hb_a - q1)(hl_b - q2) / ((p1 - q1)(p2 - q2)) with independent factors,
+  so both its mean and its second moment factor over the two messages.
+  """
+  sh = mech.shape
+  (p1, q1), (p2, q2) = mech.bucket_rates, mech.label_rates  # the sampler's float64 rates
+  fb, _ = hit_moments(set(buckets), sh.num_buckets, mech.bucket_bloom_length, p1)
+  fl, _ = hit_moments(set(labels), sh.num_labels, mech.label_bloom_length, p2)
+  scale = (p1 - q1) * (p2 - q2)
+  mean = np.outer(fb - q1, fl - q2) / scale
+  second = np.outer(centered_square(fb, q1), centered_square(fl, q2)) / scale**2
+  return second - mean**2
+
+
+def concatenation_client_variance(mech, buckets, labels, literal):
+  """Exact Var of one client's (literal or unbiased) Concatenation estimate [s, |Y|].
+
+  Both estimates are (hit_a - q)(hit_b - q) / scale, scale = (p - q)^2 (literal) or -q(p - q);
+  with hit^2 = hit, (hit_a - q)^2 (hit_b - q)^2 = ((1 - 2q) hit_a + q^2)((1 - 2q) hit_b + q^2),
+  so first and second hit moments give the variance.
+  """
+  s = mech.shape.num_buckets
+  p, q = mech.p, mech.q
+  S = set(buckets) | {s + lab for lab in labels}
+  first, second = hit_moments(S, mech.domain, mech.bloom_length, p)
+  fa, fb, both = first[:s, None], first[None, s:], second[:s, s:]
+  prod = both - q * fa - q * fb + q * q
+  prod_sq = (1 - 2 * q) ** 2 * both + (1 - 2 * q) * q * q * (fa + fb) + q**4
+  scale = (p - q) ** 2 if literal else -q * (p - q)
+  return prod_sq / scale**2 - (prod / scale) ** 2
+
+
+# (s, |Y|, k, r, eps) for the variance references; every client holds exactly k buckets, r labels.
+VAR_SHAPES = [(2, 2, 1, 1, 0.5), (1, 2, 1, 1, 2.0), (2, 1, 2, 1, 0.3), (2, 2, 1, 2, 0.5), (3, 2, 2, 1, 0.2)]
+
+
+@pytest.mark.parametrize("s,y,k,r,eps", VAR_SHAPES)
+@pytest.mark.parametrize("cls", [M.Separation, M.Concatenation, M.ConcatenationLiteral])
+def test_entry_variance_matches_exact_enumeration(cls, s, y, k, r, eps):
+  # Reference: the sum over clients of the exact per-client variance (independent clients),
+  # each from the enumerated law of its message(s), for two populations: every input with
+  # multiplicities 1, 2, 3, ... (all counts > 0), and one input three times (zeros and n).
+  mech = cls(M.BsvsShape(s, y, k, r), eps)
+  inputs = full_inputs(s, y, k, r)
+  if cls is M.Separation:
+    per_client = {x: separation_client_variance(mech, *x) for x in inputs}
+  else:
+    per_client = {x: concatenation_client_variance(mech, *x, cls is M.ConcatenationLiteral)
+                  for x in inputs}
+  for population in ({x: 1 + i % 3 for i, x in enumerate(inputs)}, {inputs[-1]: 3}):
+    counts = np.zeros((s, y))
+    want = np.zeros((s, y))
+    for (buckets, labels), times in population.items():
+      counts[np.ix_(list(buckets), list(labels))] += times
+      want += times * per_client[buckets, labels]
+    n = sum(population.values())
+    np.testing.assert_allclose(mech.entry_variance(counts, n), want, rtol=1e-10, atol=0)
+
+
 def numpy_workload(seed, n, s, y, k):
   rng = np.random.default_rng(seed)
   buckets = np.stack([rng.choice(s, k, replace=False) for _ in range(n)])
@@ -114,7 +206,11 @@ def numpy_workload(seed, n, s, y, k):
 
 
 def check_mean_and_variance(mech, runs, truth, n, mean):
-  """Per-entry z-test of the mean and chi-square interval on the variance (Bonferroni)."""
+  """Per-entry z-test of the mean and chi-square interval on the variance (Bonferroni).
+
+  The variance is entry_variance, which test_entry_variance_matches_exact_enumeration
+  checks against exact enumeration (here the law has too many tables to enumerate).
+  """
   var = mech.entry_variance(truth, n)
   assert_mean_and_variance(runs, mean, var, 1e-3 / (2 * truth.size), mech.name)
   return (runs.mean(0) - truth) / np.sqrt(var / len(runs))

@@ -63,16 +63,42 @@ def test_privacy_is_exactly_epsilon_on_the_worst_pair(eps, k):
   assert mech.privacy().relation is accounting.Relation.REPLACE_ONE
 
 
+def variance_reference(mech, n):
+  """n p(1 - p) / (2p - 1)^2 per entry, p the sampler's keep probability: each of the n
+  clients' bits is Bernoulli(p) or Bernoulli(1 - p), and the estimate divides by p - q = 2p - 1."""
+  p = mech.keep_probability
+  return np.full((mech.shape.num_buckets, mech.shape.num_labels), n * p * (1 - p) / (2 * p - 1) ** 2)
+
+
+@pytest.mark.parametrize("eps,k", [(0.5, 1), (2.0, 1), (1.0, 2), (1e-3, 1)])
+def test_entry_variance_matches_the_closed_form_and_the_exact_pmf(eps, k):
+  mech = M.RandomizedResponse(M.BsvsShape(3, 2, k), eps)
+  n = 9
+  counts = np.array([[0, 9], [3, 1], [9, 2]])
+  want = variance_reference(mech, n)
+  np.testing.assert_allclose(mech.entry_variance(counts, n), want, rtol=1e-10, atol=0)
+  # The same per-client variance by summing the exact pmf over all 2^6 messages, for the
+  # estimate (bit - q)/(p - q) of each entry (it does not depend on the client's input).
+  p = mech.keep_probability
+  pmf = exact_pmf(mech, list(range(k)), [0])
+  bits = np.array(list(pmf), np.float64)
+  prob = np.array(list(pmf.values()))
+  est = (bits - (1 - p)) / (2 * p - 1)
+  mean = prob @ est
+  per_client = prob @ (est - mean) ** 2
+  np.testing.assert_allclose(n * per_client.reshape(3, 2), want, rtol=1e-10, atol=0)
+
+
 def test_unbiased_with_closed_form_variance():
   # 200 independent runs over n = 500 clients; per-entry z-test on the mean and
-  # chi-square interval on the variance, Bonferroni over 8 entries x 2 tests,
-  # family-wise false-failure rate 1e-3.
+  # chi-square interval on the variance (n p(1-p)/(2p-1)^2), Bonferroni over 8 entries
+  # x 2 tests, family-wise false-failure rate 1e-3.
   w = M.synthetic_workload(jax.random.key(1), num_clients=500, num_buckets=4, num_labels=2, k=1)
   inp = w.materialize()
   truth = np.asarray(M.bsvs_counts(inp, w.shape), np.float64)
   mech = M.RandomizedResponse(w.shape, 1.0)
   runs = np.stack([simulation.simulate(jax.random.key(100 + i), mech, inp).estimate for i in range(200)])
-  var = mech.entry_variance(truth, 500)
+  var = variance_reference(mech, 500)
   alpha = 1e-3 / 16
   assert_mean_and_variance(runs, truth, var, alpha)
 

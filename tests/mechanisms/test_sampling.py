@@ -23,7 +23,10 @@ def test_uniform_words_use_both_threefry_outputs_and_are_uniform():
   key = jax.random.key(3)
   w = np.asarray(M.uniform_words(key, 200_001))
   assert w.dtype == np.uint32 and w.shape == (200_001,)
-  assert len(np.unique(w)) > 199_990  # no repeated halves
+  # No repeated halves. Among 200,001 uniform words the lost (repeated) count is about
+  # Poisson(200001 * 200000 / 2^33 = 4.66); requiring at most 23 fails with probability
+  # P(Poisson(4.66) >= 24) = 2e-10. Reusing a threefry output word would lose ~100k.
+  assert len(np.unique(w)) >= 200_001 - 23
   # Every byte uniform: chi-square on 256 bins per byte position, Bonferroni over 4,
   # false-failure rate 1e-4.
   for shift in (0, 8, 16, 24):
@@ -53,9 +56,20 @@ def test_bernoulli_dyadic_edges_and_vmap_invariance():
 
 
 def test_other_key_implementations_fall_back():
+  # An rbg key falls back to jax.random.bits, with the same law. 100k draws each at
+  # p = 2^15/2^16 and 24000/2^16 (a fallback ignoring the threshold fails the second);
+  # |mean - p| < 5 sd: exact binomial false-failure rate 5.7e-7 each, 1.2e-6 for both.
   key = jax.random.key(0, impl="rbg")
   x = M.bernoulli_dyadic(key, 2**15, 16, 10)
   assert x.shape == (10,) and x.dtype == jnp.bool_
+  for i, threshold in enumerate((2**15, 24_000)):
+    x = np.asarray(M.bernoulli_dyadic(jax.random.fold_in(key, i), threshold, 16, 100_000))
+    p = threshold / 2**16
+    assert x.shape == (100_000,) and abs(x.mean() - p) < 5 * np.sqrt(p * (1 - p) / x.size)
+  assert not np.asarray(M.bernoulli_dyadic(key, 0, 16, 9)).any()
+  assert np.asarray(M.bernoulli_dyadic(key, 2**16, 16, 9)).all()
+  # Still a pure function of the key.
+  np.testing.assert_array_equal(M.bernoulli_dyadic(key, 30_000, 16, 11), M.bernoulli_dyadic(key, 30_000, 16, 11))
 
 
 # -- exact uniform integers -------------------------------------------------------------
@@ -83,9 +97,10 @@ def test_uniform_below_is_uniform(bound):
 
 def test_uniform_below_extra_rounds_are_exact():
   # Without spare words, every rejection among the first words forces while_loop rounds
-  # (bound 2^26 + 1: one value per word, rejection ~1/64, so ~94% of the 200-value draws
-  # need them). The values stay exactly uniform: chi-square over 64 bins of 400k values,
-  # false-failure rate 1e-4; and draws without a rejection equal the spare-word plan's.
+  # (bound 2^26 + 1: one value per word, rejection ~1/64, so 1 - (1 - 1/64)^200 = 95.7% of
+  # the 200-value draws need them; fewer than 90% of 2,000 has binomial probability 2e-27).
+  # The values stay exactly uniform: chi-square over 64 bins of 400k values, false-failure
+  # rate 1e-4; and draws without a rejection equal the spare-word plan's.
   from jaxdistill.mechanisms import _sampling
   bound, num = 2**26 + 1, 200
   plan = _sampling.uniform_plan(bound, num)

@@ -1,10 +1,13 @@
-"""Multi-message shuffle: sampler law, exact privacy vs brute force, calibration, protocol.
+"""Multi-message shuffle: sampler law, exact privacy vs brute force, statistical audit, calibration, protocol.
 
 Oracles are independent of the code under test: scipy's negative-binomial and
 logarithmic pmfs, per-client pmfs convolved by hand, the exact toolkit's
-hockey-stick divergence, and dp-accounting's discrete Laplace.
+hockey-stick divergence, and dp-accounting's discrete Laplace. The protocol's
+shuffle is checked against the client-order rows rebuilt from the clients' own
+messages and by Monte Carlo permutation tests of the arrangement.
 """
 
+import functools
 import math
 
 import jax
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 from scipy import signal, stats
 
 from jaxdistill import accounting
+from jaxdistill import audit
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
 from jaxdistill.mechanisms import _nb_sampler as nbs
@@ -274,6 +278,108 @@ def test_calibration_round_trip():
   assert accounting.multi_message_epsilon(noise, delta) <= eps
 
 
+# -- statistical audit of the analyzer's view ----------------------------------------------
+# n = 2 clients on d = 2 entries with TINY noise; the claim is tiny_mechanism(2)'s (eps = 2, delta
+# = its PLD delta at 2). The analyzer sees the shuffled multiset, i.e. the summed counts
+# int32 [d, 2]. The pair is the worst one of the exact test above: all clients on entry 0 (D0)
+# vs client 0 moved to entry 1 (D1). The statistic is the exact log-likelihood ratio of the
+# view under TINY (the optimal test of the claimed mechanism), from closed-form pmfs.
+# Rates: each audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni), which bounds both a
+# false alarm and a lower bound above the exact epsilon (or delta) of the pair.
+AUDIT_ALPHA = 1e-4
+AUDIT_SAMPLES, AUDIT_BATCH = 40_000, 8_000  # one jitted batch shape per view
+AUDIT_SIZE = 60  # counts are clipped here for the statistic; Pr[a count > 60] < 1e-20
+
+
+def audit_pair(n):
+  """((buckets [n, 1], labels [n, 1]) of D0, of D1): all on entry 0, vs client 0 on entry 1."""
+  buckets, labels = jnp.zeros((n, 1), jnp.int32), jnp.zeros((n, 1), jnp.int32)
+  return (buckets, labels), (buckets.at[0, 0].set(1), labels)
+
+
+@functools.lru_cache(maxsize=None)
+def analyzer_view(mech):
+  """``(key, clients) -> int32 [d, 2]``: the n clients' messages summed, i.e. the shuffled multiset."""
+  def view(key, x):
+    buckets, labels = x
+    return jax.vmap(mech.randomize)(jax.random.split(key, buckets.shape[0]), buckets, labels).sum(0)
+  return view
+
+
+@functools.lru_cache(maxsize=None)
+def view_llr(n):
+  """log Pr_D0[view] - log Pr_D1[view] under TINY for audit_pair(n); about +-1e4 where one side is 0."""
+  size = AUDIT_SIZE
+  g = (1 - TINY.p) * TINY.p ** np.arange(size + 1)  # the n geometric shares summed: NB(1, p)
+  f = stats.nbinom.pmf(np.arange(size + 1), TINY.rho, 1 - TINY.p_flood)
+  q = np.zeros((size + 2, size + 1))  # Pr[(G1 + F, G2 + F) = (a, b)]; row size + 1 (a = -1) is 0
+  for fv in range(size + 1):
+    q[fv:size + 1, fv:] += f[fv] * np.outer(g[:size + 1 - fv], g[:size + 1 - fv])
+  with np.errstate(divide="ignore"):
+    log_q = jnp.asarray(np.maximum(np.log(q), -1e4), jnp.float32)
+
+  def lq(a, b):  # log-pmf of an entry's (#+, #-) = (a + x, b) with x real messages
+    return log_q[jnp.where(a < 0, size + 1, a), b]
+
+  def statistic(counts):
+    u, v = jnp.minimum(counts[:, 0], size), jnp.minimum(counts[:, 1], size)
+    # D0: entry 0 holds n real messages and entry 1 none; D1: n - 1 and 1.
+    return lq(u[0] - n, v[0]) - lq(u[0] - n + 1, v[0]) + lq(u[1], v[1]) - lq(u[1] - 1, v[1])
+  return statistic
+
+
+def exact_view_pair(noise, n, size=36):
+  """The pmfs of the whole view under audit_pair(n), by convolution (truncated mass < 1e-12)."""
+  mk = lambda xs: sum_of_views([client_view_pmf(x, n, noise, size) for x in xs], size)
+  p = np.outer(mk([1] * n), mk([0] * n)).ravel()
+  q = np.outer(mk([0] + [1] * (n - 1)), mk([1] + [0] * (n - 1))).ravel()
+  tail = max(1 - p.sum(), 1 - q.sum())
+  assert tail < 1e-12
+  return p, q, tail
+
+
+def audit_view(mech, claim, seed):
+  return audit.audit_privacy(jax.random.key(seed), analyzer_view(mech), *audit_pair(mech.num_clients),
+                             num_samples=AUDIT_SAMPLES, batch_size=AUDIT_BATCH, alpha=AUDIT_ALPHA,
+                             claimed_epsilon=claim.epsilon, claimed_delta=claim.delta,
+                             statistic=view_llr(mech.num_clients))
+
+
+def test_audit_of_the_analyzer_view_finds_no_violation():
+  # The pair's exact profile (enumeration) is flat from eps ~1.69 on: delta(2) is the mass D1
+  # cannot produce, ~0.3097, which is the claim. No alarm, and delta_lower below the exact
+  # delta(2): false-failure rate <= 1e-4 for both together (an alarm means delta_lower > the
+  # claimed delta >= the exact one). Floor (the audit has power on this view): delta_lower was
+  # 0.198-0.246 over this and 19 other seeds (mean 0.213, sd 0.010), so 0.1 is 11 sd below the
+  # mean (normal approximation: < 1e-9). Family-wise for this test: about 1e-4.
+  mech = tiny_mechanism(2)
+  claim = mech.privacy()
+  p, q, tail = exact_view_pair(TINY, 2)
+  exact = accounting.privacy_profile(p, q, claim.epsilon) + tail  # >= the true delta at eps = 2
+  assert exact <= claim.delta * (1 + 1e-9)
+  r = audit_view(mech, claim, 30)
+  assert not r.alarm and r.kind == "thresholds"
+  assert 0.1 < r.delta_lower <= exact
+
+
+def test_audit_alarms_when_the_sampler_floods_with_a_quarter_of_rho():
+  # Planted bug: the clients sample flooding NB(rho / 4, p') while the claim stays TINY's. The
+  # view's exact delta at eps = 2 is then ~0.529 (enumeration) against the claimed ~0.310.
+  # delta_lower must lie below that exact delta (false-failure rate <= 1e-4). Over this and 19
+  # other seeds delta_lower was 0.509-0.523 (mean 0.516, sd 0.004), so the asserted floor
+  # claim + 0.15 (~0.46) is 13 sd below the mean and a missed alarm (<= claim) 48 sd: < 1e-9.
+  mech = tiny_mechanism(2)
+  claim = mech.privacy()
+  quarter = accounting.MultiMessageNoise(TINY.p, TINY.rho / 4, TINY.p_flood)
+  bug = M.ShuffleMultiMessage(mech.shape, 2.0, 0.99, 2, noise=quarter)  # meets only a loose (2, 0.99)
+  p, q, tail = exact_view_pair(quarter, 2)
+  exact = accounting.privacy_profile(p, q, claim.epsilon) + tail  # >= the true delta at eps = 2
+  assert exact > claim.delta + 0.2
+  r = audit_view(bug, claim, 31)
+  assert r.alarm
+  assert claim.delta + 0.15 < r.delta_lower <= exact
+
+
 # -- the mechanism in the runner ----------------------------------------------------------------
 
 
@@ -350,25 +456,95 @@ def test_message_counts_and_expected_messages():
   assert abs(totals.mean() - mean) / math.sqrt(var / len(totals)) < stats.norm.isf(5e-4)
 
 
-def test_protocol_with_real_shuffle_equals_streamed_counts():
-  # k = 2: four shifts. Noise calibrated for (1, 1e-6) with kr = 1 composes to at most
-  # (2, 2e-6) by basic composition, so the target (2, 1e-5) holds.
+@functools.lru_cache(maxsize=None)
+def protocol_case():
+  """The 40-client protocol run shared by the shuffle checks: (key, mechanism, inputs).
+
+  k = 2: four shifts. Noise calibrated for (1, 1e-6) with kr = 1 composes to at most
+  (2, 2e-6) by basic composition, so the target (2, 1e-5) holds.
+  """
   w = M.synthetic_workload(jax.random.key(7), num_clients=40, num_buckets=3, num_labels=2, k=2)
-  inp = w.materialize()
   mech = M.ShuffleMultiMessage(w.shape, 2.0, 1e-5, 40, noise=accounting.calibrate_multi_message(1.0, 1e-6))
-  key = jax.random.key(8)
+  return jax.random.key(8), mech, w.materialize()
+
+
+def client_order_rows(key, mech, inputs):
+  """int32 [M, 2] every client's (index, sign) rows in client order (before any shuffle); [n] rows per client.
+
+  Rebuilt from the documented keys (client i randomizes with fold_in(split(key)[0], i)):
+  client 0's rows, then client 1's, ...; within a client entry by entry, its (j, +1)
+  copies before its (j, -1) copies.
+  """
+  clients_key = jax.random.split(key)[0]
+  n = inputs.num_clients
+  one = lambda i, b, lab: mech.randomize(jax.random.fold_in(clients_key, i), b, lab)
+  per = np.asarray(jax.jit(jax.vmap(one))(jnp.arange(n, dtype=jnp.uint32), inputs.buckets, inputs.labels))
+  rows = [(j, sign) for i in range(n) for j in range(mech.shape.d)
+          for col, sign in ((0, 1), (1, -1)) for _ in range(int(per[i, j, col]))]
+  return np.array(rows, np.int32).reshape(-1, 2), per.sum(axis=(1, 2))
+
+
+SHUFFLE_TEST_ALPHA = 1e-3  # family-wise over the two statistics of arrangement_p_values
+
+
+def arrangement_p_values(rows, num_perms=9999):
+  """Two-sided Monte Carlo p-values that ``rows`` is a uniformly random arrangement of its multiset.
+
+  Statistics (rows coded 2 index + [sign < 0]): adjacent equal rows, and adjacent
+  non-decreasing rows. Client order is extreme on both (a client's noise copies are
+  contiguous, and its rows ascend). The reference law is that of ``num_perms`` uniform
+  numpy permutations of the same rows (fixed seed); under a uniform shuffle the observed
+  arrangement is exchangeable with them, so Pr[p <= a] <= a for each statistic.
+  """
+  code = 2 * rows[:, 0].astype(np.int64) + (rows[:, 1] < 0)
+  perms = np.random.default_rng(0).permuted(np.tile(code, (num_perms, 1)), axis=1)
+  out = []
+  for stat in (lambda c: (c[..., 1:] == c[..., :-1]).sum(-1), lambda c: (c[..., 1:] >= c[..., :-1]).sum(-1)):
+    obs, null = stat(code), stat(perms)
+    upper, lower = (1 + np.sum(null >= obs)) / (num_perms + 1), (1 + np.sum(null <= obs)) / (num_perms + 1)
+    out.append(min(1.0, 2 * min(upper, lower)))
+  return out
+
+
+def test_protocol_with_real_shuffle_equals_streamed_counts():
+  key, mech, inp = protocol_case()
+  shape = mech.shape
   tr = M.shuffle_multi_message_protocol(key, mech, inp)
   res = simulation.simulate(key, mech, inp, chunk_size=7)
   np.testing.assert_array_equal(tr.counts, np.asarray(res.stats).reshape(-1, 2))
   np.testing.assert_array_equal(tr.estimate, res.estimate)
   assert tr.messages.shape == (int(tr.messages_per_client.sum()), 2)
   assert set(np.unique(tr.messages[:, 1]).tolist()) <= {-1, 1}
-  assert np.all(tr.messages_per_client >= w.shape.c)  # every client sends its kr real messages
-  # The rows really are permuted (not in client order), yet the analyzer only sees the multiset.
-  order = np.lexsort((tr.messages[:, 1], tr.messages[:, 0]))
-  assert not np.array_equal(order, np.arange(len(order)))
-  truth = np.asarray(M.bsvs_counts(inp, w.shape))
+  assert np.all(tr.messages_per_client >= shape.c)  # every client sends its kr real messages
+  # The rows are the clients' messages (same multiset and per-client totals) ...
+  ordered, sizes = client_order_rows(key, mech, inp)
+  sort = lambda rows: rows[np.lexsort((rows[:, 1], rows[:, 0]))]
+  np.testing.assert_array_equal(sort(tr.messages), sort(ordered))
+  np.testing.assert_array_equal(tr.messages_per_client, sizes)
+  # ... but not in client order. A uniform shuffle returns client order with probability
+  # prod_v c_v! / M! (c_v: copies of row v), computed here; test_protocol_check_fails_without_a_shuffle
+  # shows this check (and the next) fails when the permutation is the identity.
+  _, copies = np.unique(ordered, axis=0, return_counts=True)
+  log_same = sum(math.lgamma(c + 1) for c in copies) - math.lgamma(len(ordered) + 1)
+  assert log_same < math.log(1e-100)
+  assert not np.array_equal(tr.messages, ordered)
+  # And the arrangement looks uniform: Monte Carlo tests at 5e-4 each (Bonferroni over 2:
+  # false-failure rate 1e-3; the seeds are fixed, so the outcome is deterministic).
+  assert min(arrangement_p_values(tr.messages)) > SHUFFLE_TEST_ALPHA / 2
+  truth = np.asarray(M.bsvs_counts(inp, shape))
   assert np.abs(tr.estimate - truth).max() < 80  # DLap(e^{-1/4}): Pr[|Z| >= 80] < 1e-8 per entry
+
+
+def test_protocol_check_fails_without_a_shuffle(monkeypatch):
+  # Power of the checks above: with jax.random.permutation (the protocol's shuffler, per its
+  # docstring) replaced by the identity, the protocol's rows are exactly client_order_rows
+  # (so that reference is right), and both arrangement statistics reject at their minimum
+  # p-value 2e-4 < 5e-4 (measured: 51 and 39 sd from the null means at this seed).
+  key, mech, inp = protocol_case()
+  monkeypatch.setattr(jax.random, "permutation", lambda k, x, *a, **kw: np.arange(x))
+  tr = M.shuffle_multi_message_protocol(key, mech, inp)
+  np.testing.assert_array_equal(tr.messages, client_order_rows(key, mech, inp)[0])
+  assert max(arrangement_p_values(tr.messages)) <= SHUFFLE_TEST_ALPHA / 2
 
 
 def test_privacy_statement():

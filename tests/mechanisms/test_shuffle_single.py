@@ -1,5 +1,6 @@
-"""Single-message shuffle: eps0 from inverse amplification, exact check of the shuffled output."""
+"""Single-message shuffle: eps0 from inverse amplification, exact check and statistical audit of the shuffled output."""
 
+import functools
 import itertools
 import math
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxdistill import accounting
+from jaxdistill import audit
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
 from tests.mechanisms._stats import assert_mean_and_variance
@@ -100,10 +102,93 @@ def test_messages_are_the_local_randomizer_and_estimate_is_unbiased():
   np.testing.assert_array_equal(mech.randomize(key, b, lab), rr.randomize(key, b, lab))
   truth = np.asarray(M.bsvs_counts(inp, w.shape), np.float64)
   runs = np.stack([simulation.simulate(jax.random.key(300 + i), mech, inp).estimate for i in range(150)])
-  var = mech.entry_variance(truth, 300)
-  np.testing.assert_allclose(var, rr.entry_variance(truth, 300))
+  # Closed form derived here, not read from the library: an entry's n = 300 message bits are
+  # independent, 1 w.p. p (true bit 1) or q = 1 - p (true bit 0), so Var[total] = n p q and the
+  # estimate (total - n q) / (p - q) has variance n p q / (p - q)^2 whatever the truth. p is the
+  # sampler's keep probability: q = 1 / (1 + e^{eps0 / (2kr)}) rounded up to a multiple of 2^-b.
+  bits = mech.local_mechanism.sampler_bits
+  assert bits in (16, 32)
+  q = math.ceil(2.0**bits / (1 + math.exp(mech.eps0 / (2 * w.shape.c)))) / 2.0**bits
+  p = 1 - q
+  var = np.full(truth.shape, 300 * p * q / (p - q) ** 2)
+  np.testing.assert_allclose(mech.entry_variance(truth, 300), var, rtol=1e-12)
   alpha = 1e-3 / 12
   assert_mean_and_variance(runs, truth, var, alpha)
+
+
+# -- statistical audit of the analyzer's view ----------------------------------------------
+# The setting of the exact test above: n = 4 RR clients on d = 2 bits, claim (eps ~0.5, 0.1).
+# The analyzer sees the shuffled multiset of the 4 messages, coded as the counts of the
+# message types 01, 10, 11 (a sufficient statistic, at most 35 values). The pair is a worst
+# one of the exact test: all clients on entry 0 (D0) vs client 0 moved to entry 1 (D1).
+# Every audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni), which bounds both a false
+# alarm and a lower bound above the pair's exact epsilon at the claimed delta.
+AUDIT_SHAPE = M.BsvsShape(2, 1, 1)
+AUDIT_N = 4
+
+
+def audit_pair(n):
+  """((buckets [n, 1], labels [n, 1]) of D0, of D1): all on entry 0, vs client 0 on entry 1."""
+  buckets, labels = jnp.zeros((n, 1), jnp.int32), jnp.zeros((n, 1), jnp.int32)
+  return (buckets, labels), (buckets.at[0, 0].set(1), labels)
+
+
+@functools.lru_cache(maxsize=None)
+def shuffled_view(mech):
+  """``(key, clients) -> int32``: the n messages' multiset, c01 + (n+1) c10 + (n+1)^2 c11."""
+  def view(key, x):
+    buckets, labels = x
+    n = buckets.shape[0]
+    msgs = jax.vmap(mech.randomize)(jax.random.split(key, n), buckets, labels).astype(jnp.int32)
+    counts = jnp.zeros(4, jnp.int32).at[2 * msgs[:, 0] + msgs[:, 1]].add(1)
+    return counts[1] + (n + 1) * counts[2] + (n + 1) ** 2 * counts[3]
+  return view
+
+
+def exact_pair_epsilon(eps0, delta):
+  """The pair's exact epsilon at delta, by enumeration (RR at the unrounded keep probability,
+  which is at least as leaky as the dyadic sampler: this is an upper bound)."""
+  p = shuffled_pmf([rr_message_pmf(eps0, t) for t in [(1, 0)] * AUDIT_N])
+  q = shuffled_pmf([rr_message_pmf(eps0, t) for t in [(0, 1)] + [(1, 0)] * (AUDIT_N - 1)])
+  return accounting.epsilon_for_delta(p, q, delta)
+
+
+def audit_view(mech, claim, seed):
+  return audit.audit_privacy(jax.random.key(seed), shuffled_view(mech), *audit_pair(AUDIT_N),
+                             num_samples=200_000, batch_size=40_000, alpha=1e-4,
+                             claimed_epsilon=claim.epsilon, claimed_delta=claim.delta)
+
+
+def test_audit_of_the_shuffled_view_finds_no_violation():
+  # The bound is loose at n = 4: the pair's exact epsilon at delta = 0.1 is ~0.077 against the
+  # claimed 0.5. No alarm, and epsilon_lower below the exact 0.077: false-failure rate <= 1e-4
+  # for both together. Floor: epsilon_lower was 0.033-0.058 over this and 41 other seeds (mean
+  # 0.048, sd 0.006), so 0.005 is 7 sd below the mean (normal approximation: < 1e-9). About
+  # 1e-4 in all.
+  mech = M.ShuffleSingleMessage(AUDIT_SHAPE, 0.5, 0.1, AUDIT_N)
+  claim = mech.privacy()
+  exact = exact_pair_epsilon(mech.eps0, claim.delta)
+  assert 0.05 < exact < 0.1
+  r = audit_view(mech, claim, 40)
+  assert not r.alarm and r.kind == "bins"
+  assert 0.005 < r.epsilon_lower <= exact
+
+
+def test_audit_alarms_when_eps0_is_calibrated_for_too_many_clients():
+  # Planted bug: the local epsilon is the one calibrated for 100 shuffled messages (~2.57
+  # instead of ~0.85) while 4 are shuffled; the claim stays that of n = 4. The pair's exact
+  # epsilon at delta = 0.1 is then ~1.34 (enumeration). epsilon_lower must lie below it (rate
+  # <= 1e-4). Over this and 41 other seeds epsilon_lower was 1.13-1.20 (mean 1.155, sd 0.015):
+  # the floor claim + 0.3 is 24 sd below the mean, a missed alarm 45 sd: rate < 1e-9.
+  mech = M.ShuffleSingleMessage(AUDIT_SHAPE, 0.5, 0.1, AUDIT_N)
+  claim = mech.privacy()
+  bug = M.ShuffleSingleMessage(AUDIT_SHAPE, 0.5, 0.1, 100)
+  assert bug.eps0 > 2.5
+  exact = exact_pair_epsilon(bug.eps0, claim.delta)
+  assert exact > claim.epsilon + 0.5
+  r = audit_view(bug, claim, 41)
+  assert r.alarm
+  assert claim.epsilon + 0.3 < r.epsilon_lower <= exact
 
 
 @pytest.mark.parametrize("kwargs,param", [

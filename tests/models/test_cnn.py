@@ -72,10 +72,17 @@ def test_dropout_keeps_each_unit_with_probability_one_minus_rate():
   # 160,000 Bernoulli(0.7) draws: sd = sqrt(.7*.3/160000) = 1.15e-3; 6 sd => false failure ~2e-9.
   assert abs(kept - 0.7) < 6 * math.sqrt(0.21 / y.size)
   np.testing.assert_allclose(y[y != 0], 1 / 0.7, rtol=1e-6)
-  # Same key, same mask; other key, other mask.
+  # Same key, same mask; other key, other mask. Independent masks differ on each unit
+  # w.p. 2 * .7 * .3 = .42; a share <= .3 of 160,000 has probability < exp(-160000 KL(.3 || .42))
+  # = e^-4911 (Chernoff), so this never fails falsely.
   np.testing.assert_array_equal(y, np.asarray(_dropout(jax.random.key(0), x, 0.3)))
   assert (y != np.asarray(_dropout(jax.random.key(1), x, 0.3))).mean() > 0.3
-  # Neighbouring units are not correlated (the hash mixes the index): lag-1 agreement ~ .7^2 + .3^2.
+  # Neighbouring units are not correlated (the hash mixes the index): lag-1 agreement of
+  # i.i.d. units has mean .7^2 + .3^2 = .58. The 159,999 agreement indicators are 1-dependent
+  # (lag-1 covariance .7^3 + .3^3 - .58^2), so sd = 1.39e-3 and 0.01 is 7.2 sd (normal rate
+  # 7e-13). Rigorously: the even- and odd-indexed indicators are each i.i.d. Bernoulli(.58)
+  # (80,000 and 79,999 of them) and one of them must be off by >= 0.01, so the exact
+  # binomial tails bound the false-failure rate by 2e-8.
   flat = (y.reshape(-1) != 0)
   agree = (flat[1:] == flat[:-1]).mean()
   assert abs(agree - 0.58) < 0.01

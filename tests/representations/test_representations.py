@@ -202,19 +202,35 @@ def test_scan_dataset_loss_matches_a_pairwise_loop():
   assert _scan._dataset_loss(probs, nbrs, 2.5) == pytest.approx(expected, rel=1e-12)
 
 
-def test_scan_keeps_the_head_with_the_lowest_dataset_loss(mnist):
+def test_scan_keeps_the_head_with_the_lowest_dataset_loss(mnist, monkeypatch):
   """num_heads heads train together; the clusterer is the one whose SCAN loss over all of D_pub is lowest."""
   x = mnist.images
   cfg = R.ScanConfig(num_clusters=10, steps=150, batch_size=128, num_neighbours=10, num_heads=3,
                      contrastive=SMALL_CONTRASTIVE)
+  # fit_scan returns only the kept head: record the last training step's network, all heads included.
+  trained, train_step = {}, _scan._train_step
+
+  def recording_step(*args, **kwargs):
+    out = train_step(*args, **kwargs)
+    trained.update(params=out[0], graphdef=kwargs["graphdef"])
+    return out
+
+  monkeypatch.setattr(_scan, "_train_step", recording_step)
   sc = R.fit_scan(jax.random.key(1), x, cfg, log_every=50)
   assert len(sc.head_losses) == 3 and len(set(sc.head_losses)) == 3
   assert sc.head == int(np.argmin(sc.head_losses))
-  assert sc.head == 2  # at this key (deterministic): the kept head is not the first block of logits
+  assert sc.head != 0  # at this key the kept head is not the first block of logits, so the slicing is exercised
   assert len(sc.loss_history) == 4                   # steps 0, 50, 100 and the last
-  # The kept network is that head: its probabilities give back its recorded loss.
+  # Every head's loss, recomputed: head h is block h of the trained network's logits.
   encoder = R.fit_contrastive(jax.random.split(jax.random.key(1), 3)[0], x, SMALL_CONTRASTIVE)
   nbrs = _neighbours(encoder(x), 10)
+  logits = np.asarray(nnx.merge(trained["graphdef"], trained["params"])(x), np.float64).reshape(600, 3, 10)
+  probs = np.exp(logits - logits.max(axis=2, keepdims=True))
+  probs /= probs.sum(axis=2, keepdims=True)
+  want = [_scan._dataset_loss(probs[:, h], nbrs, cfg.entropy_weight) for h in range(3)]
+  np.testing.assert_allclose(sc.head_losses, want, rtol=0, atol=1e-5)
+  # The kept network is that head: its probabilities are the head's block and give back its recorded loss.
+  np.testing.assert_allclose(sc(x), probs[:, sc.head], rtol=0, atol=1e-5)
   assert _scan._dataset_loss(sc(x), nbrs, cfg.entropy_weight) == pytest.approx(sc.head_losses[sc.head], abs=1e-5)
   assert sc(x).shape == (600, 10)
   # Its parameters are the backbone and that head: the contrastive projection head plays no part.
