@@ -313,13 +313,18 @@ def worker_jax(args) -> dict:
     b = np.load(os.path.join(args.inputs, "buckets.npy"))
     lab = np.load(os.path.join(args.inputs, "labels.npy"))
     clients = M.BsvsInput(jax.numpy.asarray(b), jax.numpy.asarray(lab))
-  times = []
-  for rep in range(1 if args.source == "generator" else 2):
-    start = time.perf_counter()
+  times, cpu = [], []
+  for rep in range(1 if args.source == "generator" else 1 + args.repeats):
+    start, start_cpu = time.perf_counter(), time.process_time()
     res = simulation.simulate(jax.random.key(100 + rep), mech, clients, chunk_size=args.chunk_size,
                               with_counts=args.source == "generator")
-    times.append(time.perf_counter() - start)
-  out = {"seconds_first": times[0], "seconds": times[-1], "devices": res.num_devices}
+    times.append(time.perf_counter() - start)  # simulate returns host float64: the work is done
+    cpu.append(time.process_time() - start_cpu)
+  out = {"seconds_first": times[0], "devices": res.num_devices}
+  if args.source == "generator":
+    out["seconds"] = times[0]
+  else:  # the first run compiles; the rest reuse it
+    out.update(_summary(times[1:], cpu[1:]))
   if args.source == "generator":
     out["rms"] = _rms(res.estimate, res.counts)
     out["predicted_rms"] = _predicted_rms(mech, res.counts, args.clients)
@@ -342,6 +347,12 @@ def _loop_clients(args, mechanism=None) -> int:
              args.clients)
 
 
+def _summary(times: list, cpu: list) -> dict:
+  """Median and best wall time of the repeats, and the median CPU time (all threads of the process)."""
+  return {"seconds": float(np.median(times)), "seconds_min": float(min(times)),
+          "cpu_seconds": float(np.median(cpu)), "repeats": len(times)}
+
+
 def worker_baseline(args) -> dict:
   b = np.load(os.path.join(args.inputs, "buckets.npy"))
   lab = np.load(os.path.join(args.inputs, "labels.npy"))
@@ -351,12 +362,15 @@ def worker_baseline(args) -> dict:
   n = len(b)
   fn = _BASELINES[args.worker][args.mechanism]
   m = _loop_clients(args) if args.worker == "loop" else n
-  start = time.perf_counter()
-  out = fn(b[:m], lab[:m], shape, prm, rng)
-  seconds = time.perf_counter() - start
+  times, cpu = [], []
+  for _ in range(1 if args.worker == "loop" else args.repeats):  # the loop is extrapolated from one run
+    start, start_cpu = time.perf_counter(), time.process_time()
+    out = fn(b[:m], lab[:m], shape, prm, rng)
+    times.append((time.perf_counter() - start) * n / m)
+    cpu.append((time.process_time() - start_cpu) * n / m)
   est, per_client = out if isinstance(out, tuple) else (out, None)
-  result = {"seconds": seconds * n / m, "measured_clients": m, "measured_seconds": seconds,
-            "rms": _rms(est, _truth(b[:m], lab[:m], shape))}  # against the clients it ran
+  result = {**_summary(times, cpu), "measured_clients": m, "measured_seconds": times[0] * m / n,
+            "rms": _rms(est, _truth(b[:m], lab[:m], shape))}  # against the clients it ran (last repeat)
   if per_client is not None:
     result["messages_per_client"] = per_client
   return result
@@ -369,7 +383,7 @@ def _worker_cmd(args, worker, mechanism, inputs, params, source="arrays", client
           "--labels", str(args.labels), "--k", str(args.k), "--epsilon", str(args.epsilon),
           "--delta", str(args.delta), "--seed", str(args.seed), "--chunk-size", str(args.chunk_size),
           "--loop-clients", str(args.loop_clients),
-          "--loop-clients-shuffle", str(args.loop_clients_shuffle)]
+          "--loop-clients-shuffle", str(args.loop_clients_shuffle), "--repeats", str(args.repeats)]
 
 
 def _run(cmd, env_extra=None, timeout=3600) -> dict:
@@ -459,22 +473,29 @@ def _print_row(row: dict, args) -> None:
         f"eps={args.epsilon}; {prm}")
   print(f"predicted RMS error (closed form): {row['predicted_rms']:.4g} at n; "
         f"{row['predicted_rms_loop']:.4g} on the loop's {row['loop_clients']:,} clients")
-  print(f"{'contender':<22}{'seconds':>10}{'1st run':>10}{'peak MiB':>10}{'RMS err':>10}"
-        f"{'time / jaxdistill':>19}")
+  print(f"seconds: median of {args.repeats} runs (best in brackets); CPU s: median CPU time of the process, "
+        f"all threads (NumPy uses one core; XLA:CPU all of them)")
+  print(f"{'contender':<22}{'seconds':>17}{'1st run':>9}{'CPU s':>9}{'peak MiB':>10}{'RMS err':>10}"
+        f"{'time / jaxdistill':>19}{'CPU / jaxdistill':>18}")
+
+  def ratio(key, r):
+    return f"{r[key] / ref[key]:.3g}x" if ref.get(key, 0) > 0 and key in r else "n/a"
+
   for label in [k for k in row if isinstance(row[k], dict) and k != "params"]:
     r = row[label]
     if "error" in r:
       print(f"{label:<22}{r['error']}")
       continue
-    ratio = (f"{r['seconds'] / ref['seconds']:.2f}x" if "seconds" in ref and ref["seconds"] > 0
-             else "n/a")
-    first = f"{r['seconds_first']:.2f}" if "seconds_first" in r else ""
+    first = f"{r['seconds_first']:.3g}" if "seconds_first" in r else ""
     note = " (extrapolated from %d clients; RMS on those)" % r["measured_clients"] \
         if r.get("measured_clients", args.clients) < args.clients else ""
     if "messages_per_client" in r:
       note += f" [{r['messages_per_client']:.3f} messages/client]"
-    print(f"{label:<22}{r['seconds']:>10.2f}{first:>10}{r['peak_rss_mb']:>10.0f}{r['rms']:>10.4g}"
-          f"{ratio:>19}{note}")
+    if r.get("repeats", args.repeats) != args.repeats:
+      note += f" [{r['repeats']} run]"
+    secs = f"{r['seconds']:.3g} ({r['seconds_min']:.3g})"
+    print(f"{label:<22}{secs:>17}{first:>9}{r['cpu_seconds']:>9.3g}{r['peak_rss_mb']:>10.0f}{r['rms']:>10.4g}"
+          f"{ratio('seconds', r):>19}{ratio('cpu_seconds', r):>18}{note}")
 
 
 def main(argv=None) -> int:
@@ -487,6 +508,8 @@ def main(argv=None) -> int:
   p.add_argument("--delta", type=float, default=1e-6)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--chunk-size", type=int, default=4096)
+  p.add_argument("--repeats", type=int, default=5,
+                 help="timed runs per contender (after jaxdistill's compiling run; the loops run once)")
   p.add_argument("--loop-clients", type=int, default=20_000)
   p.add_argument("--loop-clients-shuffle", type=int, default=1_000,
                  help="loop subsample for the shuffle (d negative-binomial draws x 3 per client)")

@@ -8,7 +8,8 @@ in the same process (ratios > 1 mean vmap is faster).
     python benchmarks/fedmd_vmap.py                       # defaults below
     python benchmarks/fedmd_vmap.py --parties 10 --width-multiplier 0.125 --public-subset 1000
 
-Synthetic 28x28 data (shape and sizes as the real run), so it needs no data set.
+Synthetic 28x28 data (the real image shape; smaller sets, fewer rounds and epochs than the real run:
+1,000 public images, 100 private images per class, 1,000 test images, R = 2), so it needs no data set.
 """
 
 from __future__ import annotations

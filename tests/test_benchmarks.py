@@ -1,0 +1,23 @@
+"""The benchmark scripts still run (at tiny sizes). Nothing here asserts a time: timings live in benchmarks/."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_mechanisms_benchmark_runs_and_prints_both_ratios():
+  cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_mechanisms.py"), "--clients", "2000", "--big-clients", "0",
+         "--mechanisms", "rr", "--host-devices", "1", "--repeats", "1", "--loop-clients", "100"]
+  run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+  assert run.returncode == 0, run.stderr[-2000:]
+  lines = run.stdout.splitlines()
+  header = next(line for line in lines if line.startswith("contender"))
+  assert "time / jaxdistill" in header and "CPU / jaxdistill" in header
+  rows = {line.split()[0]: line for line in lines if line.split()[:1] in (["jaxdistill"], ["numpy"], ["loop"])}
+  assert set(rows) == {"jaxdistill", "numpy", "loop"}, run.stdout
+  for row in rows.values():  # a failed contender prints its error instead of the two ratios
+    assert len(re.findall(r"\s[0-9.e+-]+x(?=\s|$)", row)) == 2, row
+  assert "extrapolated from 100 clients" in rows["loop"]
