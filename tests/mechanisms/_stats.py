@@ -1,7 +1,17 @@
-"""The statistical check shared by the mechanisms' simulation tests."""
+"""Statistical helpers shared by the mechanisms' simulation and audit tests."""
 
+import jax.numpy as jnp
 import numpy as np
 from scipy import stats
+
+
+def audit_pair(n):
+  """A worst neighbouring pair of the shuffle audits, ((buckets [n, 1], labels [n, 1]) of D0, of D1).
+
+  In D0 all n clients hold entry 0; D1 moves client 0 to entry 1.
+  """
+  buckets, labels = jnp.zeros((n, 1), jnp.int32), jnp.zeros((n, 1), jnp.int32)
+  return (buckets, labels), (buckets.at[0, 0].set(1), labels)
 
 
 def assert_mean_and_variance(runs, mean, var, alpha, label=None):

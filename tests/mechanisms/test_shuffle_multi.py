@@ -23,6 +23,7 @@ from jaxdistill import audit
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
 from jaxdistill.mechanisms import _nb_sampler as nbs
+from tests.mechanisms._stats import audit_pair
 
 # Tiny noise used for exact checks: a = 1, rho = 2, p' = 0.3.
 TINY = accounting.MultiMessageNoise(math.exp(-1.0), 2.0, 0.3)
@@ -289,12 +290,6 @@ def test_calibration_round_trip():
 AUDIT_ALPHA = 1e-4
 AUDIT_SAMPLES, AUDIT_BATCH = 40_000, 8_000  # one jitted batch shape per view
 AUDIT_SIZE = 60  # counts are clipped here for the statistic; Pr[a count > 60] < 1e-20
-
-
-def audit_pair(n):
-  """((buckets [n, 1], labels [n, 1]) of D0, of D1): all on entry 0, vs client 0 on entry 1."""
-  buckets, labels = jnp.zeros((n, 1), jnp.int32), jnp.zeros((n, 1), jnp.int32)
-  return (buckets, labels), (buckets.at[0, 0].set(1), labels)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,7 +13,7 @@ from jaxdistill import accounting
 from jaxdistill import audit
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
-from tests.mechanisms._stats import assert_mean_and_variance
+from tests.mechanisms._stats import assert_mean_and_variance, audit_pair
 
 
 def rr_message_pmf(eps0, truth):
@@ -125,12 +125,6 @@ def test_messages_are_the_local_randomizer_and_estimate_is_unbiased():
 # alarm and a lower bound above the pair's exact epsilon at the claimed delta.
 AUDIT_SHAPE = M.BsvsShape(2, 1, 1)
 AUDIT_N = 4
-
-
-def audit_pair(n):
-  """((buckets [n, 1], labels [n, 1]) of D0, of D1): all on entry 0, vs client 0 on entry 1."""
-  buckets, labels = jnp.zeros((n, 1), jnp.int32), jnp.zeros((n, 1), jnp.int32)
-  return (buckets, labels), (buckets.at[0, 0].set(1), labels)
 
 
 @functools.lru_cache(maxsize=None)
