@@ -72,7 +72,7 @@ def test_kurtosis_method_holds_its_level_where_chi_square_does_not():
   # Laplace replicates (kurtosis 6), variance 1, m = 400, 4000 independent entries,
   # per-entry level 1%. chi-square's real rate is ~10%; the kurtosis test's ~2%.
   # Binomial sd of a rate over 4000 entries is <= 0.005, so the bounds below are
-  # > 4 sd from the measured rates (0.106 and 0.019 at this seed).
+  # > 4 sd from the measured rates (0.106 and 0.018 at this seed).
   rng = np.random.default_rng(0)
   x = rng.laplace(size=(400, 4000)) / np.sqrt(2)
   rej = {m: np.mean([not audit.check_variance(x[:, j], 1.0, alpha=0.01, method=m).passed
