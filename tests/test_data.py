@@ -3,6 +3,7 @@
 import gzip
 import os
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -138,3 +139,9 @@ def test_partition_rejects_bad_labels():
     data.partition_clients(np.array([0.5, 1.0]), 2, seed=0, scheme="dirichlet")
   with pytest.raises(ValueError, match="num_clients"):
     data.partition_clients(np.arange(3), 4, seed=0)
+
+
+def test_tfds_route_without_tensorflow_datasets_names_the_extra(monkeypatch):
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # `import` now raises ImportError
+  with pytest.raises(ValueError, match=r"pip install 'jaxdistill\[tfds\]'"):
+    data.load_dataset("tfds:mnist")

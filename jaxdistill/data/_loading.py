@@ -15,7 +15,7 @@ Sources:
   there and in ``$JAXDISTILL_FASHION_MNIST``.
 * ``tfds:<name>`` (mnist, fashion_mnist, svhn_cropped, cifar10) through
   tensorflow-datasets, which needs TensorFlow and a network (the ``tfds``
-  extra).
+  extra). Offline, the tests run this route on tfds's mock data.
 """
 
 from __future__ import annotations
@@ -184,18 +184,65 @@ def find_fashion_mnist() -> pathlib.Path | None:
   return None
 
 
-def load_tfds(name: str, split: str = "train") -> ImageData:  # pragma: no cover - needs TF + network
-  """Loads a tensorflow-datasets image set (Colab route; needs ``pip install .[tfds]``)."""
+def _first_line(err: BaseException) -> str:
+  lines = str(err).strip().splitlines()
+  return lines[0] if lines else ""
+
+
+def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_size: int = 4096) -> ImageData:
+  """Loads a tensorflow-datasets image set (the Colab route; needs ``pip install 'jaxdistill[tfds]'``).
+
+  The split is read in batches of ``batch_size`` and concatenated on the
+  host, so a split of unknown size works too (``batch_size=-1`` would ask
+  tfds for one tensor of the whole split).
+
+  Args:
+    name: a tfds name with ``image`` and ``label`` features, e.g. ``mnist``,
+      ``fashion_mnist``, ``svhn_cropped``, ``cifar10``, ``emnist/letters``.
+    split: a tfds split, e.g. ``train`` or ``test``.
+    data_dir: tfds's download/cache folder (None: tfds's default).
+    batch_size: examples per batch read from tfds.
+
+  Raises:
+    ValueError: tensorflow-datasets is not installed, the data set is unknown
+      or cannot be loaded, or its images are not bytes.
+  """
+  if not isinstance(name, str) or not name:
+    raise ValueError(f"Expected name to be a tfds data set name; got {name!r}.")
+  if not isinstance(split, str) or not split:
+    raise ValueError(f"Expected split to be a tfds split name; got {split!r}.")
+  batch = _validate.integer("batch_size", batch_size, minimum=1)
   try:
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   except ImportError as err:
     raise ValueError("tfds data sets need tensorflow and tensorflow-datasets "
                      "(pip install 'jaxdistill[tfds]').") from err
-  ds = tfds.as_numpy(tfds.load(name, split=split, batch_size=-1, as_supervised=True))
-  images, labels = ds
-  info = tfds.builder(name).info
-  return ImageData(_to_float(images), np.asarray(labels, np.int32), info.features["label"].num_classes,
-                   f"tfds:{name}")
+  try:
+    builder = tfds.builder(name, data_dir=None if data_dir is None else str(data_dir))
+  except Exception as err:  # tfds raises its own DatasetNotFoundError and others
+    raise ValueError(f"tfds cannot find data set {name!r} ({type(err).__name__}: {_first_line(err)}).") from None
+  features = builder.info.features
+  if "image" not in features:
+    raise ValueError(f"tfds data set {name!r} has no image feature 'image'.")
+  label = features["label"] if "label" in features else None
+  if label is None or not hasattr(label, "num_classes"):
+    raise ValueError(f"tfds data set {name!r} has no class-label feature 'label'.")
+  images, labels = [], []
+  try:
+    ds = tfds.load(name, split=split, data_dir=None if data_dir is None else str(data_dir),
+                   as_supervised=True, batch_size=batch)
+    for x, y in tfds.as_numpy(ds):
+      images.append(np.asarray(x))
+      labels.append(np.asarray(y))
+  except Exception as err:  # download, preparation or an unknown split: tfds's and TensorFlow's own errors
+    raise ValueError(f"tfds cannot load {name!r}, split {split!r} "
+                     f"({type(err).__name__}: {_first_line(err)}).") from None
+  if not images:
+    raise ValueError(f"tfds data set {name!r}, split {split!r} is empty.")
+  x = np.concatenate(images)
+  if x.dtype != np.uint8:
+    raise ValueError(f"tfds data set {name!r}: expected uint8 images; got {x.dtype}.")
+  return ImageData(_to_float(x), np.concatenate(labels).astype(np.int32), int(label.num_classes), f"tfds:{name}")
 
 
 def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData | None]:
@@ -205,7 +252,8 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
     name: ``mnist-embedded`` (5,000 digits, no test split), ``fashion-mnist``
       (IDX; ``data_dir`` or the Debian location), ``mnist`` / ``idx`` (IDX in
       ``data_dir``), or ``tfds:<name>``.
-    data_dir: folder with IDX files, when needed.
+    data_dir: folder with IDX files, when needed; for ``tfds:<name>``, tfds's
+      download/cache folder (optional).
 
   Raises:
     ValueError: unknown name, missing or nonexistent ``data_dir``, or missing
@@ -226,5 +274,5 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
     return load_idx_dir(d, "train"), load_idx_dir(d, "test")
   if name.startswith("tfds:"):
     tf_name = name.split(":", 1)[1]
-    return load_tfds(tf_name, "train"), load_tfds(tf_name, "test")
+    return load_tfds(tf_name, "train", data_dir=data_dir), load_tfds(tf_name, "test", data_dir=data_dir)
   raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {name!r}.")
