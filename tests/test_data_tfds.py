@@ -49,6 +49,17 @@ def test_load_tfds_reads_every_example_in_order_and_scales_bytes(name, shape, cl
   assert got.num_classes == classes and got.name == f"tfds:{name}"
 
 
+@pytest.mark.parametrize("name", ["emnist/letters", "emnist/digits"])
+def test_emnist_is_transposed_upright_like_mnist(name):
+  # tfds (like the EMNIST release) stores every image transposed; jaxdistill turns it back.
+  with mock(9):
+    ref_images, ref_labels = reference(name, "train")
+    got = data.load_tfds(name, "train", batch_size=4)
+  assert ref_images.shape == (9, 28, 28, 1)
+  np.testing.assert_array_equal(got.images, np.swapaxes(ref_images, 1, 2).astype(np.float32) / np.float32(255))
+  np.testing.assert_array_equal(got.labels, ref_labels)
+
+
 def test_load_tfds_does_not_depend_on_batch_size():
   with mock(19):
     a = data.load_tfds("cifar10", "test", batch_size=1)

@@ -194,7 +194,11 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
 
   The split is read in batches of ``batch_size`` and concatenated on the
   host, so a split of unknown size works too (``batch_size=-1`` would ask
-  tfds for one tensor of the whole split).
+  tfds for one tensor of the whole split). EMNIST (``emnist/<config>``) is
+  stored transposed, as in the original release ("inverted horizontally
+  and rotated 90 degrees anti-clockwise", tfds's description); it is
+  transposed back, so its letters and digits are upright like MNIST's (the
+  public set FedMD pairs it with).
 
   Args:
     name: a tfds name with ``image`` and ``label`` features, e.g. ``mnist``,
@@ -242,6 +246,8 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
   x = np.concatenate(images)
   if x.dtype != np.uint8:
     raise ValueError(f"tfds data set {name!r}: expected uint8 images; got {x.dtype}.")
+  if name.split("/", 1)[0] == "emnist":
+    x = np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # [N, W, H, C] as stored -> upright [N, H, W, C]
   return ImageData(_to_float(x), np.concatenate(labels).astype(np.int32), int(label.num_classes), f"tfds:{name}")
 
 
