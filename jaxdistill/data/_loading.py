@@ -208,8 +208,10 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
     batch_size: examples per batch read from tfds.
 
   Raises:
-    ValueError: tensorflow-datasets is not installed, the data set is unknown
-      or cannot be loaded, or its images are not bytes.
+    ValueError: tensorflow-datasets is not installed; the data set is unknown,
+      has no ``image`` or class-label ``label`` feature, or cannot be loaded
+      (e.g. no network for the download); the split is empty; or its images
+      are not bytes. tfds's own multi-line errors are cut to their first line.
   """
   if not isinstance(name, str) or not name:
     raise ValueError(f"Expected name to be a tfds data set name; got {name!r}.")
