@@ -28,6 +28,8 @@ __all__ = [
     "boolean",
     "output_dir",
     "prng_key",
+    "first_line",
+    "describe_error",
 ]
 
 
@@ -257,3 +259,17 @@ def prng_key(name: str, value: Any, *, batched: bool = False) -> Any:
   if not batched and key.ndim != 0:
     raise ValueError(f"Expected {name} to be a single PRNG key; got a batch of shape {tuple(key.shape)}.")
   return key
+
+
+def first_line(err: BaseException) -> str:
+  """The first non-blank line of an error's message ("" if it has none), for one-line errors."""
+  for line in str(err).splitlines():
+    if line.strip():
+      return line.strip()
+  return ""
+
+
+def describe_error(err: BaseException, *, limit: int | None = None) -> str:
+  """``"TypeName: first line"`` (the line cut to ``limit`` characters), or ``"TypeName"`` if it has none."""
+  line = first_line(err)[:limit]
+  return f"{type(err).__name__}: {line}" if line else type(err).__name__

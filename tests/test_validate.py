@@ -111,3 +111,29 @@ def test_output_dir_with_a_report_refuses_what_would_block_it_later(tmp_path):
     v.output_dir("out_dir", tmp_path / "b", report="report.json")
   (tmp_path / "c" / "history").mkdir(parents=True)
   assert v.output_dir("out_dir", tmp_path / "c", report="report.json") == tmp_path / "c"
+
+
+@pytest.mark.parametrize("err, line, described", [
+    (ValueError("bad k\nmore detail"), "bad k", "ValueError: bad k"),
+    (RuntimeError("\n  \n  download failed  \nretry"), "download failed", "RuntimeError: download failed"),
+    (TypeError(), "", "TypeError"),            # "".splitlines()[0] would raise IndexError
+    (KeyError(""), "''", "KeyError: ''"),
+])
+def test_error_summaries_are_one_line_and_never_fail(err, line, described):
+  assert v.first_line(err) == line
+  assert v.describe_error(err) == described
+  assert v.describe_error(ValueError("x" * 200), limit=120) == "ValueError: " + "x" * 120
+
+
+def test_cli_prints_the_first_non_blank_line_of_an_error(capsys, monkeypatch):
+  import argparse  # pylint: disable=import-outside-toplevel
+  from jaxdistill.cli import main as cli_main  # pylint: disable=import-outside-toplevel
+
+  def fail(args):
+    raise ValueError("\nthe real message\nand a second line")
+
+  parser = cli_main.build_parser()
+  monkeypatch.setattr(cli_main, "build_parser", lambda: parser)
+  monkeypatch.setattr(parser, "parse_args", lambda argv: argparse.Namespace(func=fail))
+  assert cli_main.main(["label"]) == 2
+  assert capsys.readouterr().err == "jaxdistill: error: the real message\n"

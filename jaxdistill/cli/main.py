@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from jaxdistill import _validate
 from jaxdistill.cli import _fedmd
 from jaxdistill.cli import _label
 from jaxdistill.cli import _privacy
@@ -29,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what was asked, for reports
     return int(args.func(args) or 0)
   except (CliError, ValueError) as err:
-    msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+    msg = _validate.first_line(err) or type(err).__name__
     if not msg.startswith("jaxdistill"):
       msg = f"jaxdistill: error: {msg}"
     sys.stderr.write(msg + "\n")

@@ -184,11 +184,6 @@ def find_fashion_mnist() -> pathlib.Path | None:
   return None
 
 
-def _first_line(err: BaseException) -> str:
-  lines = str(err).strip().splitlines()
-  return lines[0] if lines else ""
-
-
 def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_size: int = 4096) -> ImageData:
   """Loads a tensorflow-datasets image set (the Colab route; needs ``pip install 'jaxdistill[tfds]'``).
 
@@ -226,7 +221,7 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
   try:
     builder = tfds.builder(name, data_dir=None if data_dir is None else str(data_dir))
   except Exception as err:  # tfds raises its own DatasetNotFoundError and others
-    raise ValueError(f"tfds cannot find data set {name!r} ({type(err).__name__}: {_first_line(err)}).") from None
+    raise ValueError(f"tfds cannot find data set {name!r} ({_validate.describe_error(err)}).") from None
   features = builder.info.features
   if "image" not in features:
     raise ValueError(f"tfds data set {name!r} has no image feature 'image'.")
@@ -241,8 +236,7 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
       images.append(np.asarray(x))
       labels.append(np.asarray(y))
   except Exception as err:  # download, preparation or an unknown split: tfds's and TensorFlow's own errors
-    raise ValueError(f"tfds cannot load {name!r}, split {split!r} "
-                     f"({type(err).__name__}: {_first_line(err)}).") from None
+    raise ValueError(f"tfds cannot load {name!r}, split {split!r} ({_validate.describe_error(err)}).") from None
   if not images:
     raise ValueError(f"tfds data set {name!r}, split {split!r} is empty.")
   x = np.concatenate(images)

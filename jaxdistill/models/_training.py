@@ -287,7 +287,7 @@ def _output_classes(clf: Classifier, state: TrainState, image_shape: tuple[int, 
                          jax.ShapeDtypeStruct((1, *image_shape), jnp.float32))
   except (TypeError, ValueError) as err:
     raise ValueError(f"Expected images the model accepts; its forward pass fails on images of shape "
-                     f"{image_shape} ({type(err).__name__}: {str(err).splitlines()[0][:120]}).") from None
+                     f"{image_shape} ({_validate.describe_error(err, limit=120)}).") from None
   return int(out.shape[-1])
 
 
