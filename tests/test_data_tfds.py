@@ -105,7 +105,8 @@ def test_label_cli_runs_end_to_end_on_rgb_tfds_data(tmp_path, capsys):
   with mock(400):
     code = main(["label", "--dataset", "tfds:cifar10", "--private-size", "200", "--public-size", "100",
                  "--eval-size", "100", "--s", "10", "--student-epochs", "1", "--representation", "hog-pca",
-                 "--pca-dim", "8", "--no-progress", "--out-dir", str(out)])
+                 "--pca-dim", "8", "--no-progress", "--out-dir", str(out),
+                 "--data-dir", str(tmp_path / "tfds-data")])  # tfds's folder need not exist yet
   _, err = capsys.readouterr()
   assert code == 0, err
   report = json.loads((out / "report.json").read_text())

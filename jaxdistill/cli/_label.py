@@ -115,7 +115,8 @@ def _mean_row(draws: list[float], mean: float) -> list[list[Any]]:
 
 
 def run_label(args: argparse.Namespace) -> int:
-  if args.data_dir is not None and not pathlib.Path(args.data_dir).is_dir():
+  # An IDX folder must exist; tfds creates its data folder when it downloads.
+  if args.data_dir is not None and not args.dataset.startswith("tfds:") and not pathlib.Path(args.data_dir).is_dir():
     raise ValueError(f"Expected --data-dir={args.data_dir!r} to be an existing folder; it does not exist.")
   config = config_from_args(args)
   result = labeling.run_labeling(config, progress=not args.no_progress)
