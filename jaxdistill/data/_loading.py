@@ -205,7 +205,8 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
   Raises:
     ValueError: tensorflow-datasets is not installed; the data set is unknown,
       has no ``image`` or class-label ``label`` feature, or cannot be loaded
-      (e.g. no network for the download); the split is empty; or its images
+      (e.g. no network for the download: measured offline, tfds retries for
+      about 3.5 minutes before this error); the split is empty; or its images
       are not bytes. tfds's own multi-line errors are cut to their first line.
   """
   if not isinstance(name, str) or not name:
