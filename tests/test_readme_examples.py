@@ -112,17 +112,13 @@ def test_accounting_example_returns_the_numbers_in_its_comments(tmp_path, monkey
   assert checked == 5  # laplace, calibrate, shuffle_epsilon, shuffle_local_epsilon, privacy_profile
 
 
-def test_audit_example_prints_what_its_comment_says(tmp_path, monkeypatch):
-  line, code = block("audit.audit_privacy(")
-  expected = re.search(r"# (False [\d.]+), then (True [\d.]+)", code)
+@pytest.mark.parametrize("marker, printed", [
+    ("audit.audit_privacy(", r"# (False [\d.]+), then (True [\d.]+)"),         # no alarm, then the planted bug's
+    ("M.ConcatenationLiteral(", r"# (concatenation \w+), (concatenation-literal \w+)"),  # the bias is caught
+], ids=["audit", "concatenation-bias"])
+def test_example_prints_the_lines_its_comment_gives(marker, printed, tmp_path, monkeypatch):
+  line, code = block(marker)
+  expected = re.search(printed, code)
   assert expected is not None
   _, out = run(line, code, tmp_path, monkeypatch)
-  assert out.splitlines() == [expected.group(1), expected.group(2)]
-
-
-def test_concatenation_example_catches_the_bias_as_its_comment_says(tmp_path, monkeypatch):
-  line, code = block("M.ConcatenationLiteral(")
-  expected = re.search(r"# (concatenation \w+), (concatenation-literal \w+)", code)
-  assert expected is not None
-  _, out = run(line, code, tmp_path, monkeypatch)
-  assert out.splitlines() == [expected.group(1), expected.group(2)]
+  assert out.splitlines() == list(expected.groups())
