@@ -219,8 +219,9 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
   except ImportError as err:
     raise ValueError("tfds data sets need tensorflow and tensorflow-datasets "
                      "(pip install 'jaxdistill[tfds]').") from err
+  tfds_dir = None if data_dir is None else str(data_dir)
   try:
-    builder = tfds.builder(name, data_dir=None if data_dir is None else str(data_dir))
+    builder = tfds.builder(name, data_dir=tfds_dir)
   except Exception as err:  # tfds raises its own DatasetNotFoundError and others
     raise ValueError(f"tfds cannot find data set {name!r} ({_validate.describe_error(err)}).") from None
   features = builder.info.features
@@ -231,8 +232,7 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
     raise ValueError(f"tfds data set {name!r} has no class-label feature 'label'.")
   images, labels = [], []
   try:
-    ds = tfds.load(name, split=split, data_dir=None if data_dir is None else str(data_dir),
-                   as_supervised=True, batch_size=batch)
+    ds = tfds.load(name, split=split, data_dir=tfds_dir, as_supervised=True, batch_size=batch)
     for x, y in tfds.as_numpy(ds):
       images.append(np.asarray(x))
       labels.append(np.asarray(y))
