@@ -71,8 +71,12 @@ def align_pmfs(p: Any, q: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _one_direction(p: np.ndarray, q: np.ndarray, epsilons: np.ndarray) -> np.ndarray:
-  gamma = np.exp(epsilons)[:, None]
-  return np.clip(p[None, :] - gamma * q[None, :], 0.0, None).sum(axis=1)
+  # e^eps overflows to inf from eps ~ 709.8 (and eps = inf is allowed): inf * 0 would be NaN, so
+  # outcomes with q = 0 contribute p exactly and the product is formed only where q > 0.
+  with np.errstate(over="ignore"):
+    gamma = np.exp(epsilons)[:, None]
+  gq = np.multiply(gamma, q[None, :], out=np.zeros((len(epsilons), len(q))), where=q[None, :] > 0)
+  return np.clip(p[None, :] - gq, 0.0, None).sum(axis=1)
 
 
 def _epsilons(name: str, value: Any) -> np.ndarray:

@@ -28,6 +28,16 @@ def test_hockey_stick_by_hand():
   assert accounting.hockey_stick_divergence({"a": 1.0}, {"b": 1.0}, 10.0) == 1.0
 
 
+@pytest.mark.parametrize("eps", [709.0, 710.0, 800.0, math.inf])
+def test_huge_and_infinite_epsilon_count_only_mass_where_q_is_zero(eps):
+  # e^eps overflows from ~709.8: the divergence must stay the mass of p where q = 0 (not NaN).
+  with np.errstate(all="raise"):
+    assert accounting.hockey_stick_divergence([0.5, 0.5], [1.0, 0.0], eps) == 0.5
+    assert accounting.privacy_profile([0.5, 0.5, 0.0], [0.5, 0.5, 0.0], eps) == 0.0
+    np.testing.assert_array_equal(accounting.worst_case_profile([([0.5, 0.5], [1.0, 0.0])], [1.0, eps]),
+                                  [0.5, 0.5])
+
+
 @given(st.floats(0.05, 5), st.integers(2, 6), st.floats(0, 6))
 def test_pure_dp_rr_profile(eps0, k, eps):
   # RR is eps0-DP: delta(eps) = 0 for eps >= eps0, and > 0 below it.
