@@ -129,6 +129,8 @@ def compose_pairs_epsilon(epsilon: Any, delta: Any, count: Any, target_delta: An
   (the optimal composition theorem), evaluated through dp-accounting's
   pessimistic PLD of the dominating pair, and capped by basic composition
   (T epsilon when T delta <= ``target_delta``), which that grid can overshoot.
+  No epsilon' brings delta_T below 1 - (1 - delta)^T: a ``target_delta``
+  under that floor gives ``inf``, and ``target_delta = 1`` gives 0.
 
   ``count`` is at most :data:`MAX_PAIRS_COUNT` (10,000): the composed PLD's
   support grows linearly in T, and at T = 10^6 it needs about 29 GiB. The
@@ -142,6 +144,12 @@ def compose_pairs_epsilon(epsilon: Any, delta: Any, count: Any, target_delta: An
   d = _validate.probability("delta", delta)
   t = _validate.integer("count", count, minimum=1, maximum=MAX_PAIRS_COUNT)
   td = _validate.probability("target_delta", target_delta)
+  if td >= 1.0:
+    return 0.0  # every mechanism is (0, 1)-DP
+  # delta_T(eps') >= 1 - (1 - delta)^T at every eps' (the sum above is >= 0), with equality from eps' = T eps on.
+  floor = 1.0 if d == 1.0 else -math.expm1(t * math.log1p(-d))
+  if floor > td:
+    return math.inf
   basic = t * eps if t * d <= td else math.inf
   return min(float(_pairs_pld(eps, d, t).get_epsilon_for_delta(td)), basic)
 

@@ -159,6 +159,21 @@ def test_compose_pairs_count_is_bounded():
     labeling.compose_pairs_epsilon("0.1", 1e-9, 2, 1e-6)
 
 
+@pytest.mark.parametrize("delta,t,target", [(1.0, 2, 0.5), (1.0, 3, 0.999), (0.999999, 3, 0.9), (0.7, 2, 0.9),
+                                             (0.9, 3, 0.5), (0.99, 2, 0.99995), (0.3, 3, 0.7), (1.0, 10, 1.0)])
+def test_compose_pairs_with_delta_near_one(delta, t, target):
+  # dp-accounting's tail truncation raised IndexError here. delta_T(eps') falls to 1 - (1 - delta)^T at
+  # eps' = T eps and never below: infinite past that floor, else checked against the exact formula.
+  e = labeling.compose_pairs_epsilon(0.5, delta, t, target)
+  floor = 1.0 - (1.0 - delta) ** t
+  if target >= 1.0:
+    assert e == 0.0
+  elif floor > target:
+    assert e == math.inf
+  else:
+    assert math.isfinite(e) and exact_pairs_delta(0.5, delta, t, e) <= target + 1e-12
+
+
 @pytest.mark.parametrize("mechanism", ["central", "shuffle-single", "shuffle-multi"])
 @pytest.mark.parametrize("eps,t", [(1.0, 3), (0.5, 3), (2.0, 3), (1.0, 6), (0.3, 7)])
 def test_every_split_is_found_and_meets_the_total(mechanism, eps, t):
