@@ -54,10 +54,14 @@ __all__ = [
     "randomized_response",
     "calibrate",
     "MAX_GRID_POINTS",
+    "MAX_RR_EPSILON0",
 ]
 
 #: Largest PLD grid built (float64: 8 bytes a point, a few copies during FFT).
 MAX_GRID_POINTS = 20_000_000
+
+#: Largest local epsilon of randomized response: e^eps0 overflows float64 from about 709.8.
+MAX_RR_EPSILON0 = 700.0
 
 _MECHANISMS = ("laplace", "discrete-laplace", "gaussian", "randomized-response")
 
@@ -123,10 +127,16 @@ class MechanismAccount:
     """The dp-accounting event of the T-fold mechanism.
 
     The event's sensitivity is the shift of one worst neighbouring pair under
-    ``relation`` (2kr for a BSVS count under replace-one), so compose it in an
-    accountant built with ``ADD_OR_REMOVE_ONE``: dp-accounting's
-    ``REPLACE_ONE`` reads a Gaussian event's sensitivity as a clip norm and
-    doubles the shift, and it refuses (discrete) Laplace events.
+    ``relation`` (2kr for a BSVS count under replace-one), so compose a
+    Laplace, discrete-Laplace or Gaussian event in an accountant built with
+    ``ADD_OR_REMOVE_ONE``: dp-accounting's ``REPLACE_ONE`` reads a Gaussian
+    event's sensitivity as a clip norm and doubles the shift, and it refuses
+    (discrete) Laplace events. A randomized-response event is the opposite:
+    dp-accounting composes it only under ``REPLACE_ONE`` (its own relation).
+    Its T releases come as a ``ComposedDpEvent`` of T copies, not a
+    ``SelfComposedDpEvent``: dp-accounting 0.6.0's ``PLDAccountant`` ignores
+    the count of a self-composed randomized-response event and would report
+    the epsilon of one release.
     """
     if self.mechanism == "laplace":
       ev = dpe.LaplaceDpEvent(noise_multiplier=self.parameter / self.sensitivity)
@@ -138,6 +148,10 @@ class MechanismAccount:
     else:
       ev = dpe.RandomizedResponseDpEvent(noise_parameter=_rr_noise(self.parameter, self.num_buckets),
                                          num_buckets=self.num_buckets)
+      if self.count > 1:
+        # dp-accounting 0.6.0's PLDAccountant drops the count of a self-composed randomized-response
+        # event (it composes one release): list the T releases so that every accountant counts them.
+        return dpe.ComposedDpEvent([ev] * self.count)
     return ev if self.count == 1 else dpe.SelfComposedDpEvent(ev, self.count)
 
   def pure_epsilon(self) -> float:
@@ -187,7 +201,10 @@ class MechanismAccount:
 
 
 def _rr_noise(epsilon0: float, num_buckets: int | None) -> float:
-  """dp-accounting's noise_parameter: with prob 1 - p keep, else uniform over K."""
+  """dp-accounting's noise_parameter: with prob 1 - p keep, else uniform over K.
+
+  ``K / (e^eps0 + K - 1)``, finite and > 0 for eps0 <= :data:`MAX_RR_EPSILON0`.
+  """
   k = num_buckets
   return k / (math.exp(epsilon0) + k - 1)
 
@@ -299,14 +316,17 @@ def randomized_response(epsilon0: Any, *, num_buckets: Any, relation: Any = Rela
     value_discretization_interval: PLD grid step.
 
   Raises:
-    ValueError: for any relation other than replace-one.
+    ValueError: for any relation other than replace-one, or ``epsilon0``
+      above :data:`MAX_RR_EPSILON0`.
   """
   rel, count, vdi = _common(relation, count, value_discretization_interval)
   if rel is not Relation.REPLACE_ONE:
     raise ValueError(f"Expected relation=replace-one for randomized response (a local randomizer); got {rel.value}.")
   k = _validate.integer("num_buckets", num_buckets, minimum=2)
-  return MechanismAccount("randomized-response", _validate.positive("epsilon0", epsilon0), 1.0,
-                          rel, count, k, vdi)
+  eps0 = _validate.positive("epsilon0", epsilon0)
+  if eps0 > MAX_RR_EPSILON0:
+    raise ValueError(f"Expected epsilon0={eps0!r} <= {MAX_RR_EPSILON0:g} (e^eps0 overflows float64 from ~709.8).")
+  return MechanismAccount("randomized-response", eps0, 1.0, rel, count, k, vdi)
 
 
 def _factory(mechanism: str, parameter: float, sensitivity: Any, relation: Relation, count: int,
@@ -360,7 +380,9 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
   Raises:
     ValueError: on bad arguments, or when no noise level in the search range
       meets the target (e.g. randomized response needs more than the target
-      allows).
+      allows), or a randomized-response target above T times
+      :data:`MAX_RR_EPSILON0`. A randomized-response search stops at eps0 =
+      :data:`MAX_RR_EPSILON0` and returns it if it already meets the target.
   """
   mech = _validate.choice("mechanism", mechanism, _MECHANISMS)
   eps = _validate.positive("target_epsilon", target_epsilon)
@@ -384,6 +406,11 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
   else:
     safe = eps / count
 
+  cap = MAX_RR_EPSILON0 if mech == "randomized-response" else math.inf
+  if safe > cap:
+    raise ValueError(f"Expected target_epsilon={eps!r} <= {cap * count:g} for randomized response with "
+                     f"count={count} (eps0 is at most {cap:g}).")
+
   def ok(x: float) -> bool:
     acct = _factory(mech, x, sens, rel, count, num_buckets, vdi)
     return acct.epsilon(delta) <= eps
@@ -397,11 +424,13 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
   if not ok(safe):  # pragma: no cover - pure-DP ends are private by construction
     raise ValueError(f"Could not verify a private starting point for {mech}; widen rtol or check inputs.")
   step = 0.25 if increasing else 4.0
-  hi, lo = safe, safe * step
+  hi, lo = safe, min(safe * step, cap)
   for _ in range(60):
     if not ok(lo):
       break
-    hi, lo = lo, lo * step
+    if lo >= cap:  # the largest supported eps0 already meets the target
+      return _factory(mech, cap, sens, rel, count, num_buckets, vdi)
+    hi, lo = lo, min(lo * step, cap)
   else:
     raise ValueError(f"Could not bracket the {mech} noise for target_epsilon={eps}, target_delta={delta}.")
   # Bisection in log space; ``hi`` is always the verified private end.

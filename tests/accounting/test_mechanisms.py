@@ -86,6 +86,42 @@ def test_dp_event_matches_dp_accounting_accountant():
   assert acct.epsilon(1e-5) == pytest.approx(pld.get_epsilon(1e-5), rel=1e-6)
 
 
+@pytest.mark.parametrize("count", [1, 3])
+def test_randomized_response_event_counts_every_release(count):
+  # dp-accounting 0.6.0's PLDAccountant ignores SelfComposedDpEvent's count for randomized response
+  # (it reports one release's epsilon): the event must list the releases. Both of dp-accounting's
+  # accountants must agree with the account, and T-fold RR at eps0 is T eps0-DP exactly.
+  acct = accounting.randomized_response(1.0, num_buckets=4, count=count)
+  rel = dp_accounting.NeighboringRelation.REPLACE_ONE
+  pld = dp_accounting.pld.PLDAccountant(rel)
+  pld.compose(acct.dp_event())
+  rdp = dp_accounting.rdp.RdpAccountant(neighboring_relation=rel)
+  rdp.compose(acct.dp_event())
+  assert acct.epsilon(1e-6) == pytest.approx(pld.get_epsilon(1e-6), rel=1e-3)
+  assert acct.epsilon(0.0) == pytest.approx(count * 1.0)
+  assert count * 0.99 < pld.get_epsilon(1e-6) <= rdp.get_epsilon(1e-6) + 1e-9
+
+
+@pytest.mark.parametrize("eps0", [700.0, 709.0, 710.0, 800.0])
+def test_randomized_response_epsilon0_is_capped_before_overflow(eps0):
+  # e^eps0 overflows float64 from ~709.8: the account refuses eps0 above MAX_RR_EPSILON0 with a ValueError.
+  if eps0 <= accounting.MAX_RR_EPSILON0:
+    assert accounting.randomized_response(eps0, num_buckets=2).epsilon(0.0) == pytest.approx(eps0)
+  else:
+    with pytest.raises(ValueError, match=f"epsilon0={eps0!r} <= 700"):
+      accounting.randomized_response(eps0, num_buckets=2)
+    with pytest.raises(ValueError, match="target_epsilon"):
+      accounting.calibrate("randomized-response", target_epsilon=eps0, target_delta=1e-6,
+                           relation="replace-one", num_buckets=2)
+
+
+def test_randomized_response_calibration_near_the_cap():
+  # The bracket stops at the cap; a target the cap already meets gets the cap.
+  acct = accounting.calibrate("randomized-response", target_epsilon=699.0, target_delta=1e-6,
+                              relation="replace-one", num_buckets=2)
+  assert acct.epsilon(1e-6) <= 699.0 and acct.parameter <= accounting.MAX_RR_EPSILON0
+
+
 def composed_laplace_loss(mu, count, step, up):
   """Privacy-loss pmf of `count` Laplace releases, each shifted by mu scales, on the grid step * Z.
 
