@@ -44,7 +44,7 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement
-from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape
+from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, check_input_fits
 
 __all__ = ["BsvsMechanism"]
 
@@ -153,27 +153,7 @@ def check_clients_fit(mechanism: BsvsMechanism, clients: Any, n: int) -> None:
     raise ValueError(f"Expected {calibrated_n} clients, the num_clients {type(mechanism).__name__} was built for "
                      f"(its privacy statement holds for exactly that many); got {n}.")
   if isinstance(clients, BsvsInput):
-    for name, arr, bound_name, bound, size_name, size in (
-        ("buckets", clients.buckets, "k", shape.k, "num_buckets", shape.num_buckets),
-        ("labels", clients.labels, "r", shape.r, "num_labels", shape.num_labels)):
-      if arr.ndim != 2 or arr.shape[0] != n:
-        raise ValueError(f"Expected clients.{name} of shape [n={n}, ...]; got {tuple(arr.shape)}.")
-      if not jnp.issubdtype(arr.dtype, jnp.integer):  # 1.5 would be cast to a bucket without a word
-        raise ValueError(f"Expected integer clients.{name}; got dtype {arr.dtype}.")
-      if arr.shape[1] > bound:
-        raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the mechanism's bound (its "
-                         f"noise is calibrated to it); got clients.{name} of shape {tuple(arr.shape)}.")
-      low, high = int(jnp.min(arr)), int(jnp.max(arr))
-      if low < -1 or high >= size:
-        raise ValueError(f"Expected clients.{name} in [0, {size_name}={size}) or -1 (padding); found values in "
-                         f"[{low}, {high}].")
-      # A repeated bucket (or label) moves one vote entry by 2: the unit-shift accounts would not hold.
-      srt = jnp.sort(arr, axis=1)
-      dup = jnp.any((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0), axis=1)
-      if bool(jnp.any(dup)):
-        row = int(jnp.argmax(dup))
-        raise ValueError(f"Expected distinct clients.{name} within a client (padding -1 aside); client {row} has "
-                         f"{np.asarray(arr[row]).tolist()}.")
+    check_input_fits(clients, shape, n)
     return
   declared = getattr(clients, "shape", None)
   if isinstance(declared, BsvsShape):

@@ -126,14 +126,15 @@ def make_bsvs_input(buckets: Any, labels: Any, *, num_buckets: int, num_labels: 
         raise ValueError(f"Expected {name} to hold integers; found non-integers.")
     elif arr.dtype.kind not in "iu":
       raise ValueError(f"Expected {name} to hold integers; got dtype {arr.dtype}.")
-  b = b.astype(np.int64).reshape(b.shape[0], -1) if b.ndim >= 1 else b
-  lab = lab.astype(np.int64).reshape(lab.shape[0], -1) if lab.ndim >= 1 else lab
-  if b.ndim != 2 or lab.ndim != 2:
-    raise ValueError(f"Expected buckets [n, k] and labels [n, r]; got {np.shape(buckets)} and {np.shape(labels)}.")
+  if b.ndim not in (1, 2) or lab.ndim not in (1, 2):
+    raise ValueError(f"Expected buckets [n, k] (or [n]) and labels [n, r] (or [n]); got {np.shape(buckets)} and "
+                     f"{np.shape(labels)}.")
   if b.shape[0] != lab.shape[0]:
     raise ValueError(f"Expected as many label rows as bucket rows; got {b.shape[0]} and {lab.shape[0]}.")
   if b.shape[0] < 1:
     raise ValueError("Expected at least one client (n >= 1).")
+  b = b.astype(np.int64).reshape(b.shape[0], -1)
+  lab = lab.astype(np.int64).reshape(lab.shape[0], -1)
   shape = BsvsShape(num_buckets, num_labels, b.shape[1] if k is None else k,
                     lab.shape[1] if r is None else r)
   if b.shape[1] > shape.k:
@@ -203,6 +204,38 @@ def entry_histogram(buckets: jax.Array, labels: jax.Array, valid: jax.Array | No
   return flat[:d]
 
 
+def check_input_fits(clients: BsvsInput, shape: BsvsShape, n: int | None = None) -> None:
+  """Raises ``ValueError`` unless ``clients`` fit ``shape`` (and number ``n`` when given).
+
+  Buckets >= s or labels >= |Y| would be dropped or counted in another
+  cell, more than k buckets (r labels) per client or a repeated one would
+  break the sensitivity the noise is calibrated to. Runs on the host (not
+  under ``jit``).
+  """
+  n = clients.num_clients if n is None else n
+  for name, arr, bound_name, bound, size_name, size in (
+      ("buckets", clients.buckets, "k", shape.k, "num_buckets", shape.num_buckets),
+      ("labels", clients.labels, "r", shape.r, "num_labels", shape.num_labels)):
+    if arr.ndim != 2 or arr.shape[0] != n:
+      raise ValueError(f"Expected clients.{name} of shape [n={n}, ...]; got {tuple(arr.shape)}.")
+    if not jnp.issubdtype(arr.dtype, jnp.integer):  # 1.5 would be cast to a bucket without a word
+      raise ValueError(f"Expected integer clients.{name}; got dtype {arr.dtype}.")
+    if arr.shape[1] > bound:
+      raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the declared bound (the noise "
+                       f"is calibrated to it); got clients.{name} of shape {tuple(arr.shape)}.")
+    low, high = int(jnp.min(arr)), int(jnp.max(arr))
+    if low < -1 or high >= size:
+      raise ValueError(f"Expected clients.{name} in [0, {size_name}={size}) or -1 (padding); found values in "
+                       f"[{low}, {high}].")
+    # A repeated bucket (or label) moves one vote entry by 2: the unit-shift accounts would not hold.
+    srt = jnp.sort(arr, axis=1)
+    dup = jnp.any((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0), axis=1)
+    if bool(jnp.any(dup)):
+      row = int(jnp.argmax(dup))
+      raise ValueError(f"Expected distinct clients.{name} within a client (padding -1 aside); client {row} has "
+                       f"{np.asarray(arr[row]).tolist()}.")
+
+
 @functools.partial(jax.jit, static_argnames=("num_buckets", "num_labels"))
 def _counts(buckets, labels, num_buckets, num_labels):
   flat = entry_histogram(buckets, labels, None, num_buckets, num_labels)
@@ -210,7 +243,15 @@ def _counts(buckets, labels, num_buckets, num_labels):
 
 
 def bsvs_counts(inputs: BsvsInput, shape: BsvsShape) -> jax.Array:
-  """The exact aggregate A = sum_i T_i y_i^T, ``int32 [s, |Y|]``."""
+  """The exact aggregate A = sum_i T_i y_i^T, ``int32 [s, |Y|]``.
+
+  Raises:
+    ValueError: if ``inputs`` do not fit ``shape`` (:func:`check_input_fits`).
+  """
+  shape = check_shape(shape)
+  if not isinstance(inputs, BsvsInput):
+    raise ValueError(f"Expected inputs to be a BsvsInput (make_bsvs_input); got {type(inputs).__name__}.")
+  check_input_fits(inputs, shape)
   return _counts(inputs.buckets, inputs.labels, shape.num_buckets, shape.num_labels)
 
 

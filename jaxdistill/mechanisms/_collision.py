@@ -326,8 +326,9 @@ class Collision(CollisionRates, BsvsMechanism):
 
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     del key  # no server-side randomness
+    n = _validate.integer("num_clients", num_clients, minimum=1)
     hits = np.asarray(stats, np.float64).reshape(self.shape.num_buckets, self.shape.num_labels)
-    return (hits - num_clients * self.q) / (self.p - self.q)
+    return (hits - n * self.q) / (self.p - self.q)
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     a, n = entry_counts(self.shape, counts, num_clients)

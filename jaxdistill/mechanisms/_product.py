@@ -69,6 +69,7 @@ def _product_stats(bucket_hits: jax.Array, label_hits: jax.Array) -> ProductStat
 
 def _centered_products(stats: Any, num_clients: int, q1: float, q2: float) -> np.ndarray:
   """sum_i (hit_ia - q1)(hit_ib - q2), float64 ``[s, |Y|]``, from integer sums."""
+  num_clients = _validate.integer("num_clients", num_clients, minimum=1)
   co = np.asarray(stats.cooccurrence, np.float64)
   hb = np.asarray(stats.bucket_hits, np.float64)
   hl = np.asarray(stats.label_hits, np.float64)

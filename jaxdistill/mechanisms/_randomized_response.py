@@ -102,10 +102,11 @@ class RandomizedResponse(BsvsMechanism):
 
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     del key  # no server-side randomness
+    n = _validate.integer("num_clients", num_clients, minimum=1)
     p = self.keep_probability
     q = 1.0 - p
     total = np.asarray(stats, dtype=np.float64).reshape(self.shape.num_buckets, self.shape.num_labels)
-    return (total - num_clients * q) / (p - q)
+    return (total - n * q) / (p - q)
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     del counts  # every bit has variance pq whatever its true value

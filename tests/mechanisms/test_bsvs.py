@@ -36,10 +36,44 @@ def test_counts_match_dense_reference():
     (dict(buckets=[[1, 1]], labels=[[0]], num_buckets=3, num_labels=2), "distinct"),
     (dict(buckets=[[0]], labels=[[0]], num_buckets=2, num_labels=2, r=0), "r"),
     (dict(buckets=[[-3]], labels=[[0]], num_buckets=2, num_labels=2), "buckets"),
+    (dict(buckets=np.zeros((2, 1, 2), int), labels=[0, 1], num_buckets=4, num_labels=2), r"buckets \[n, k\]"),
+    (dict(buckets=np.zeros(0, int), labels=np.zeros(0, int), num_buckets=2, num_labels=2), "at least one client"),
 ])
 def test_bad_input(kwargs, name):
   with pytest.raises(ValueError, match=name):
     M.make_bsvs_input(**kwargs)
+
+
+def test_counts_refuse_inputs_that_do_not_fit_the_shape():
+  # bsvs_counts counted a label >= |Y| in the next bucket's row, dropped a bucket >= s and counted a
+  # repeated bucket twice, silently.
+  inp, shape = M.make_bsvs_input([[0], [1]], [[2], [0]], num_buckets=2, num_labels=3)
+  np.testing.assert_array_equal(np.asarray(M.bsvs_counts(inp, shape)), [[0, 0, 1], [1, 0, 0]])
+  for inputs, small, match in (
+      (inp, M.BsvsShape(2, 2, 1), r"labels in \[0, num_labels=2\)"),
+      (M.BsvsInput(jax.numpy.array([[5]]), jax.numpy.array([[0]])), M.BsvsShape(2, 2, 1), "num_buckets=2"),
+      (M.BsvsInput(jax.numpy.array([[0, 0]]), jax.numpy.array([[1]])), M.BsvsShape(2, 2, 2), "distinct"),
+      (M.BsvsInput(jax.numpy.array([[0, 1]]), jax.numpy.array([[1]])), M.BsvsShape(2, 2, 1), "at most k=1"),
+      ((np.array([[0]]), np.array([[0]])), shape, "BsvsInput")):
+    with pytest.raises(ValueError, match=match):
+      M.bsvs_counts(inputs, small)
+  with pytest.raises(ValueError, match="shape"):
+    M.bsvs_counts(inp, (2, 3, 1))
+
+
+@pytest.mark.parametrize("make", [M.RandomizedResponse, M.Collision, M.Separation, M.Concatenation,
+                                  M.ConcatenationLiteral])
+def test_estimates_refuse_a_bad_num_clients(make):
+  # num_clients is the debiasing n: -5, 0 or 2.5 gave a finite, meaningless estimate.
+  shape = M.BsvsShape(3, 2, 1)
+  mech = make(shape, 1.0)
+  inp, _ = M.make_bsvs_input([[0], [2], [1]], [[1], [0], [0]], num_buckets=3, num_labels=2, k=1)
+  keys = jax.random.split(jax.random.key(0), 3)
+  stats = mech.chunk_statistics(keys, inp.buckets, inp.labels, jax.numpy.ones(3, bool))
+  assert np.isfinite(mech.estimate(jax.random.key(1), stats, 3)).all()
+  for bad in (-5, 0, 2.5, None):
+    with pytest.raises(ValueError, match="num_clients"):
+      mech.estimate(jax.random.key(1), stats, bad)
 
 
 def test_domain_must_fit_int32_indices():
