@@ -31,7 +31,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
 
+from jaxdistill import _validate
+
 _SPARE_TAIL = 2.0**-40  # spare fields: a while_loop fallback runs w.p. <= 2^-40 per call
+# Fallback round r draws from fold_in(key, 2^31 + r). fold_in(key, j) hashes the counter (0, j), which is
+# also the counter of words 2j and 2j + 1 of uniform_words(key): with j = r the fallback key would be two
+# words the first draw already used as values. A stream shorter than 2^32 words never reaches 2^31.
+_ROUND_BASE = 0x80000000
+
+
+def _round_key(key: jax.Array, round_: jax.Array) -> jax.Array:
+  """The key of fallback round ``round_`` >= 1 (never a word of ``uniform_words(key, .)``)."""
+  return jax.random.fold_in(key, jnp.uint32(_ROUND_BASE) + round_)
 
 __all__ = ["dyadic_ceil", "uniform_words", "bernoulli_dyadic", "uniform_below", "uniform_index"]
 
@@ -52,6 +63,7 @@ def uniform_words(key: jax.Array, num_words: int) -> jax.Array:
   output words (words 2i and 2i + 1), so a shorter stream is a prefix of a
   longer one; other key implementations fall back to ``jax.random.bits``.
   """
+  num_words = _validate.integer("num_words", num_words, minimum=0, maximum=2**32 - 2)
   data = jax.random.key_data(key)
   if data.shape != (2,) or data.dtype != jnp.uint32:
     return jax.random.bits(key, (num_words,), jnp.uint32)
@@ -70,13 +82,19 @@ def bernoulli_dyadic(key: jax.Array, threshold: int, bits: int, num: int) -> jax
     threshold: integer in [0, 2^bits] (from :func:`dyadic_ceil`).
     bits: 16 (two draws per 32-bit word) or 32.
     num: number of draws.
+
+  Raises:
+    ValueError: ``bits`` not 16 or 32, ``threshold`` not an integer in
+      [0, 2^bits], or ``num`` < 0.
   """
+  if bits not in (16, 32):
+    raise ValueError(f"Expected bits in (16, 32); got {bits!r}.")
+  threshold = _validate.integer("threshold", threshold, minimum=0, maximum=2**bits)
+  num = _validate.integer("num", num, minimum=0)
   if bits == 32:
     if threshold >= 2**32:
       return jnp.ones((num,), jnp.bool_)
     return uniform_words(key, num) < np.uint32(threshold)
-  if bits != 16:
-    raise ValueError(f"Expected bits in (16, 32); got {bits!r}.")
   half = -(-num // 2)
   w = uniform_words(key, half)
   u = jnp.concatenate([w & np.uint32(0xFFFF), w >> np.uint32(16)])[:num]
@@ -142,16 +160,18 @@ def uniform_below(key: jax.Array, bound: int, num: int) -> jax.Array:
   bounds, and biased for bounds above 2^16, where its 32-bit products
   overflow). A fixed number of spare words covers rejections except with
   probability <= 2^-40; a ``lax.while_loop`` then draws further words from
-  ``fold_in(key, 1), fold_in(key, 2), ...``, so the result is exact, not
+  ``fold_in(key, 2^31 + 1), fold_in(key, 2^31 + 2), ...``, so the result is exact, not
   truncated. The values are a pure function of the key: identical under
   ``vmap``, for any batch, on any device.
 
   Args:
     key: PRNG key.
     bound: static Python int in [1, 2^31 - 1].
-    num: static number of values.
+    num: static number of values (>= 0).
   """
-  return _uniform_below(key, int(bound), int(num), uniform_plan(int(bound), int(num)))
+  bound = _validate.integer("bound", bound, minimum=1, maximum=2**31 - 1)
+  num = _validate.integer("num", num, minimum=0)
+  return _uniform_below(key, bound, num, uniform_plan(bound, num))
 
 
 def _uniform_below(key: jax.Array, bound: int, num: int, plan: tuple[int, int, int, int, int]) -> jax.Array:
@@ -166,7 +186,7 @@ def _uniform_below(key: jax.Array, bound: int, num: int, plan: tuple[int, int, i
 
     def more(state):
       vals, filled, round_ = state
-      vals, filled = _accepted_into(uniform_words(jax.random.fold_in(key, round_), block), vals,
+      vals, filled = _accepted_into(uniform_words(_round_key(key, round_), block), vals,
                                     filled, accept, big)
       return vals, filled, round_ + 1
 
@@ -189,8 +209,17 @@ def uniform_index(key: jax.Array, bound: jax.Array) -> jax.Array:
   Rejection sampling on 32-bit words: u is accepted iff u < 2^32 - (2^32 mod
   bound), and then u mod bound is exactly uniform. Two words of the key's
   stream are tried (both rejected with probability < (bound / 2^32)^2); a
-  ``lax.while_loop`` draws more from ``fold_in(key, 1), ...`` if needed.
+  ``lax.while_loop`` draws more from ``fold_in(key, 2^31 + 1), ...`` if needed.
+
+  Raises:
+    ValueError: a concrete (not traced) ``bound`` outside [1, 2^31 - 1]; a
+      traced one is the caller's to keep in range.
   """
+  if not isinstance(bound, jax.core.Tracer):
+    bounds = np.asarray(bound)
+    if (bounds.dtype.kind not in "iu" or bounds.size == 0 or bounds.min() < 1
+        or bounds.max() > 2**31 - 1):
+      raise ValueError(f"Expected an integer bound in [1, 2^31 - 1]; got {bound!r}.")
   b = jnp.asarray(bound).astype(jnp.uint32)
   slack = (np.uint32(0xFFFFFFFF) % b + np.uint32(1)) % b  # 2^32 mod bound
   top = np.uint32(0xFFFFFFFF) - slack  # accept u <= top
@@ -204,7 +233,7 @@ def uniform_index(key: jax.Array, bound: jax.Array) -> jax.Array:
 
   def more(state):
     _, _, round_ = state
-    value, found = pick(uniform_words(jax.random.fold_in(key, round_), 2))
+    value, found = pick(uniform_words(_round_key(key, round_), 2))
     return value, found, round_ + 1
 
   value, _, _ = jax.lax.while_loop(lambda st: ~st[1], more, (value, found, jnp.uint32(1)))

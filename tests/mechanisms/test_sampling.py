@@ -140,7 +140,7 @@ def test_uniform_index_is_uniform_for_traced_bounds(bound):
 
 def test_uniform_index_falls_back_to_more_words(monkeypatch):
   # Force both first words to be rejected (0xFFFFFFFF is rejected for bound 3, since
-  # 2^32 mod 3 = 1): the value must then come from the first word of fold_in(key, 1).
+  # 2^32 mod 3 = 1): the value must then come from the first word of fold_in(key, 2^31 + 1).
   from jaxdistill.mechanisms import _sampling
   real = _sampling.uniform_words
   calls = []
@@ -153,4 +153,33 @@ def test_uniform_index_falls_back_to_more_words(monkeypatch):
   key = jax.random.key(9)
   got = int(_sampling.uniform_index(key, jnp.int32(3)))
   assert len(calls) == 2
-  assert got == int(real(jax.random.fold_in(key, 1), 2)[0]) % 3
+  assert got == int(real(jax.random.fold_in(key, 2**31 + 1), 2)[0]) % 3
+
+
+def test_fallback_keys_are_not_words_of_the_first_draw():
+  # fold_in(key, j) hashes the counter (0, j) that also gives words 2j, 2j + 1 of uniform_words(key):
+  # with j = r a fallback round's key would be two words the first draw used as values.
+  from jaxdistill.mechanisms import _sampling
+  key = jax.random.key(3)
+  words = np.asarray(M.uniform_words(key, 64)).reshape(-1, 2)
+  assert np.array_equal(np.asarray(jax.random.key_data(jax.random.fold_in(key, 1))), words[1])  # the hazard
+  for r in (1, 2, 31):
+    data = np.asarray(jax.random.key_data(_sampling._round_key(key, jnp.uint32(r))))
+    assert not (words == data).all(axis=1).any()
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda k: M.bernoulli_dyadic(k, 0.3, 16, 8), "threshold"),
+    (lambda k: M.bernoulli_dyadic(k, 2**16 + 1, 16, 8), "threshold"),
+    (lambda k: M.bernoulli_dyadic(k, -1, 32, 8), "threshold"),
+    (lambda k: M.bernoulli_dyadic(k, 3, 8, 8), "bits"),
+    (lambda k: M.bernoulli_dyadic(k, 3, 16, -1), "num"),
+    (lambda k: M.uniform_index(k, 0), "bound"),
+    (lambda k: M.uniform_index(k, jnp.int32(2**31 - 1) + 1), "bound"),
+    (lambda k: M.uniform_index(k, 2.5), "bound"),
+    (lambda k: M.uniform_below(k, 5, -3), "num"),
+    (lambda k: M.uniform_below(k, 0, 3), "bound"),
+    (lambda k: M.uniform_words(k, -3), "num_words")])
+def test_sampling_helpers_reject_bad_arguments(call, match):
+  with pytest.raises(ValueError, match=match):
+    call(jax.random.key(0))
