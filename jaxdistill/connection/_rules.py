@@ -379,6 +379,11 @@ def balanced_scores(buckets: Any, private_features: Any, query_features: Any, *,
   if b.size and (b.min() < -1 or b.max() >= q.shape[0]):
     raise ValueError(f"Expected buckets in [0, s={q.shape[0]}) or -1 (padding); found values in "
                      f"[{b.min()}, {b.max()}].")
+  srt = np.sort(b, axis=1)
+  dup = ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
+  if dup.any():  # an edge listed twice would count its similarity twice
+    row = int(np.flatnonzero(dup)[0])
+    raise ValueError(f"Expected distinct buckets per record (padding -1 aside); record {row} has {b[row].tolist()}.")
   d2 = np.sum(x * x, 1)[:, None] + np.sum(q * q, 1)[None, :] - 2.0 * x @ q.T
   sim = 1.0 / (1.0 + np.maximum(d2, 0.0) / h)
   rows = np.repeat(np.arange(b.shape[0]), b.shape[1])

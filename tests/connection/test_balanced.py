@@ -136,8 +136,12 @@ def test_balanced_scores_refuse_buckets_outside_the_queries():
   for buckets, match in ((np.full((6, 1), 5), r"buckets in \[0, s=2\) or -1 \(padding\); found values in \[5, 5\]"),
                          (np.full((6, 1), -2), r"found values in \[-2, -2\]"),
                          (np.zeros((5, 1), np.int32), r"int shape \[n=6, k\]"),
-                         (np.zeros((6, 1), np.float32), "int shape")):
+                         (np.zeros((6, 1), np.float32), "int shape"),
+                         (np.array([[0, 1], [1, 1], [0, -1], [0, 1], [1, 0], [0, 1]]),
+                          r"distinct buckets per record .* record 1 has \[1, 1\]")):
     with pytest.raises(ValueError, match=match):
       connection.balanced_scores(buckets, x, x[:2], bandwidth=1.0)
   scores = connection.balanced_scores(np.array([[0], [1], [-1], [0], [1], [0]]), x, x[:2], bandwidth=1.0)
   assert scores.shape == (2,) and scores[0] > 0 and scores[1] > 0  # padding (-1) is skipped
+  # Two padding entries in a row are not duplicates.
+  assert connection.balanced_scores(np.array([[0, -1, -1]] * 6), x, x[:2], bandwidth=1.0)[1] == 0.0
