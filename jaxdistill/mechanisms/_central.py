@@ -327,7 +327,10 @@ class CentralDiscreteLaplace(_Central):
 
   def privacy(self) -> PrivacyStatement:
     tv = float_sampler_tv(self.parameter)
-    float_delta = (1.0 + math.exp(self.epsilon)) * self.sensitivity * tv
+    # (1 + e^eps) * Delta * tv, in log space: e^eps overflows float64 from eps ~ 709.8 (delta is capped at 1).
+    log_delta = (self.epsilon + math.log1p(math.exp(-self.epsilon)) + math.log(self.sensitivity * tv)
+                 if tv > 0 else -math.inf)
+    float_delta = 1.0 if log_delta >= 0.0 else math.exp(log_delta)
     warn = PrivacyWarning(
         "float_sampler_delta",
         f"delta = 0 holds for the ideal discrete Laplace; the float64 sampler deviates from it by at most "

@@ -307,6 +307,17 @@ def test_float_discrete_laplace_sampler_is_within_its_stated_delta(a):
   assert warn.details["delta_per_release"] == pytest.approx((1 + math.exp(2 * a)) * 2 * tv, rel=1e-12)
 
 
+@pytest.mark.parametrize("eps", [700.0, 709.0, 710.0, 1000.0, 1e6])
+def test_float_sampler_delta_at_huge_epsilon(eps):
+  # (1 + e^eps) * Delta * tv overflowed from eps ~ 709.8 (OverflowError in privacy(), late in a run):
+  # it is computed in log space and capped at 1.
+  mech = M.CentralDiscreteLaplace(M.BsvsShape(3, 2, 1), eps)
+  (warn,) = mech.privacy().warnings
+  tv = warn.details["total_variation_per_entry"]
+  exact = math.exp(math.log1p(math.exp(eps)) + math.log(mech.sensitivity * tv)) if eps < 709 else math.inf
+  assert warn.details["delta_per_release"] == pytest.approx(min(1.0, exact), rel=1e-9)
+
+
 @pytest.mark.parametrize("cls,eps", [(M.CentralLaplace, 1e-300), (M.CentralLaplace, 1e-150),
                                      (M.CentralDiscreteLaplace, 1e-300), (M.CentralDiscreteLaplace, 1e-18)])
 def test_epsilon_whose_noise_overflows_is_refused(cls, eps):
