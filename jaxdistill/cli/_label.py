@@ -90,7 +90,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def default_out_dir(config: labeling.LabelingConfig) -> str:
   eps = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
   return str(pathlib.Path("runs") / (f"label-{config.dataset.replace(':', '_')}-{config.mechanism}-eps{eps}"
-                                     f"-s{config.num_queries}-k{config.k}-T{config.iterations}-seed{config.seed}"))
+                                     f"-s{config.num_queries}-k{config.k}-T{config.iterations}-seed{config.seed}"
+                                     + ("-secret-noise" if config.noise_seed is not None else "")))
 
 
 def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:

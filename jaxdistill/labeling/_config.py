@@ -33,6 +33,8 @@ CENTRAL_NOISES = ("discrete-laplace", "laplace")
 SHUFFLE_LOCALS = ("collision", "rr")
 #: Training targets of the student: argmax labels (the paper) or the noisy vote shares.
 STUDENT_TARGETS = ("hard", "soft")
+#: Most self-training rounds (each trains a fresh student; student draws' keys sit above this range).
+MAX_REFINE_ROUNDS = 1000
 
 _EMBEDDED_SIZES = (3000, 1000, 1000)  # D_priv, D_pub, D_eval of the 5,000 embedded digits
 
@@ -57,7 +59,8 @@ class StudentConfig:
       student's predictions and the cluster's vote shares and trains a
       fresh student on it (:func:`jaxdistill.labeling.refine_targets`);
       it reads only D_pub and the released votes, so it is post-processing
-      and the privacy statement is unchanged.
+      and the privacy statement is unchanged. At most
+      ``MAX_REFINE_ROUNDS`` (1000).
       The supervised ceiling is trained once: with true labels (one-hot
       shares) the refined targets are the labels themselves.
   """
@@ -87,7 +90,8 @@ class StudentConfig:
                        _validate.integer("embedding_dim", self.embedding_dim, minimum=1))
     object.__setattr__(self, "targets", _validate.choice("targets", self.targets, STUDENT_TARGETS))
     object.__setattr__(self, "refine_rounds",
-                       _validate.integer("refine_rounds", self.refine_rounds, minimum=0))
+                       _validate.integer("refine_rounds", self.refine_rounds, minimum=0,
+                                         maximum=MAX_REFINE_ROUNDS))
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -146,7 +150,8 @@ class LabelingConfig:
       The first is the reported Acc_pc (the same key for any value); with
       more, the report adds every draw, their mean and the gaps between
       the means. At T = 1, student draw i has the key of ceiling draw i,
-      so the gaps are paired. Training more students on released votes is
+      so the gaps are paired; no draw shares a key with another draw's
+      refinement students. Training more students on released votes is
       post-processing: the privacy statement does not change, and the
       ledger ignores this setting.
   """
@@ -267,9 +272,11 @@ class LabelingConfig:
     """The settings a vote release depends on (the ledger refuses to mix runs that differ).
 
     Student settings are left out: they only shape the queries of t >= 2,
-    which the ledger stores beside each release.
+    which the ledger stores beside each release. The noise source (public
+    seed or secret) stays in, the secret itself never: a secret-noise run
+    must not reuse votes whose noise anyone can recompute from the seed.
     """
     d = self.to_dict()
-    for name in ("out_dir", "baselines", "ceiling_seeds", "student_seeds", "student", "data_dir", "noise_seed"):
+    for name in ("out_dir", "baselines", "ceiling_seeds", "student_seeds", "student", "data_dir"):
       d.pop(name)
     return d

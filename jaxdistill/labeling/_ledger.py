@@ -10,7 +10,7 @@ the same private data, silently doubling the cost. The ledger prevents it:
   rename). It holds the noisy votes ``[s, |Y|] float64``, the query indices
   and the public samples' cluster assignment it was computed for, and a JSON
   record of what was released (mechanism, parameters, privacy statement,
-  iteration, seed, the run's release fingerprint, the data's hash);
+  iteration, seed, the run's release fingerprint, a keyed hash of the data);
 * ``ledger.json`` indexes the releases and records every run that used the
   directory (which iterations it released, which it reused);
 * a later run with the same output directory *reuses* a stored release
@@ -19,6 +19,14 @@ the same private data, silently doubling the cost. The ledger prevents it:
   data, which would also spend budget again.
 
 Reuse is post-processing of a release already paid for, so it costs nothing.
+
+The data check compares HMAC-SHA256(key, sha256 of the data), the key being
+32 random bytes in ``.ledger-key`` beside the releases. A plain hash of
+D_priv in a release file would be a deterministic, non-private function of
+the private data (anyone holding the file and a candidate data set could
+test which one was used); keyed, the file alone reveals nothing. The output
+directory as a whole (key, baselines in ``report.json``) is the curator's
+working state: publish the votes, not the directory.
 """
 
 from __future__ import annotations
@@ -26,10 +34,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import hmac
 import json
 import os
 import pathlib
+import secrets
 import tempfile
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -109,23 +120,44 @@ class ReleaseLedger:
       raise ValueError(f"Expected out_dir={str(self.dir)!r} to be a directory; it is a file.")
     self.dir.mkdir(parents=True, exist_ok=True)
     self.fingerprint = json.loads(json.dumps(fingerprint))
-    self.data_hash = data_hash
     self.index_path = self.dir / "ledger.json"
     self.index = self._read_index()
+    self.data_hash = hmac.new(self._key(), str(data_hash).encode(), hashlib.sha256).hexdigest()
     self.run = {"started": _now(), "released": [], "reused": []}
     self.index["runs"].append(self.run)
     for path in sorted(self.dir.glob("release-iter*.npz")):
       self._check_compatible(self._load(path).record, path)
 
   # -- files -----------------------------------------------------------------------
+  def _key(self) -> bytes:
+    """The directory's data-hash key, created with the first ledger of the directory."""
+    path = self.dir / ".ledger-key"
+    if not path.exists():
+      if any(self.dir.glob("release-iter*.npz")) or self.index["releases"]:
+        raise ValueError(f"Output directory {str(self.dir)!r} holds releases but not their key {path.name}, so "
+                         "the data they were made from cannot be checked. Restore it or use another --out-dir.")
+      _atomic_write(path, lambda f: f.write(secrets.token_hex(32).encode()))
+    try:
+      key = bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError) as err:
+      raise ValueError(f"{path} cannot be read as a hex key ({err}); restore it or use another --out-dir.") from None
+    if len(key) < 16:
+      raise ValueError(f"{path} holds a key of {len(key)} bytes; expected 32. Restore it or use another --out-dir.")
+    return key
+
   def _read_index(self) -> dict:
     if self.index_path.exists():
       try:
         index = json.loads(self.index_path.read_text())
-      except json.JSONDecodeError as err:
+      except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{self.index_path} is not valid JSON ({err}); move it away to continue.") from None
-      if index.get("version") != _VERSION:
-        raise ValueError(f"{self.index_path} has ledger version {index.get('version')!r}; expected {_VERSION}.")
+      if not isinstance(index, dict) or index.get("version") != _VERSION:
+        version = index.get("version") if isinstance(index, dict) else None
+        raise ValueError(f"{self.index_path} has ledger version {version!r}; expected {_VERSION}.")
+      if not (isinstance(index.get("releases"), list) and isinstance(index.get("runs"), list)
+              and all(isinstance(e, dict) for e in index["releases"])):
+        raise ValueError(f"{self.index_path} lacks the 'releases' and 'runs' lists of a ledger; move it away to "
+                         "continue.")
       return index
     return {"version": _VERSION, "releases": [], "runs": []}
 
@@ -144,9 +176,9 @@ class ReleaseLedger:
         return StoredRelease(int(record["iteration"]), np.asarray(z["votes"], np.float64),
                              np.asarray(z["queries"], np.int64), np.asarray(z["assignment"], np.int64),
                              record, str(path))
-    except (OSError, KeyError, ValueError) as err:
-      raise ValueError(f"Stored release {path} cannot be read ({err}); it may hold a release already "
-                       "paid for, so it is not overwritten: inspect or move it.") from None
+    except (OSError, EOFError, KeyError, TypeError, ValueError, zipfile.BadZipFile) as err:
+      raise ValueError(f"Stored release {path} cannot be read ({type(err).__name__}: {err}); it may hold a release "
+                       "already paid for, so it is not overwritten: inspect or move it.") from None
 
   def _check_compatible(self, record: dict, path: pathlib.Path) -> None:
     if record.get("fingerprint") != self.fingerprint:
@@ -168,8 +200,16 @@ class ReleaseLedger:
         raise ValueError(f"The ledger {self.index_path} records a release of iteration {iteration} but "
                          f"{path.name} is missing; releasing it again would spend budget again. Restore the "
                          "file or use another --out-dir.")
+      later = [p.name for p in self.dir.glob("release-iter*.npz") if _file_iteration(p) > iteration]
+      if later:
+        raise ValueError(f"Output directory {str(self.dir)!r} holds {sorted(later)[0]} but not {path.name}: "
+                         f"iteration {iteration} was released before and its file is missing; releasing it "
+                         "again would spend budget again. Restore the file or use another --out-dir.")
       return None
     stored = self._load(path)
+    if stored.iteration != iteration:
+      raise ValueError(f"{path.name} holds the release of iteration {stored.iteration}, not {iteration} (renamed?); "
+                       "inspect or move it.")
     self._check_compatible(stored.record, path)
     if not any(e.get("iteration") == iteration for e in self.index["releases"]):
       # Written but not indexed (interrupted between the two writes): index it now.
@@ -203,6 +243,12 @@ class ReleaseLedger:
   def releases(self) -> list[dict]:
     """Index entries of every release in the directory."""
     return list(self.index["releases"])
+
+
+def _file_iteration(path: pathlib.Path) -> int:
+  """t of ``release-iter{t}.npz`` (-1 for another name)."""
+  digits = path.stem[len("release-iter"):]
+  return int(digits) if digits.isdigit() else -1
 
 
 def _summary(record: dict, path: pathlib.Path) -> dict:

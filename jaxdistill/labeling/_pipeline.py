@@ -74,6 +74,15 @@ RELATION_TEXT = ("replace-one: D_priv and D'_priv have the same size and differ 
 
 # Stream ids of the run's key: fold_in(key, stream) then fold_in(., iteration).
 _REP, _KMEANS, _NOISE, _STUDENT, _CEILING = 1, 2, 3, 4, 5
+# Student (and ceiling) draw i >= 1 trains from fold_in(base, 2^30 + i). Refinement round r of a draw
+# trains from fold_in(base, r) (r <= MAX_REFINE_ROUNDS = 1000), and train_student splits its key, which threefry
+# makes fold_in(key, 0) and fold_in(key, 1): a draw keyed fold_in(base, i) would repeat round i's student.
+_DRAW_BASE = 1 << 30
+
+
+def _draw_key(base: jax.Array, i: int) -> jax.Array:
+  """The key of student (or ceiling) draw i: ``base`` for draw 0, so it does not depend on the draw count."""
+  return base if i == 0 else jax.random.fold_in(base, _DRAW_BASE + i)
 
 
 # -- data ----------------------------------------------------------------------------
@@ -426,7 +435,7 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
         acc_pc = student.accuracy(ev.images, ev.labels)
         acc_pc_draws = [acc_pc]
         for i in range(1, draws):  # more student seeds on the same votes: post-processing
-          extra, _ = _train_student_chain(config, jax.random.fold_in(student_key, i), pub, votes, assignment,
+          extra, _ = _train_student_chain(config, _draw_key(student_key, i), pub, votes, assignment,
                                           pseudo, num_classes, update)
           acc_pc_draws.append(extra.accuracy(ev.images, ev.labels))
     release_file = None
@@ -551,7 +560,7 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
       ceiling_key = jax.random.fold_in(jax.random.fold_in(key, _STUDENT), 1)
       with _bar(config.student.epochs * config.ceiling_seeds, "student supervised ceiling", progress) as bar:
         for i in range(config.ceiling_seeds):  # draw 0 keeps the same key for any ceiling_seeds
-          ceiling_student = train_student(ceiling_key if i == 0 else jax.random.fold_in(ceiling_key, i),
+          ceiling_student = train_student(_draw_key(ceiling_key, i),
                                           config.student, pub.images, pub.labels, num_classes,
                                           progress=bar.update if bar is not None else None)
           ceiling_draws.append(ceiling_student.accuracy(splits.evaluation.images, splits.evaluation.labels))

@@ -136,6 +136,31 @@ def test_student_draws_are_paired_with_the_ceiling_draws(splits, monkeypatch):
   assert students[:3] == ceilings and students[3:] == ceilings
 
 
+def test_no_two_students_of_a_chain_share_a_key(splits, monkeypatch):
+  # Draw i once trained from fold_in(student_key, i), the key of draw 0's refinement round i: same
+  # initialisation, same batches. Every student of the private chain (3 draws x 3 = first + 2 rounds)
+  # now has its own key, and ceiling draw i still shares draw i's first key (the pairing).
+  calls = []
+  real = _pipeline.train_student
+
+  def spy(key, config, images, targets, num_classes, **kw):
+    is_truth = np.asarray(targets).ndim == 1 and np.array_equal(targets, splits.public.labels)
+    calls.append(("ceiling" if is_truth else "student", tuple(np.asarray(jax.random.key_data(key)).tolist())))
+    return real(key, config, images, targets, num_classes, **kw)
+
+  monkeypatch.setattr(_pipeline, "train_student", spy)
+  student = labeling.StudentConfig(widths=(8, 16), epochs=1, batch_size=64, learning_rate=3e-3, targets="soft",
+                                   refine_rounds=2)
+  labeling.run_labeling(tiny(mechanism="central", epsilon=2.0, student=student, student_seeds=3, ceiling_seeds=3,
+                             baselines=True), splits=splits)
+  students = [k for who, k in calls if who == "student"]
+  ceilings = [k for who, k in calls if who == "ceiling"]
+  private = students[:9]
+  assert len(students) == 18 and len(set(private)) == 9
+  assert students[9:] == private  # the noise-free chain is paired with the private one
+  assert [private[0], private[3], private[6]] == ceilings
+
+
 class Interrupt(Exception):
   pass
 
@@ -293,6 +318,58 @@ def test_ledger_refuses_when_a_recorded_release_file_is_missing(tmp_path):
     labeling.ReleaseLedger(tmp_path / "x", {"a": 2}, "hash")
   with pytest.raises(ValueError, match="other data"):
     labeling.ReleaseLedger(tmp_path / "x", {"a": 1}, "other-hash")
+
+
+def test_ledger_refuses_unreadable_or_misplaced_releases(tmp_path):
+  # Empty or truncated release files, a ledger.json of the wrong shape, a renamed release and a lost
+  # first release beside a second one: one-line ValueErrors, and nothing is released again.
+  ledger = labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "hash")
+  ledger.record(1, np.zeros((2, 3)), np.arange(2), np.zeros(5, np.int64), {})
+  ledger.record(2, np.ones((2, 3)), np.arange(2), np.zeros(5, np.int64), {})
+  good = (tmp_path / "a" / "release-iter1.npz").read_bytes()
+  for content in (b"", good[:len(good) // 2]):
+    (tmp_path / "a" / "release-iter1.npz").write_bytes(content)
+    with pytest.raises(ValueError, match="cannot be read"):
+      labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "hash")
+  (tmp_path / "a" / "release-iter1.npz").write_bytes(good)
+  index = (tmp_path / "a" / "ledger.json").read_text()
+  for content, match in (("[]", "ledger version"), ('{"version": 1}', "'releases' and 'runs'")):
+    (tmp_path / "a" / "ledger.json").write_text(content)
+    with pytest.raises(ValueError, match=match):
+      labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "hash")
+  (tmp_path / "a" / "ledger.json").unlink()
+  (tmp_path / "a" / "release-iter1.npz").rename(tmp_path / "a" / "release-iter3.npz")
+  again = labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "hash")
+  with pytest.raises(ValueError, match="release-iter2.npz but not release-iter1.npz"):
+    again.lookup(1)
+  with pytest.raises(ValueError, match="holds the release of iteration 1, not 3"):
+    again.lookup(3)
+  assert index  # the original index was readable JSON
+
+
+def test_ledger_stores_a_keyed_hash_of_the_data(tmp_path):
+  # A plain sha256 of D_priv in a release file would let anyone holding the file test a candidate data
+  # set; the file holds HMAC(key, hash) with a random per-directory key instead.
+  ledger = labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "plain-hash")
+  stored = ledger.record(1, np.zeros((2, 3)), np.arange(2), np.zeros(5, np.int64), {})
+  assert "plain-hash" not in json.dumps(stored.record) and len(stored.record["data_hash"]) == 64
+  other = labeling.ReleaseLedger(tmp_path / "b", {"a": 1}, "plain-hash")
+  assert other.data_hash != ledger.data_hash  # another directory, another key
+  assert labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "plain-hash").lookup(1) is not None
+  (tmp_path / "a" / ".ledger-key").unlink()
+  with pytest.raises(ValueError, match="not their key"):
+    labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "plain-hash")
+
+
+def test_secret_noise_never_reuses_public_seed_votes(splits, tmp_path):
+  # The release fingerprint dropped the noise source: a --secret-noise run reused votes whose noise
+  # anyone can recompute from the recorded seed, and its report lost the warning.
+  cfg = tiny(mechanism="central", epsilon=2.0, out_dir=str(tmp_path))
+  labeling.run_labeling(cfg, splits=splits)
+  with pytest.raises(ValueError, match="noise_seed"):
+    labeling.run_labeling(cfg.replace(noise_seed=123456789), splits=splits)
+  from jaxdistill.cli import _label
+  assert _label.default_out_dir(cfg.replace(noise_seed=5)) != _label.default_out_dir(cfg)
 
 
 # -- connection rules: what the statement says ---------------------------------------
