@@ -172,7 +172,11 @@ def check_variance(estimates: Any, variance: Any, *, alpha: float,
     raise ValueError(f"Expected at least {MIN_KURTOSIS_REPLICATES} replicates for method='kurtosis' (its sample "
                      f"kurtosis and normal limit need them); got {m}. Use method='chi2' or more replicates.")
   j = max(int(np.prod(x.shape[1:])), 1)
+  # In units of the claimed standard deviation: s2 is then ~1 and its fourth moments neither
+  # overflow nor underflow whatever the data's scale (1e-100 or 1e100 gave NaN kurtoses).
+  x = x / np.sqrt(var)
   s2 = x.var(axis=0, ddof=1)
+  var = np.ones_like(s2)
   if method == "chi2":
     stat = (m - 1) * s2 / var
     lo = float(stats.chi2.ppf(a / (2 * j), m - 1))

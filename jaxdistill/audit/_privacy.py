@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Any, Callable, Sequence
 
 import jax
@@ -235,16 +234,19 @@ def _bin_events(sel0: np.ndarray, sel1: np.ndarray) -> list[_Event]:
   # Occurrences of each distinct value (uniq is sorted and holds every value): O(m log u).
   c0, c1 = (np.bincount(np.searchsorted(uniq, sel), minlength=len(uniq)).astype(np.float64)
             for sel in (sel0, sel1))
-  sets: list[tuple[int, ...]] = [(int(u),) for u in uniq]
+  # Sets of positions into uniq, so that the values keep their dtype (int() sent 0.25 and 0.75 to
+  # the bin {0}, which no sample matched).
+  sets: list[tuple[int, ...]] = [(i,) for i in range(len(uniq))]
   # Super-level sets of the (smoothed) selection likelihood ratio, both ways.
   for num, den in ((c0, c1), (c1, c0)):
     order = np.argsort(-((num + 0.5) / (den + 0.5)), kind="stable")
     for j in range(2, len(uniq)):
-      sets.append(tuple(sorted(int(u) for u in uniq[order[:j]])))
+      sets.append(tuple(sorted(int(i) for i in order[:j])))
   events: list[_Event] = []
-  for vals in dict.fromkeys(sets):
-    arr = np.array(vals, np.int64)
-    shown = ", ".join(map(str, vals[:8])) + (", ..." if len(vals) > 8 else "")
+  for idx in dict.fromkeys(sets):
+    arr = uniq[list(idx)]
+    shown = ", ".join(f"{u:.6g}" if isinstance(u, float) else str(u) for u in arr[:8].tolist())
+    shown += ", ..." if len(arr) > 8 else ""
     events.append((f"T in {{{shown}}}", lambda v, arr=arr: np.isin(v, arr)))
   return events
 
@@ -256,7 +258,13 @@ def _bounds(k_top, k_bot, trials, level, delta, epsilon):
   with np.errstate(divide="ignore", invalid="ignore"):
     eps = np.where(gap > 0, np.log(np.maximum(gap, 1e-300) / hi), 0.0)
   eps = np.maximum(eps, 0.0)
-  dl = None if epsilon is None else np.maximum(np.asarray(lo) - math.exp(epsilon) * np.asarray(hi), 0.0)
+  if epsilon is None:
+    dl = None
+  else:  # e^eps overflows from eps ~ 709.8: lo - inf * hi = -inf (hi > 0), clamped to 0
+    hi = np.asarray(hi, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+      scaled = np.where(hi > 0, np.exp(np.float64(epsilon)) * hi, 0.0)
+    dl = np.maximum(np.asarray(lo, np.float64) - scaled, 0.0)
   return np.asarray(lo, np.float64), np.asarray(hi, np.float64), eps, dl
 
 

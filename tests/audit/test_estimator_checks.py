@@ -92,6 +92,19 @@ def test_normal_replicates_exact_levels():
   assert not shifted.passed
 
 
+@pytest.mark.parametrize("scale", [1e-100, 1e100])
+@pytest.mark.parametrize("method", ["chi2", "kurtosis"])
+def test_variance_check_does_not_depend_on_the_scale(scale, method):
+  # The kurtosis was mean(c^4) / s2^2 in the data's units: at 1e-100 or 1e100 it underflowed or
+  # overflowed to NaN and correct data failed. Rescaling the data and its variance together must give
+  # the unit-scale statistic (the same draws, so no new false-failure rate).
+  x = np.random.default_rng(2).normal(size=(400, 3))
+  unit = audit.check_variance(x, 1.0, alpha=ALPHA, method=method)
+  scaled = audit.check_variance(x * scale, scale**2, alpha=ALPHA, method=method)
+  assert unit.passed and scaled.passed
+  np.testing.assert_allclose(scaled.statistic, unit.statistic, rtol=1e-9)
+
+
 @pytest.mark.parametrize("call,needle", [
     (lambda: audit.check_unbiased(np.ones((1, 3)), 1.0, 1.0, alpha=ALPHA), "m >= 2"),
     (lambda: audit.check_unbiased(np.ones((5, 3)), 1.0, 0.0, alpha=ALPHA), "variance"),
