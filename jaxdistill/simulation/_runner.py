@@ -192,7 +192,8 @@ def _run(clients_key, source_args, num_clients, mechanism, source_fn, sharded_ro
       safe_idx = jnp.where(valid, global_idx, 0)
       buckets, labels = source_fn(args, safe_idx, j * chunk_size + lane)
       keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, safe_idx)
-      return mechanism.chunk_statistics(keys, buckets, labels, valid)
+      bad = valid & _bad_rows(buckets, labels, mechanism.shape.num_buckets, mechanism.shape.num_labels)
+      return mechanism.chunk_statistics(keys, buckets, labels, valid), jnp.sum(bad, dtype=jnp.int32)
 
     def body(carry, _):
       total, j = carry
@@ -208,6 +209,31 @@ def _run(clients_key, source_args, num_clients, mechanism, source_fn, sharded_ro
   args_spec = P(CLIENT_AXIS) if sharded_rows else P()
   return jax.shard_map(per_device, mesh=mesh, in_specs=(P(), args_spec, P()), out_specs=P(),
                        check_vma=False)(clients_key, source_args, num_clients)
+
+
+def _bad_rows(buckets: jax.Array, labels: jax.Array, num_buckets: int, num_labels: int) -> jax.Array:
+  """bool ``[C]``: rows with an index outside [-1, size) or a repeated non-padding index.
+
+  Arrays are checked on the host before the run (check_clients_fit); a generator's clients exist
+  only inside it, so they are counted here and the run raises if any is bad.
+  """
+  def bad(a, size):
+    srt = jnp.sort(a, axis=1)
+    dup = jnp.any((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0), axis=1)
+    return jnp.any((a < -1) | (a >= size), axis=1) | dup
+  return bad(buckets, num_buckets) | bad(labels, num_labels)
+
+
+def _checked(total: tuple[Any, jax.Array], n: int, mechanism: BsvsMechanism) -> Any:
+  """The statistics, or a ValueError if some generated client did not fit the mechanism's shape."""
+  stats, bad = total
+  bad = int(bad)
+  if bad:
+    shape = mechanism.shape
+    raise ValueError(f"Expected every client's buckets in [0, num_buckets={shape.num_buckets}) and labels in "
+                     f"[0, num_labels={shape.num_labels}), distinct (-1 pads); the generator gave {bad} of {n} "
+                     "clients outside that, which the mechanism's noise and privacy statement do not cover.")
+  return stats
 
 
 def _plan(n: int, chunk_size: int, num_devices: int) -> tuple[int, int]:
@@ -266,13 +292,15 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
       not fit the mechanism (more than its k buckets or r labels per client,
       indices outside its s buckets or |Y| labels, or, for a shuffle
       mechanism, n other than its ``num_clients``), because the noise and
-      the privacy statement were built for that shape.
+      the privacy statement were built for that shape. A generator's indices
+      are checked in the same pass (its clients exist only inside it), so
+      that error comes after the pass, before any estimate.
   """
   key = _validate.prng_key("key", key)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
       mechanism, clients, chunk_size, devices)
-  return _run(key, clients, jnp.uint32(n), mechanism, source_fn, sharded_rows, per_device, chunk,
-              mesh)
+  return _checked(_run(key, clients, jnp.uint32(n), mechanism, source_fn, sharded_rows, per_device, chunk,
+                       mesh), n, mechanism)
 
 
 def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
@@ -314,8 +342,8 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
       mechanism, clients, chunk_size, devices)
   run_mech = _WithCounts(mechanism) if _validate.boolean("with_counts", with_counts) else mechanism
-  stats = _run(clients_key, clients, jnp.uint32(n), run_mech, source_fn, sharded_rows, per_device,
-               chunk, mesh)
+  stats = _checked(_run(clients_key, clients, jnp.uint32(n), run_mech, source_fn, sharded_rows, per_device,
+                        chunk, mesh), n, mechanism)
   stats = jax.tree.map(np.asarray, jax.block_until_ready(stats))
   counts = None
   if with_counts:

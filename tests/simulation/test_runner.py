@@ -1,5 +1,6 @@
 """The streaming runner: exact sums, chunk invariance, generator == arrays."""
 
+import dataclasses
 import sys
 
 import jax
@@ -93,6 +94,35 @@ def test_out_of_range_rows_are_refused():
   inp = M.BsvsInput(np.asarray([[0.0], [1.5]]), np.asarray([[0], [1]], np.int32))
   with pytest.raises(ValueError, match=r"integer clients\.buckets; got dtype float"):
     simulation.simulate(jax.random.key(0), mech, inp)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _Generated:
+  """Client i holds bucket i mod 4 and one fixed label (or label 0 and a repeated bucket)."""
+
+  label: int = dataclasses.field(metadata=dict(static=True))
+  repeat: bool = dataclasses.field(default=False, metadata=dict(static=True))
+  num_clients: int = dataclasses.field(default=10, metadata=dict(static=True))
+
+  def client(self, i):
+    b = (i % 4).astype(np.int32)
+    buckets = jax.numpy.stack([b, b]) if self.repeat else jax.numpy.stack([b, jax.numpy.int32(-1)])
+    return buckets, jax.numpy.full((1,), self.label, np.int32)
+
+
+@pytest.mark.parametrize("label,repeat,with_counts", [(3, False, False), (2, False, True), (-2, False, False),
+                                                      (0, True, True)])
+def test_generated_clients_outside_the_shape_are_refused(label, repeat, with_counts):
+  # Only a generator's widths were checked: label 3 with |Y| = 2 went to entry t * 2 + 3, another
+  # bucket's cell, and a repeated bucket counted twice, without a word.
+  mech = M.RandomizedResponse(M.BsvsShape(4, 2, 2), 1.0)
+  with pytest.raises(ValueError, match=r"labels in \[0, num_labels=2\), distinct .* gave 10 of 10 clients"):
+    simulation.simulate(jax.random.key(0), mech, _Generated(label, repeat), with_counts=with_counts)
+  with pytest.raises(ValueError, match="gave 10 of 10"):
+    simulation.client_statistics(jax.random.key(0), mech, _Generated(label, repeat))
+  good = simulation.simulate(jax.random.key(0), mech, _Generated(1), with_counts=True)
+  np.testing.assert_array_equal(good.counts, [[0, 3], [0, 3], [0, 2], [0, 2]])
 
 
 @pytest.mark.parametrize("make", [M.CentralDiscreteLaplace, M.RandomizedResponse,
