@@ -103,8 +103,10 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
 
   Returns:
     ``[num_samples]`` int64 (integer or boolean statistics) or float64.
-    Batches are padded to ``batch_size`` so one compilation serves every
-    call with the same ``mechanism``/``statistic`` objects and shapes.
+    The last batch is padded to the batch size, min(``batch_size``,
+    ``num_samples``), so one compilation serves every call with the same
+    ``mechanism``/``statistic`` objects, shapes and batch size (a
+    ``num_samples`` below ``batch_size`` compiles its own).
 
   Raises:
     ValueError: bad sizes, a statistic that is not one scalar per sample, or
