@@ -135,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
   except ValueError:
     raise ValueError(f"Expected --ldp-table-epsilons to be numbers; got {args.ldp_table_epsilons!r}.") from None
   table_eps = tuple(_validate.nonnegative("--ldp-table-epsilons", e) for e in table_eps)  # before any training
+  if args.stop_after_round is not None:  # 0 or -5 stopped after round 1 but said "after round -5"
+    _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
   out = _validate.output_dir("--out", args.out, report="report.json")
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,

@@ -80,11 +80,14 @@ def aggregate(released: Any, weights: Any = None) -> jax.Array:
   if y.ndim != 3:
     raise ValueError(f"Expected released of shape [m, q, C]; got {y.shape}.")
   m = y.shape[0]
+  if m == 0:
+    raise ValueError("Expected released from at least one party; got shape (0, ...).")
   if weights is None:
     return jnp.mean(y, axis=0)
   w = _validate.real_array("weights", weights)
-  if w.shape != (m,) or not np.all(np.isfinite(w)) or w.min() < 0 or w.sum() <= 0:
+  if w.shape != (m,) or not np.all(np.isfinite(w)) or w.min() < 0 or w.max() <= 0:
     raise ValueError(f"Expected {m} finite nonnegative weights, not all zero; got {np.asarray(weights).tolist()}.")
+  w = w / w.max()  # the sum of weights near the float64 maximum would overflow: w / inf = 0
   w = jnp.asarray(w / w.sum(), jnp.float32)
   return jnp.tensordot(w, y, axes=1)
 
@@ -111,7 +114,10 @@ def clip_rows(x: Any, clip: float) -> jax.Array:
   """
   clip = _validate.positive("clip", clip)
   x = jnp.asarray(_check_rows("x", x), jnp.float32)
-  norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
+  # The norm of x / max|x|: squares of entries above ~1.8e19 overflow float32 (the row came back zeroed).
+  big = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
+  scale = jnp.where(big > 0, big, 1.0)
+  norm = scale * jnp.linalg.norm(x / scale, axis=-1, keepdims=True)
   return x * jnp.minimum(1.0, clip / jnp.maximum(norm, 1e-30))
 
 
@@ -132,6 +138,9 @@ def project_to_simplex(y: Any) -> jax.Array:
       inf entries, which would otherwise come back as NaN rows.
   """
   y = jnp.asarray(_check_rows("y", y), jnp.float32)
+  # The projection is shift-invariant (tau moves with the shift). From the row maximum, u[0] - css[0] = 1 is
+  # exact: at |y| ~ 2^25 float32 rounded u - 1 to u, rho became 0 and whole rows came back 0 or inf.
+  y = y - jnp.max(y, axis=-1, keepdims=True)
   c = y.shape[-1]
   u = -jnp.sort(-y, axis=-1)
   css = jnp.cumsum(u, axis=-1) - 1.0

@@ -517,6 +517,23 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
                                       count=ldp_count, relation=config.relation)
                   for n in data.party_sizes]  # calibrate_ldp_sigma is memoised per (eps, delta, T)
 
+  # The LDP sigma table of the report, built here so that its errors also come before any release.
+  table = None
+  if config.method in ("nfdp", "ldp") and config.rounds > 0:
+    n0 = data.party_sizes[0]
+    kwargs = {} if table_epsilons is None else {"epsilons": table_epsilons}
+    p0 = _ldp_delta(config, n0)
+    source = (f"party 0's NFDP delta p = {p0:.6g} (n={n0}, k={config.k}, "
+              f"{'WR' if config.with_replacement else 'WOR'}, {config.relation})" if config.ldp_delta is None
+              else f"the configured ldp_delta = {p0:.6g} (not NFDP's p)")
+    table = {
+        "matched_to": (f"delta = {source}; NFDP is (eps, p)-DP for every eps >= 0, so each row gives the "
+                       "Gaussian sigma per release for FedMD-LDP to be (eps, delta)-DP; eps = 0 is the sigma "
+                       "whose whole profile lies below delta"),
+        "delta": p0, "count": ldp_count, "sensitivity": sens,
+        "rows": ldp_sigma_table(p0, sensitivity=sens, count=ldp_count, relation=config.relation, **kwargs),
+    }
+
   acc_rows: list[np.ndarray] = []
   eval_rounds: list[int] = []
   subsets: list[np.ndarray] = []
@@ -660,21 +677,6 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
   timings["train_total"] = sum(timings[k] for k in ("pretrain", "init_train", "digest", "revisit"))
   timings["vmap"] = vmap
   privacy = _privacy_reports(config, data, oracles, ldp_sigmas, sens, ldp_count)
-  table = None
-  if config.method in ("nfdp", "ldp") and config.rounds > 0:
-    n0 = data.party_sizes[0]
-    kwargs = {} if table_epsilons is None else {"epsilons": table_epsilons}
-    p0 = _ldp_delta(config, n0)
-    source = (f"party 0's NFDP delta p = {p0:.6g} (n={n0}, k={config.k}, "
-              f"{'WR' if config.with_replacement else 'WOR'}, {config.relation})" if config.ldp_delta is None
-              else f"the configured ldp_delta = {p0:.6g} (not NFDP's p)")
-    table = {
-        "matched_to": (f"delta = {source}; NFDP is (eps, p)-DP for every eps >= 0, so each row gives the "
-                       "Gaussian sigma per release for FedMD-LDP to be (eps, delta)-DP; eps = 0 is the sigma "
-                       "whose whole profile lies below delta"),
-        "delta": p0, "count": ldp_count, "sensitivity": sens,
-        "rows": ldp_sigma_table(p0, sensitivity=sens, count=ldp_count, relation=config.relation, **kwargs),
-    }
   q_rows = len(subsets)
   return FedMDResult(
       config=config, data_description=data.description, accuracy=np.stack(acc_rows)[:, 0],

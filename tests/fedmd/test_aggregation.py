@@ -99,6 +99,30 @@ def test_clip_rows_and_sensitivity():
     fedmd.release_sensitivity("logits")
 
 
+@pytest.mark.parametrize("scale", [1.0, 2.0**25, 5e7, 1e30])
+def test_simplex_projection_and_clipping_at_large_magnitudes(scale):
+  # float32: from |y| ~ 2^25, u - 1 rounded to u and rows came back 0 or inf (an LDP consensus with a
+  # huge sigma); squares above ~1.8e19 overflowed the norm and clip_rows zeroed the row. Both are
+  # scale-free: the projection of (s, s, 0) is (1/2, 1/2, 0), and a clipped row keeps its direction.
+  y = np.array([[scale, scale, 0.0], [scale, -scale, 0.0]], np.float32)
+  got = np.asarray(fedmd.project_to_simplex(y))
+  np.testing.assert_allclose(got, [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]], atol=1e-6)
+  c = 0.1 / math.sqrt(2)  # every row's norm is scale * sqrt(2) > 0.1
+  np.testing.assert_allclose(fedmd.clip_rows(y, 0.1), [[c, c, 0.0], [c, -c, 0.0]], rtol=1e-5)
+  noisy = np.random.default_rng(0).normal(size=(200, 10)).astype(np.float32) * np.float32(scale)
+  proj = np.asarray(fedmd.project_to_simplex(noisy))
+  assert np.isfinite(proj).all() and proj.min() >= 0
+  np.testing.assert_allclose(proj.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_aggregate_with_huge_weights_or_no_party():
+  # Weights summing past the float64 maximum gave w / inf = 0: an all-zero consensus, silently.
+  y = np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[0.0, 1.0]]], np.float32)
+  np.testing.assert_allclose(fedmd.aggregate(y, (1e308, 1e308, 1e308)), [[1 / 3, 2 / 3]], rtol=1e-6)
+  with pytest.raises(ValueError, match="at least one party"):
+    fedmd.aggregate(np.zeros((0, 2, 3), np.float32))
+
+
 def test_aggregate_refuses_nan_releases_and_non_numeric_weights():
   with pytest.raises(ValueError, match="finite released"):
     fedmd.aggregate(np.full((2, 3, 4), np.nan, np.float32))

@@ -71,6 +71,8 @@ def test_stop_and_resume(tmp_path, capsys):
     (["--partition", "writers"], "partition"),
     (["--method", "np", "--k", "3,16"], "--k"),
     (["--k", "x"], "--k"),
+    (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
+    (["--stop-after-round", "-5"], "--stop-after-round=-5 >= 1"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, tmp_path, extra, needle):
   assert main(TINY + ["--out", str(tmp_path)] + extra) == 2

@@ -50,6 +50,19 @@ def test_sigma_table_rows_and_the_flat_matching_point():
     assert r["method"] == "pld-calibrated" and r["analytic_delta"] <= p * (1 + 1e-6)
 
 
+@pytest.mark.parametrize("p", [1e-3, 1e-12, 1.2e-16, 1e-20, 1e-300])
+def test_flat_delta_sigma_at_tiny_delta(p):
+  # ppf((1 + p) / 2) rounded 1 + p below p ~ 1e-15: sigma up to 46% too small, or inf at 1e-20.
+  # delta_T(0) = erf(Delta / (2 sqrt(2) s)) and erf(x) = 2x / sqrt(pi) (1 - x^2 / 3 + ...) for tiny x, so
+  # the least s is Delta / (sqrt(2 pi) p) to relative precision p^2 (mpmath-free check).
+  sigma = fedmd.gaussian_sigma_for_flat_delta(p, sensitivity=1.0, count=4)
+  if p < 1e-10:
+    assert sigma == pytest.approx(2.0 / (math.sqrt(2 * math.pi) * p), rel=1e-12)
+  else:
+    assert delta_by_hand(0.0, sigma, 1.0, 4) == pytest.approx(p, rel=1e-9)
+  assert fedmd.analytic_gaussian_delta(0.0, sigma=sigma, sensitivity=1.0, count=4) == pytest.approx(p, rel=1e-9)
+
+
 def test_spec_table_femnist_n10():
   # spec/NFDP.md §2: at eps = delta = 1.04e-3 with 1e5 compositions the tight noise multiplier
   # sigma / Delta2 is 10^4.92. The exact one solves delta_by_hand(eps, z, 1, 1e5) = delta (delta falls
