@@ -117,8 +117,8 @@ def test_student_seeds_keep_the_first_student_and_report_every_draw(splits, tmp_
   assert one.private.final.acc_pc_draws == (final.acc_pc,)
 
 
-def test_student_draws_are_paired_with_the_ceiling_draws(splits, monkeypatch):
-  # At T = 1, private student draw i is initialised and shuffled with the key of ceiling draw i.
+def spy_student_keys(monkeypatch, splits) -> list:
+  """Records ("ceiling" | "student", key data) for every student the pipeline trains."""
   calls = []
   real = _pipeline.train_student
 
@@ -128,6 +128,12 @@ def test_student_draws_are_paired_with_the_ceiling_draws(splits, monkeypatch):
     return real(key, config, images, targets, num_classes, **kw)
 
   monkeypatch.setattr(_pipeline, "train_student", spy)
+  return calls
+
+
+def test_student_draws_are_paired_with_the_ceiling_draws(splits, monkeypatch):
+  # At T = 1, private student draw i is initialised and shuffled with the key of ceiling draw i.
+  calls = spy_student_keys(monkeypatch, splits)
   cfg = tiny(mechanism="central", epsilon=2.0, baselines=True, ceiling_seeds=3, student_seeds=3)
   labeling.run_labeling(cfg, splits=splits)
   students = [k for who, k in calls if who == "student"]
@@ -140,15 +146,7 @@ def test_no_two_students_of_a_chain_share_a_key(splits, monkeypatch):
   # Draw i once trained from fold_in(student_key, i), the key of draw 0's refinement round i: same
   # initialisation, same batches. Every student of the private chain (3 draws x 3 = first + 2 rounds)
   # now has its own key, and ceiling draw i still shares draw i's first key (the pairing).
-  calls = []
-  real = _pipeline.train_student
-
-  def spy(key, config, images, targets, num_classes, **kw):
-    is_truth = np.asarray(targets).ndim == 1 and np.array_equal(targets, splits.public.labels)
-    calls.append(("ceiling" if is_truth else "student", tuple(np.asarray(jax.random.key_data(key)).tolist())))
-    return real(key, config, images, targets, num_classes, **kw)
-
-  monkeypatch.setattr(_pipeline, "train_student", spy)
+  calls = spy_student_keys(monkeypatch, splits)
   student = labeling.StudentConfig(widths=(8, 16), epochs=1, batch_size=64, learning_rate=3e-3, targets="soft",
                                    refine_rounds=2)
   labeling.run_labeling(tiny(mechanism="central", epsilon=2.0, student=student, student_seeds=3, ceiling_seeds=3,
