@@ -192,8 +192,11 @@ def _run(clients_key, source_args, num_clients, mechanism, source_fn, sharded_ro
       safe_idx = jnp.where(valid, global_idx, 0)
       buckets, labels = source_fn(args, safe_idx, j * chunk_size + lane)
       keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, safe_idx)
+      stats = mechanism.chunk_statistics(keys, buckets, labels, valid)
+      if sharded_rows:  # arrays: checked on the host before the run
+        return stats, jnp.int32(0)
       bad = valid & _bad_rows(buckets, labels, mechanism.shape.num_buckets, mechanism.shape.num_labels)
-      return mechanism.chunk_statistics(keys, buckets, labels, valid), jnp.sum(bad, dtype=jnp.int32)
+      return stats, jnp.sum(bad, dtype=jnp.int32)
 
     def body(carry, _):
       total, j = carry
