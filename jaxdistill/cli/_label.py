@@ -73,6 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="local randomizer of shuffle-single (default: %(default)s)")
   p.add_argument("--pca-dim", type=int, default=d.pca_dim,
                  help="PCA components of the pca and hog-pca representations (default: %(default)s)")
+  p.add_argument("--encoder-width", type=int, default=None, metavar="W",
+                 help="contrastive encoder width for --representation contrastive or scan (default: 16)")
+  p.add_argument("--encoder-steps", type=int, default=None, metavar="N",
+                 help="contrastive encoder training steps for --representation contrastive or scan (default: 2000)")
   p.add_argument("--no-baselines", action="store_true",
                  help="skip the noise-free pipeline (not private) and the supervised ceiling")
   p.add_argument("--ceiling-seeds", type=int, default=d.ceiling_seeds, metavar="N",
@@ -104,6 +108,7 @@ def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:
       representation=args.representation, seed=args.seed, private_size=args.private_size,
       public_size=args.public_size, eval_size=args.eval_size, student=student,
       central_noise=args.central_noise, shuffle_local=args.shuffle_local, pca_dim=args.pca_dim,
+      encoder_width=args.encoder_width, encoder_steps=args.encoder_steps,
       baselines=not args.no_baselines, ceiling_seeds=args.ceiling_seeds, student_seeds=args.student_seeds,
       noise_seed=secrets.randbits(63) if args.secret_noise else None)
   return cfg.replace(out_dir=args.out_dir or default_out_dir(cfg))

@@ -3,7 +3,7 @@
 The pipeline needs three operations, delegated to
 :mod:`jaxdistill.representations` and :mod:`jaxdistill.connection`:
 
-* ``fit_representation(key, name, public_images, dim, num_queries=s) -> embed``
+* ``fit_representation(key, name, public_images, dim, num_queries=s, encoder=...) -> embed``
   (fitted on D_pub only; ``embed(images) -> float32 [N, d]``);
 * ``select_queries(key, public_emb, s) -> (queries [s], assignment [m])``:
   k-means++ on D_pub, queries = the public samples nearest the centres;
@@ -13,6 +13,7 @@ The pipeline needs three operations, delegated to
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import jax
@@ -29,10 +30,27 @@ REPRESENTATIONS = representations.REPRESENTATIONS
 RULES = connection.RULES
 
 
+def _encoder_config(name: str, encoder: dict | None) -> dict:
+  """Options that change the contrastive encoder of ``contrastive`` (its config) or ``scan`` (its backbone)."""
+  if not encoder:
+    return {}
+  if name == "contrastive":
+    return dict(encoder)
+  if name == "scan":
+    base = representations.ScanConfig().contrastive
+    return {"contrastive": dataclasses.replace(base, **encoder)}
+  raise ValueError(f"Encoder options {', '.join(sorted(encoder))} apply to the learned representations "
+                   f"(contrastive, scan) only; got representation={name!r}.")
+
+
 def fit_representation(key: jax.Array, name: str, public_images: np.ndarray, dim: int,
-                       progress: Callable[[int, float], None] | None = None, num_queries: int | None = None) -> Embed:
-  """``dim``: components of ``pca`` / ``hog-pca``; ``num_queries``: clusters of ``scan`` (s)."""
+                       progress: Callable[[int, float], None] | None = None, num_queries: int | None = None,
+                       encoder: dict | None = None) -> Embed:
+  """``dim``: components of ``pca`` / ``hog-pca``; ``num_queries``: clusters of ``scan`` (s);
+  ``encoder``: :class:`~jaxdistill.representations.ContrastiveConfig` fields (``width``, ``steps``) of the
+  contrastive encoder (``scan``: of its backbone)."""
   opts = {"num_components": dim} if name in ("pca", "hog-pca") else {}
+  opts.update(_encoder_config(name, encoder))
   if name == "scan" and num_queries is not None:
     opts["num_clusters"] = num_queries
   if progress is not None and name in ("contrastive", "scan"):
@@ -40,12 +58,12 @@ def fit_representation(key: jax.Array, name: str, public_images: np.ndarray, dim
   return representations.fit_representation(key, name, public_images, **opts)
 
 
-def fit_steps(name: str) -> int:
-  """Optimisation steps of a learned representation's default fit (for progress bars); 0 if not learned."""
+def fit_steps(name: str, encoder: dict | None = None) -> int:
+  """Optimisation steps of a learned representation's fit (for progress bars); 0 if not learned."""
   if name == "contrastive":
-    return representations.ContrastiveConfig().steps
+    return dataclasses.replace(representations.ContrastiveConfig(), **(encoder or {})).steps
   if name == "scan":
-    cfg = representations.ScanConfig()
+    cfg = representations.ScanConfig(**_encoder_config(name, encoder))
     return cfg.contrastive.steps + cfg.steps
   return 0
 

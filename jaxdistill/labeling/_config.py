@@ -36,6 +36,10 @@ STUDENT_TARGETS = ("hard", "soft")
 #: Most self-training rounds (each trains a fresh student; student draws' keys sit above this range).
 MAX_REFINE_ROUNDS = 1000
 
+#: Representations with a contrastive encoder (``encoder_width`` / ``encoder_steps`` apply to them).
+_LEARNED = ("contrastive", "scan")
+#: Bounds that keep a typo from starting a days-long fit.
+_MAX_ENCODER = {"encoder_width": 1024, "encoder_steps": 1_000_000}
 _EMBEDDED_SIZES = (3000, 1000, 1000)  # D_priv, D_pub, D_eval of the 5,000 embedded digits
 
 
@@ -137,6 +141,13 @@ class LabelingConfig:
     central_noise: ``discrete-laplace`` (default) or ``laplace``.
     shuffle_local: local randomizer of ``shuffle-single`` (``collision`` or ``rr``).
     pca_dim: output dimension of the ``pca`` and ``hog-pca`` representations.
+    encoder_width, encoder_steps: width (channels of the first convolution)
+      and optimisation steps of the contrastive encoder of the ``contrastive``
+      representation (``scan``: of its backbone); ``None`` keeps
+      :class:`~jaxdistill.representations.ContrastiveConfig`'s defaults
+      (16, 2,000). The encoder sees D_pub only, so these cost no privacy;
+      they change the queries, so the ledger keeps them in the release
+      fingerprint. Set them only with a learned representation.
     out_dir: where the release ledger, report and plots go (``None``: keep
       nothing on disk; the ledger then cannot protect a re-run).
     baselines: also run the noise-free pipeline and the supervised ceiling.
@@ -175,6 +186,8 @@ class LabelingConfig:
   central_noise: str = "discrete-laplace"
   shuffle_local: str = "collision"
   pca_dim: int = 50
+  encoder_width: int | None = None
+  encoder_steps: int | None = None
   out_dir: str | None = None
   baselines: bool = True
   ceiling_seeds: int = 1
@@ -229,6 +242,13 @@ class LabelingConfig:
     _validate.choice("central_noise", self.central_noise, CENTRAL_NOISES)
     _validate.choice("shuffle_local", self.shuffle_local, SHUFFLE_LOCALS)
     object.__setattr__(self, "pca_dim", _validate.integer("pca_dim", self.pca_dim, minimum=1))
+    for name in ("encoder_width", "encoder_steps"):
+      value = getattr(self, name)
+      if value is not None:
+        if self.representation not in _LEARNED:
+          raise ValueError(f"Expected {name}={value!r} only with a learned representation "
+                           f"({', '.join(_LEARNED)}); got representation={self.representation}.")
+        object.__setattr__(self, name, _validate.integer(name, value, minimum=1, maximum=_MAX_ENCODER[name]))
     if self.out_dir is not None:
       object.__setattr__(self, "out_dir", str(self.out_dir))
     if not isinstance(self.baselines, bool):
@@ -256,6 +276,11 @@ class LabelingConfig:
       return float(min(1e-6, 1.0 / (10.0 * num_private)))
     return 0.0
 
+  def encoder_options(self) -> dict[str, int]:
+    """The :class:`~jaxdistill.representations.ContrastiveConfig` fields this run changes (may be empty)."""
+    return {name: value for name, value in (("width", self.encoder_width), ("steps", self.encoder_steps))
+            if value is not None}
+
   def replace(self, **changes: Any) -> "LabelingConfig":
     """A copy with some fields changed (validated again)."""
     return dataclasses.replace(self, **changes)
@@ -279,4 +304,7 @@ class LabelingConfig:
     d = self.to_dict()
     for name in ("out_dir", "baselines", "ceiling_seeds", "student_seeds", "student", "data_dir"):
       d.pop(name)
+    for name in ("encoder_width", "encoder_steps"):  # absent when default: older ledgers stay valid
+      if d[name] is None:
+        d.pop(name)
     return d

@@ -474,16 +474,17 @@ def fit_first_representation(config: LabelingConfig, public_images: np.ndarray, 
   """
   key = jax.random.fold_in(jax.random.key(config.seed), _REP)
   images = np.asarray(public_images, np.float32)
-  steps = components.fit_steps(config.representation)
+  encoder = config.encoder_options()
+  steps = components.fit_steps(config.representation, encoder)
   if not steps or not progress:
     return components.fit_representation(key, config.representation, images, config.pca_dim,
-                                         num_queries=config.num_queries)
+                                         num_queries=config.num_queries, encoder=encoder)
   with _bar(steps, f"{config.representation} representation on D_pub", True) as bar:
     def update(steps_done: int, loss: float) -> None:
       bar.update(steps_done - bar.n)
       bar.set_postfix(loss=f"{loss:.3f}")
     return components.fit_representation(key, config.representation, images, config.pca_dim, progress=update,
-                                         num_queries=config.num_queries)
+                                         num_queries=config.num_queries, encoder=encoder)
 
 
 def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | None = None,

@@ -33,6 +33,8 @@ def run_cli(args, capsys):
     (["--dataset", "mnist"], "data_dir"),
     (["--T", "0"], "iterations"),
     (["--student-refine", "-1"], "refine_rounds"),
+    (["--encoder-width", "32"], "learned representation"),  # default representation: hog-pca
+    (["--representation", "contrastive", "--encoder-steps", "0"], "encoder_steps=0"),
 ])
 def test_bad_input_is_one_line_exit_2(args, match, capsys, tmp_path):
   code, out, err = run_cli(["label", "--no-progress", "--out-dir", str(tmp_path / "o"), *args], capsys)

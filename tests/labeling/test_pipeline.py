@@ -5,6 +5,7 @@ the floors below fail only if the pipeline regresses; each states the margin
 it was set with.
 """
 
+import dataclasses
 import json
 import math
 
@@ -236,6 +237,43 @@ def test_scan_representation_cells_are_its_argmax_clusters(splits, monkeypatch):
   purity = sum(np.bincount(argmax[cells == c]).max() for c in np.unique(cells)) / len(cells)
   assert purity >= 0.95 and len(np.unique(cells)) == 10
   assert res.private.final.votes.sum() == 1500
+
+
+def test_encoder_options_reach_the_contrastive_fit(splits, monkeypatch):
+  """encoder_width / encoder_steps change the contrastive encoder (scan: its backbone), nothing else."""
+  from jaxdistill import representations  # pylint: disable=import-outside-toplevel
+  cfg = tiny(representation="contrastive", encoder_width=4, encoder_steps=3)
+  enc = _pipeline.fit_first_representation(cfg, splits.public.images)
+  assert (enc.config.width, enc.config.steps) == (4, 3)
+  assert dataclasses.replace(enc.config, width=16, steps=2000) == representations.ContrastiveConfig()
+  seen = {}
+  monkeypatch.setattr(representations, "fit_representation", lambda key, name, x, **o: seen.update(o, name=name))
+  _pipeline.fit_first_representation(cfg.replace(representation="scan"), splits.public.images)
+  assert seen["num_clusters"] == 20 and seen["contrastive"] == dataclasses.replace(
+      representations.ScanConfig().contrastive, width=4, steps=3)
+  seen.clear()
+  _pipeline.fit_first_representation(tiny(representation="scan"), splits.public.images)
+  assert seen == {"name": "scan", "num_clusters": 20}  # unset: the representation's own defaults
+
+
+def test_encoder_options_are_release_settings():
+  """Unset encoder options stay out of the fingerprint (older ledgers stay valid); set ones are in it."""
+  default = tiny(representation="contrastive").release_fingerprint()
+  assert not {"encoder_width", "encoder_steps"} & set(default)
+  wide = tiny(representation="contrastive", encoder_width=32).release_fingerprint()
+  assert wide == {**default, "encoder_width": 32}
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"encoder_width": 32}, "encoder_width=32 only with a learned representation"),  # representation=pca
+    ({"representation": "contrastive", "encoder_steps": 0}, "encoder_steps=0 >= 1"),
+    ({"representation": "scan", "encoder_width": 10**6}, "encoder_width=1000000 <= 1024"),
+    ({"representation": "contrastive", "encoder_steps": 2.5}, "encoder_steps"),
+])
+def test_bad_encoder_options(changes, match):
+  with pytest.raises(ValueError) as err:
+    tiny(**changes)
+  assert match in one_line(err)
 
 
 def test_s_larger_than_public_set():
