@@ -20,6 +20,7 @@ from jaxdistill.accounting._mechanisms import laplace
 from jaxdistill.accounting._mechanisms import randomized_response
 from jaxdistill.accounting._multi_message import MultiMessageNoise
 from jaxdistill.accounting._multi_message import calibrate_multi_message
+from jaxdistill.accounting._multi_message import min_calibration_epsilon
 from jaxdistill.accounting._multi_message import multi_message_delta
 from jaxdistill.accounting._multi_message import multi_message_epsilon
 from jaxdistill.accounting._multi_message import multi_message_expected_messages
@@ -48,5 +49,5 @@ __all__ = [
     "clone_delta", "fmt_closed_form_epsilon", "fmt_closed_form_valid", "shuffle_epsilon",
     "shuffle_local_epsilon",
     "MultiMessageNoise", "calibrate_multi_message", "multi_message_delta", "multi_message_epsilon",
-    "multi_message_expected_messages", "multi_message_pld",
+    "multi_message_expected_messages", "multi_message_pld", "min_calibration_epsilon",
 ]

@@ -106,6 +106,7 @@ __all__ = [
     "multi_message_epsilon",
     "multi_message_expected_messages",
     "calibrate_multi_message",
+    "min_calibration_epsilon",
 ]
 
 #: Mass moved onto the pessimistic tail outcomes when truncating the view.
@@ -116,6 +117,10 @@ DEFAULT_FLOOD_MULTIPLIERS = (0.5, 1.0, 2.0, 4.0)
 #: a = f eps/(2kr) < 30, so p = e^{-a} > 2^-44 and 1 - p, p^2 stay resolvable in float64; at
 #: a > 37 (p < 2^-53) dp-accounting's PLD construction breaks down (an IndexError at eps = 150).
 MAX_CALIBRATION_EPSILON = _MAX_EPS0
+#: Most outcomes of the truncated 1-D view the accounting builds a PLD from. The PLD construction loops
+#: over outcomes in Python: 1.4e5 outcomes (target eps = 1e-3) take about 95 s to calibrate, 1.4e6
+#: (eps = 1e-4) more than 5 minutes and several GiB, and eps = 1e-6 exhausted 24 GiB of memory.
+MAX_VIEW_OUTCOMES = 2**18
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +172,28 @@ def _shifts(k: Any, r: Any) -> int:
   return _validate.integer("k", k, minimum=1) * _validate.integer("r", r, minimum=1)
 
 
+def _geometric_window(a: float, tail_mass: float) -> int:
+  """Least j with Pr[G' > j] = p^{2(j+1)} <= tail_mass / 2 for G' ~ Geom(p^2), p = e^{-a}."""
+  return max(0, int(math.ceil(math.log(tail_mass / 2) / (-2.0 * a))) - 1)
+
+
+def min_calibration_epsilon(*, k: Any = 1, r: Any = 1, dlap_fraction: Any = 0.5) -> float:
+  """Smallest target epsilon :func:`calibrate_multi_message` accepts for these settings.
+
+  The discrete-Laplace part p = e^{-a}, a = dlap_fraction * eps / (2kr), alone
+  needs about ln(2 / tail_mass) / (2a) outcomes; the bound keeps that at half
+  of :data:`MAX_VIEW_OUTCOMES`, leaving the other half to the flooding part.
+  About 1.06e-3 at k = r = 1 and dlap_fraction = 1/2.
+
+  >>> round(min_calibration_epsilon(), 5)
+  0.00106
+  """
+  shifts = _shifts(k, r)
+  fraction = _validate.open_unit("dlap_fraction", dlap_fraction)
+  a = math.log(2.0 / DEFAULT_TAIL_MASS) / (2.0 * (MAX_VIEW_OUTCOMES // 2))
+  return 2.0 * shifts * a / fraction
+
+
 def _h_log_pmf(noise: MultiMessageNoise, tail_mass: float) -> tuple[np.ndarray, float]:
   """log Pr[H = m] for m = 0..M and Pr[H > M], H = F + G', G' ~ Geom(p^2).
 
@@ -176,11 +203,16 @@ def _h_log_pmf(noise: MultiMessageNoise, tail_mass: float) -> tuple[np.ndarray, 
   """
   p, rho, pf = noise.p, noise.rho, noise.p_flood
   f_dist = stats.nbinom(rho, 1.0 - pf)  # scipy: pmf C(k+rho-1,k) (1-pf)^rho pf^k
-  m_f = int(f_dist.isf(tail_mass / 2))
+  m_g = _geometric_window(noise.dlap_a, tail_mass)
+  m_f = f_dist.isf(tail_mass / 2)
+  if not m_f + m_g < MAX_VIEW_OUTCOMES:  # also catches an infinite or NaN isf
+    raise ValueError(f"Expected noise={noise} whose view fits in {MAX_VIEW_OUTCOMES} outcomes at tail mass "
+                     f"{tail_mass:g}; it needs about {m_f + m_g:.3g} (discrete-Laplace part {m_g}, flooding "
+                     f"part {m_f:.3g}). Use a larger epsilon (larger a = -ln p) or less flooding.")
+  m_f = int(m_f)
   while f_dist.sf(m_f) > tail_mass / 2:  # guard against isf rounding
     m_f += 1
   log_p2 = 2.0 * math.log(p)
-  m_g = max(0, int(math.ceil(math.log(tail_mass / 2) / log_p2)) - 1)  # Pr[G' > j] = p^{2(j+1)}
   big_m = m_f + m_g
   m = np.arange(big_m + 1)
   log_f = f_dist.logpmf(m)
@@ -402,7 +434,7 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
   meets the target, and rho / (1 + rtol) does not.
 
   Args:
-    target_epsilon: in (0, 60].
+    target_epsilon: in [:func:`min_calibration_epsilon`, 60].
     target_delta: in (0, 1).
     k: buckets per record.
     r: labels per record.
@@ -416,8 +448,10 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
     The calibrated :class:`MultiMessageNoise`.
 
   Raises:
-    ValueError: on bad arguments, or when no rho reaches the target for any
-      multiplier (delta below what a pessimistic PLD certifies, about 1e-15).
+    ValueError: on bad arguments (target_epsilon below
+      :func:`min_calibration_epsilon`), or when no rho reaches the target for
+      any multiplier (delta below what a pessimistic PLD certifies, about
+      1e-15, or a view larger than :data:`MAX_VIEW_OUTCOMES`).
 
   >>> noise = calibrate_multi_message(1.0, 1e-6)
   >>> round(noise.dlap_a, 6), multi_message_delta(noise, 1.0) <= 1e-6
@@ -431,6 +465,11 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
   delta = _validate.open_unit("target_delta", target_delta)
   shifts = _shifts(k, r)
   fraction = _validate.open_unit("dlap_fraction", dlap_fraction)
+  least = min_calibration_epsilon(k=k, r=r, dlap_fraction=fraction)
+  if eps < least:
+    raise ValueError(f"Expected target_epsilon={eps!r} >= {least:.3g}, the smallest epsilon the calibration "
+                     f"supports at k={k}, r={r}, dlap_fraction={fraction:g}: below it the exact view needs more "
+                     f"than {MAX_VIEW_OUTCOMES} outcomes (minutes to hours of accounting and many GiB).")
   try:
     mults = tuple(_validate.positive("flood_multipliers", m) for m in flood_multipliers)
   except TypeError:

@@ -45,6 +45,7 @@ from jaxdistill.accounting._multi_message import (
     MAX_CALIBRATION_EPSILON,
     MultiMessageNoise,
     calibrate_multi_message,
+    min_calibration_epsilon,
     multi_message_delta,
     multi_message_expected_messages,
     multi_message_statement,
@@ -129,6 +130,11 @@ class ShuffleMultiMessage(BsvsMechanism):
     for name, value in (("epsilon", eps), ("delta", delta), ("num_clients", n), ("dlap_fraction", frac)):
       object.__setattr__(self, name, value)
     calibrated = self.noise is None
+    least = min_calibration_epsilon(k=self.shape.k, r=self.shape.r, dlap_fraction=frac)
+    if calibrated and eps < least:
+      raise ValueError(f"Expected epsilon={eps!r} >= {least:.3g}, the smallest epsilon the multi-message "
+                       f"calibration supports at k={self.shape.k}, r={self.shape.r}, dlap_fraction={frac:g} "
+                       f"(below it the exact accounting needs minutes to hours and many GiB).")
     if calibrated:
       calibrate = functools.partial(calibrate_multi_message, eps, k=self.shape.k, r=self.shape.r,
                                     dlap_fraction=frac)

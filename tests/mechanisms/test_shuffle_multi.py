@@ -22,6 +22,7 @@ from jaxdistill import accounting
 from jaxdistill import audit
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
+from jaxdistill.accounting import _multi_message as mm
 from jaxdistill.mechanisms import _nb_sampler as nbs
 from tests.mechanisms._stats import audit_pair
 
@@ -651,3 +652,29 @@ def test_epsilon_beyond_what_the_accounting_supports_is_a_clear_error(eps, match
 def test_calibration_epsilon_above_the_cap_is_a_clear_error():
   with pytest.raises(ValueError, match="target_epsilon=150.0 <= 60"):
     accounting.calibrate_multi_message(150.0, 1e-6)
+
+
+def test_epsilon_below_what_the_accounting_can_evaluate_is_a_clear_error():
+  # eps = 1e-4 calibrated for more than 5 minutes and several GiB; eps = 1e-6 was killed for memory
+  # (24 GiB). Each now refuses at once, naming the smallest supported epsilon.
+  least = accounting.min_calibration_epsilon()
+  assert 1e-3 < least < 1.1e-3
+  # Linear in kr / dlap_fraction: the bound is on a = dlap_fraction * eps / (2kr).
+  assert accounting.min_calibration_epsilon(k=2, r=3, dlap_fraction=0.25) == pytest.approx(12 * least)
+  with pytest.raises(ValueError, match=r"target_epsilon=1e-06 >= 0.00106"):
+    accounting.calibrate_multi_message(1e-6, 1e-6)
+  with pytest.raises(ValueError, match=r"epsilon=0.0001 >= 0.00106"):
+    M.ShuffleMultiMessage(M.BsvsShape(3, 2, 1), 1e-4, 1e-6, 100)
+  # The bound is where the discrete-Laplace window reaches half the outcome budget.
+  half = mm.MAX_VIEW_OUTCOMES // 2
+  a_least = 0.5 * least / 2
+  assert mm._geometric_window(a_least, mm.DEFAULT_TAIL_MASS) <= half < mm._geometric_window(
+      a_least * 0.999, mm.DEFAULT_TAIL_MASS)
+
+
+def test_a_given_noise_too_large_to_evaluate_is_a_clear_error():
+  # A hand-made noise with p or the flooding too close to 1 for the exact view: one ValueError
+  # naming the noise, before any array of its size is built.
+  for noise in (accounting.MultiMessageNoise(1 - 1e-9, 1.0, 0.5), accounting.MultiMessageNoise(0.5, 1e6, 0.9)):
+    with pytest.raises(ValueError, match="outcomes at tail mass"):
+      accounting.multi_message_delta(noise, 1.0)
