@@ -234,6 +234,11 @@ class ShuffleMultiMessage(BsvsMechanism):
     """#(j,+) - #(j,-), float64 ``[s, |Y|]`` (unbiased for any number of clients)."""
     del key, num_clients  # no server-side randomness
     counts = np.asarray(stats, dtype=np.int64).reshape(self.shape.d, 2)
+    if np.any(counts < 0):
+      # Message counts are int32 sums: an entry with more than 2^31 - 1 messages (n near 2^31 with the
+      # flooding on top) wraps around to a negative count, and the difference would be off by 2^32.
+      raise ValueError(f"Expected non-negative message counts; {int(np.sum(counts < 0))} are negative, an "
+                       f"int32 overflow (more than 2^31 - 1 messages on one entry). Simulate fewer clients.")
     diff = (counts[:, 0] - counts[:, 1]).astype(np.float64)
     return diff.reshape(self.shape.num_buckets, self.shape.num_labels)
 

@@ -678,3 +678,15 @@ def test_a_given_noise_too_large_to_evaluate_is_a_clear_error():
   for noise in (accounting.MultiMessageNoise(1 - 1e-9, 1.0, 0.5), accounting.MultiMessageNoise(0.5, 1e6, 0.9)):
     with pytest.raises(ValueError, match="outcomes at tail mass"):
       accounting.multi_message_delta(noise, 1.0)
+
+
+def test_wrapped_int32_message_counts_are_refused():
+  # An entry's count is a_j plus flooding, so at n near 2^31 it can pass 2^31 - 1 and wrap to a
+  # negative int32; the estimate would then be off by 2^32. The analyzer refuses such counts.
+  mech = M.ShuffleMultiMessage(M.BsvsShape(3, 2, 1), 1.0, 1e-6, 100)
+  counts = np.zeros((6, 2), np.int32)
+  counts[2, 0] = np.array(2**31 + 4, np.int64).astype(np.int32)  # 2^31 + 4 wrapped to int32
+  with pytest.raises(ValueError, match="int32 overflow"):
+    mech.estimate(None, counts, 100)
+  counts[2, 0] = 7
+  assert mech.estimate(None, counts, 100)[1, 0] == 7.0  # row 1, label 0 = entry 2
