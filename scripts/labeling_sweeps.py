@@ -65,6 +65,8 @@ def parse(argv):
   p.add_argument("--k", type=int, default=1, help="k when not swept")
   p.add_argument("--T", type=int, default=1, help="iterations")
   p.add_argument("--representation", default="hog-pca")
+  p.add_argument("--encoder-width", type=int, default=None, help="contrastive encoder width (contrastive, scan)")
+  p.add_argument("--encoder-steps", type=int, default=None, help="contrastive encoder steps (contrastive, scan)")
   p.add_argument("--seeds", default="0", help="comma-separated seeds (mean and spread reported)")
   p.add_argument("--private-size", type=int, default=None)
   p.add_argument("--public-size", type=int, default=None)
@@ -116,11 +118,13 @@ def main(argv=None) -> int:
     base = labeling.LabelingConfig(
         dataset=args.dataset, data_dir=args.data_dir, mechanism="central", epsilon=args.epsilon,
         num_queries=args.s, k=args.k, iterations=args.T, representation=args.representation, seed=seed,
+        encoder_width=args.encoder_width, encoder_steps=args.encoder_steps,
         private_size=args.private_size, public_size=args.public_size, eval_size=args.eval_size,
         student=student, student_seeds=args.student_seeds, baselines=False)
     # Any s and representation load the same split; s = 1 passes the s <= |D_pub| check at any size.
     splits = (tuning_splits(base) if args.tuning_split
-              else labeling.load_splits(base.replace(num_queries=1, representation="raw")))
+              else labeling.load_splits(base.replace(num_queries=1, representation="raw", encoder_width=None,
+                                                 encoder_steps=None)))
     reps = {}  # the first representation, fitted once (scan: once per s, its number of clusters)
     ceiling = ceiling_mean = None
     noise_free_cache = {}

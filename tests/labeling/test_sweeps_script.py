@@ -82,3 +82,19 @@ def test_budget_sweep_writes_gaps_to_the_ceiling(tmp_path):
     np.testing.assert_allclose(float(cells[columns.index("mean − ceiling mean")]),
                                100 * (float(r["acc_pc_mean"]) - ceiling_mean), atol=0.006)
   assert (tmp_path / f"{stem}.png").stat().st_size > 0
+
+
+def test_encoder_options_reach_the_fit_on_the_paper_split(tmp_path, monkeypatch):
+  # The paper split is loaded with representation=raw; the encoder options must not travel there
+  # (they are refused with a representation that has no encoder).
+  sweeps = load_script()
+  seen = []
+  fit = labeling.fit_first_representation
+  monkeypatch.setattr(labeling, "fit_first_representation",
+                      lambda cfg, x, **kw: seen.append(cfg) or fit(cfg, x, **kw))
+  argv = ["--dataset", "mnist-embedded", "--sweep", "s", "--values", "10", "--representation", "contrastive",
+          "--encoder-width", "4", "--encoder-steps", "3", "--student-epochs", "1", "--private-size", "500",
+          "--public-size", "300", "--eval-size", "100", "--out", str(tmp_path)]
+  assert sweeps.main(argv) == 0
+  assert [(c.representation, c.encoder_width, c.encoder_steps) for c in seen] == [("contrastive", 4, 3)]
+  assert "--encoder-width 4 --encoder-steps 3" in (tmp_path / "mnist-embedded_s.md").read_text()
