@@ -254,6 +254,9 @@ def test_encoder_options_reach_the_contrastive_fit(splits, monkeypatch):
   seen.clear()
   _pipeline.fit_first_representation(tiny(representation="scan"), splits.public.images)
   assert seen == {"name": "scan", "num_clusters": 20}  # unset: the representation's own defaults
+  from jaxdistill.labeling import _components  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match="learned representations"):  # callers below the config's check
+    _components.fit_representation(None, "pca", splits.public.images, 50, encoder={"width": 4})
 
 
 def test_encoder_options_are_release_settings():
