@@ -28,6 +28,8 @@ Embed = Callable[[np.ndarray], np.ndarray]
 REPRESENTATIONS = representations.REPRESENTATIONS
 #: Connection rules (reverse k-NN is the paper's and the only per-record one).
 RULES = connection.RULES
+#: Learned representations: they have a contrastive encoder (``encoder`` options) and a progress callback.
+LEARNED = ("contrastive", "scan")
 
 
 def _encoder_config(name: str, encoder: dict | None) -> dict:
@@ -40,7 +42,7 @@ def _encoder_config(name: str, encoder: dict | None) -> dict:
     base = representations.ScanConfig().contrastive
     return {"contrastive": dataclasses.replace(base, **encoder)}
   raise ValueError(f"Encoder options {', '.join(sorted(encoder))} apply to the learned representations "
-                   f"(contrastive, scan) only; got representation={name!r}.")
+                   f"({', '.join(LEARNED)}) only; got representation={name!r}.")
 
 
 def fit_representation(key: jax.Array, name: str, public_images: np.ndarray, dim: int,
@@ -53,7 +55,7 @@ def fit_representation(key: jax.Array, name: str, public_images: np.ndarray, dim
   opts.update(_encoder_config(name, encoder))
   if name == "scan" and num_queries is not None:
     opts["num_clusters"] = num_queries
-  if progress is not None and name in ("contrastive", "scan"):
+  if progress is not None and name in LEARNED:
     opts["progress"] = progress
   return representations.fit_representation(key, name, public_images, **opts)
 

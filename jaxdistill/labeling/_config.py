@@ -36,8 +36,7 @@ STUDENT_TARGETS = ("hard", "soft")
 #: Most self-training rounds (each trains a fresh student; student draws' keys sit above this range).
 MAX_REFINE_ROUNDS = 1000
 
-#: Representations with a contrastive encoder (``encoder_width`` / ``encoder_steps`` apply to them).
-_LEARNED = ("contrastive", "scan")
+_LEARNED = _components.LEARNED  # encoder_width / encoder_steps apply to these only
 #: Bounds that keep a typo from starting a days-long fit.
 _MAX_ENCODER = {"encoder_width": 1024, "encoder_steps": 1_000_000}
 _EMBEDDED_SIZES = (3000, 1000, 1000)  # D_priv, D_pub, D_eval of the 5,000 embedded digits
