@@ -34,6 +34,7 @@ from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyWarning, Relation
 from jaxdistill.connection._common import as_features, block_size as _block_size
 from jaxdistill.connection._distances import nearest_columns, nearest_rows, squared_distances
+from jaxdistill.mechanisms._bsvs import repeated_in_rows
 
 __all__ = [
     "RULES",
@@ -379,8 +380,7 @@ def balanced_scores(buckets: Any, private_features: Any, query_features: Any, *,
   if b.size and (b.min() < -1 or b.max() >= q.shape[0]):
     raise ValueError(f"Expected buckets in [0, s={q.shape[0]}) or -1 (padding); found values in "
                      f"[{b.min()}, {b.max()}].")
-  srt = np.sort(b, axis=1)
-  dup = ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
+  dup = repeated_in_rows(b)
   if dup.any():  # an edge listed twice would count its similarity twice
     row = int(np.flatnonzero(dup)[0])
     raise ValueError(f"Expected distinct buckets per record (padding -1 aside); record {row} has {b[row].tolist()}.")

@@ -145,10 +145,9 @@ def make_bsvs_input(buckets: Any, labels: Any, *, num_buckets: int, num_labels: 
     bad = (arr < -1) | (arr >= hi)
     if bad.any():
       raise ValueError(f"Expected {name} in [0, {hi}) or -1 (padding); found {arr[bad][:3].tolist()}.")
-    srt = np.sort(arr, axis=1)
-    dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+    dup = repeated_in_rows(arr)
     if dup.any():
-      row = int(np.flatnonzero(dup.any(axis=1))[0])
+      row = int(np.flatnonzero(dup)[0])
       raise ValueError(f"Expected distinct {name} within a client; client {row} has {arr[row].tolist()}.")
   pad_b = np.full((b.shape[0], shape.k - b.shape[1]), -1, np.int64)
   pad_l = np.full((lab.shape[0], shape.r - lab.shape[1]), -1, np.int64)
@@ -204,6 +203,18 @@ def entry_histogram(buckets: jax.Array, labels: jax.Array, valid: jax.Array | No
   return flat[:d]
 
 
+def repeated_in_rows(a: Any) -> Any:
+  """bool ``[rows]``: rows of a 2-D integer array holding some index twice (-1 is padding, never a repeat).
+
+  A client (or record) that lists a bucket or label twice moves one vote entry by 2, which the unit-shift
+  sensitivity of every account does not cover. NumPy in, NumPy out (host checks); a JAX array, also
+  under ``jit``, gives a JAX array.
+  """
+  xp = np if isinstance(a, np.ndarray) else jnp
+  srt = xp.sort(a, axis=1)
+  return ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
+
+
 def check_input_fits(clients: BsvsInput, shape: BsvsShape, n: int | None = None) -> None:
   """Raises ``ValueError`` unless ``clients`` fit ``shape`` (and number ``n`` when given).
 
@@ -227,9 +238,7 @@ def check_input_fits(clients: BsvsInput, shape: BsvsShape, n: int | None = None)
     if low < -1 or high >= size:
       raise ValueError(f"Expected clients.{name} in [0, {size_name}={size}) or -1 (padding); found values in "
                        f"[{low}, {high}].")
-    # A repeated bucket (or label) moves one vote entry by 2: the unit-shift accounts would not hold.
-    srt = jnp.sort(arr, axis=1)
-    dup = jnp.any((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0), axis=1)
+    dup = repeated_in_rows(arr)
     if bool(jnp.any(dup)):
       row = int(jnp.argmax(dup))
       raise ValueError(f"Expected distinct clients.{name} within a client (padding -1 aside); client {row} has "

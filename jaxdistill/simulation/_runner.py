@@ -49,7 +49,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from jaxdistill import _validate
 from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
 from jaxdistill.mechanisms._base import check_clients_fit
-from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator
+from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator, repeated_in_rows
 
 __all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "CLIENT_AXIS",
            "MAX_CLIENTS"]
@@ -221,9 +221,7 @@ def _bad_rows(buckets: jax.Array, labels: jax.Array, num_buckets: int, num_label
   only inside it, so they are counted here and the run raises if any is bad.
   """
   def bad(a, size):
-    srt = jnp.sort(a, axis=1)
-    dup = jnp.any((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0), axis=1)
-    return jnp.any((a < -1) | (a >= size), axis=1) | dup
+    return jnp.any((a < -1) | (a >= size), axis=1) | repeated_in_rows(a)
   return bad(buckets, num_buckets) | bad(labels, num_labels)
 
 

@@ -137,3 +137,16 @@ def test_closed_forms_refuse_counts_no_votes_could_give(make):
                         (counts[:2], "s\\*\\|Y\\| = 3\\*2 entries")):
       with pytest.raises(ValueError, match=needle):
         mech.entry_variance(bad, 4)
+
+
+def test_repeated_in_rows_matches_a_set_count_on_numpy_and_jax():
+  # The one check behind every "distinct buckets/labels" refusal (inputs, simulation, balanced rules).
+  from jaxdistill.mechanisms._bsvs import repeated_in_rows  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  a = rng.integers(-1, 4, size=(500, 3))  # many rows with a repeat, many with -1 twice (padding: no repeat)
+  want = np.array([len([v for v in row if v >= 0]) != len({v for v in row if v >= 0}) for row in a.tolist()])
+  assert 0 < want.sum() < len(want)
+  got_np = repeated_in_rows(a)
+  assert isinstance(got_np, np.ndarray)
+  np.testing.assert_array_equal(got_np, want)
+  np.testing.assert_array_equal(np.asarray(jax.jit(repeated_in_rows)(jax.numpy.asarray(a))), want)
