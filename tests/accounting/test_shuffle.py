@@ -103,6 +103,31 @@ def test_clone_delta_equals_direct_sum(n, eps0, eps):
   assert accounting.clone_delta(eps, eps0, n) == pytest.approx(max(d_pq, d_qp), abs=1e-12)
 
 
+@pytest.mark.parametrize("eps0", [0.5, 2.0, 4.0])
+def test_clone_divergence_does_not_increase_with_c(eps0):
+  # What the binned window of clone_delta relies on: the pair at c + 1 is the pair at c plus an independent
+  # Bernoulli(1/2) message, so neither hockey-stick divergence can grow with c. Exact, c = 0..60.
+  for eps in (0.0, 0.05, 0.3, 0.9 * eps0):
+    prev = (math.inf, math.inf)
+    for c in range(61):
+      p, q = clone_pair_direct(c, eps0)
+      cur = (accounting.hockey_stick_divergence(p, q, eps), accounting.hockey_stick_divergence(q, p, eps))
+      assert cur[0] <= prev[0] + 1e-15 and cur[1] <= prev[1] + 1e-15, (eps, c)
+      prev = cur
+
+
+@pytest.mark.parametrize("n,eps0,eps", [(10**6, 4.0, 0.05), (10**6, 2.0, 0.01), (10**5, 1.0, 0.02)])
+def test_binned_clone_window_is_an_upper_bound_close_to_the_exact_sum(n, eps0, eps):
+  # The windows here hold 2,200 to 6,000 values of c, summed exactly by default; 64 and 512 bins
+  # must stay above that sum (the bins are evaluated at their smallest c) and approach it.
+  exact = accounting.clone_delta(eps, eps0, n)
+  assert 1e-9 < exact < 1e-2  # far above the window's 2e-15 of missing mass
+  coarse, finer = (accounting.clone_delta(eps, eps0, n, max_points=m) for m in (64, 512))
+  assert exact <= finer <= coarse
+  assert finer <= exact * 1.002 and coarse <= exact * 1.02
+  assert coarse > exact  # the bins really were used
+
+
 def shuffled_rr_count_pmf(eps0, k, inputs):
   """Exact pmf of the shuffled histogram of n k-ary RR messages."""
   keep = math.exp(eps0) / (math.exp(eps0) + k - 1)
@@ -139,6 +164,8 @@ def test_numeric_bound_dominates_exact_shuffled_rr(k, n, eps0):
     (lambda: accounting.shuffle_epsilon(1.0, 100.5, 1e-6), "n"),
     (lambda: accounting.shuffle_epsilon(1.0, 100, 1e-6, method="exact"), "method"),
     (lambda: accounting.shuffle_local_epsilon(-1.0, 100, 1e-6), "target_epsilon"),
+    (lambda: accounting.clone_delta(0.1, 1.0, 100, max_points=1), "max_points"),
+    (lambda: accounting.clone_delta(0.1, 1.0, 100, max_points=2.5), "max_points"),
 ])
 def test_bad_input(call, name):
   with pytest.raises(ValueError, match=name):
