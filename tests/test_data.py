@@ -83,6 +83,55 @@ def test_idx_pixels_are_always_bytes(tmp_path):
   assert d.images.max() == np.float32(1 / 255)
 
 
+def test_emnist_release_files_are_found_and_turned_upright(tmp_path):
+  # EMNIST's release stores every image transposed. Store real MNIST digits that way, under the release's
+  # file names (its test split is "test", not "t10k"): the loader must give back the upright digits.
+  digits = data.load_embedded_mnist()
+  stored = np.rint(digits.images[:40, ..., 0] * 255).astype(np.uint8)
+  assert not np.array_equal(stored, np.swapaxes(stored, 1, 2))  # digits are not symmetric
+  for part, rows in (("train", slice(0, 30)), ("test", slice(30, 40))):
+    write_idx(tmp_path / f"emnist-mnist-{part}-images-idx3-ubyte.gz", np.swapaxes(stored[rows], 1, 2))
+    write_idx(tmp_path / f"emnist-mnist-{part}-labels-idx1-ubyte.gz", digits.labels[rows])
+  train, test = data.load_dataset("emnist-mnist", tmp_path)
+  np.testing.assert_array_equal(train.images, digits.images[:30])
+  np.testing.assert_array_equal(test.images, digits.images[30:40])
+  np.testing.assert_array_equal(test.labels, digits.labels[30:40])
+  assert train.name == f"idx:{tmp_path.name}/emnist-mnist"
+  # The same files read without the transpose are the stored (sideways) images.
+  raw = data.load_idx_dir(tmp_path, "train", prefix="emnist-mnist-")
+  np.testing.assert_array_equal(raw.images, np.swapaxes(digits.images[:30], 1, 2))
+
+
+def test_emnist_letters_keep_the_release_labels(tmp_path):
+  # The letters release labels a..z as 1..26 (class 0 is empty), as tfds does; they are kept, not shifted.
+  imgs = np.random.default_rng(2).integers(0, 256, (26, 28, 28))
+  for part in ("train", "test"):
+    write_idx(tmp_path / f"emnist-letters-{part}-images-idx3-ubyte.gz", imgs)
+    write_idx(tmp_path / f"emnist-letters-{part}-labels-idx1-ubyte.gz", np.arange(1, 27))
+  train, _ = data.load_dataset("emnist-letters", tmp_path)
+  np.testing.assert_array_equal(train.labels, np.arange(1, 27))
+  assert train.num_classes == 27
+  assert set(data.DATASETS) >= {f"emnist-{c}" for c in data.EMNIST_CONFIGS}
+
+
+def test_emnist_errors_name_the_problem(tmp_path):
+  with pytest.raises(ValueError, match="'emnist-letters' needs data_dir"):
+    data.load_dataset("emnist-letters")
+  with pytest.raises(ValueError, match=r"emnist-digits-train-images-idx3-ubyte\[\.gz\] in data directory"):
+    data.load_dataset("emnist-digits", tmp_path)
+  write_idx(tmp_path / "emnist-digits-train-images-idx3-ubyte.gz", np.zeros((2, 28, 28)))
+  write_idx(tmp_path / "emnist-digits-train-labels-idx1-ubyte.gz", np.zeros(2))
+  with pytest.raises(ValueError, match=r"emnist-digits-t10k-images-idx3-ubyte\[\.gz\] or "
+                                       r"emnist-digits-test-images-idx3-ubyte\[\.gz\]"):
+    data.load_dataset("emnist-digits", tmp_path)
+  with pytest.raises(ValueError, match="dataset"):
+    data.load_dataset("emnist-cursive", tmp_path)
+  with pytest.raises(ValueError, match="prefix"):
+    data.load_idx_dir(tmp_path, prefix="../emnist-digits-")
+  with pytest.raises(ValueError, match="transpose"):
+    data.load_idx_dir(tmp_path, prefix="emnist-digits-", transpose="yes")
+
+
 def test_splits_are_disjoint_and_seeded():
   d = data.load_embedded_mnist()
   s1 = data.paper_splits(d, None, seed=0, public_size=1000, eval_size=500, private_size=2000)

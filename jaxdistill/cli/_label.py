@@ -34,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                  "arXiv:2207.13253), train a student, and report accuracy and privacy.")
   p.add_argument("--dataset", default=d.dataset, choices=DATASETS, help="data set (default: %(default)s)")
   p.add_argument("--data-dir", default=None,
-                 help="folder of IDX files (mnist, idx; fashion-mnist optional), or tfds's data folder (tfds:*)")
+                 help="folder of IDX files (mnist, idx, emnist-*; fashion-mnist optional), "
+                      "or tfds's data folder (tfds:*)")
   p.add_argument("--mechanism", default=d.mechanism, choices=labeling.MECHANISMS,
                  help="vote mechanism (default: %(default)s)")
   p.add_argument("--epsilon", type=float, default=d.epsilon, help="TOTAL epsilon over T iterations "

@@ -13,6 +13,10 @@ Sources:
   layout. Debian's ``dataset-fashion-mnist`` installs Fashion-MNIST in
   ``/usr/share/datasets/fashion-mnist``; :func:`find_fashion_mnist` looks
   there and in ``$JAXDISTILL_FASHION_MNIST``.
+* ``emnist-<config>``: the EMNIST release's IDX files
+  (``emnist-letters-train-images-idx3-ubyte.gz`` ...) from a folder. EMNIST
+  stores every image transposed; they are turned upright like MNIST's, as on
+  the tfds route, and the labels are the release's own (letters: 1-26).
 * ``tfds:<name>`` (mnist, fashion_mnist, svhn_cropped, cifar10) through
   tensorflow-datasets, which needs TensorFlow and a network (the ``tfds``
   extra). Offline, the tests run this route on tfds's mock data.
@@ -36,13 +40,15 @@ __all__ = [
     "load_embedded_mnist",
     "load_idx_dir",
     "find_fashion_mnist",
+    "EMNIST_CONFIGS",
     "load_tfds",
     "load_dataset",
     "DATASETS",
 ]
 
-DATASETS = ("mnist-embedded", "fashion-mnist", "mnist", "idx", "tfds:mnist", "tfds:fashion_mnist",
-            "tfds:svhn_cropped", "tfds:cifar10")
+EMNIST_CONFIGS = ("balanced", "byclass", "bymerge", "digits", "letters", "mnist")
+DATASETS = ("mnist-embedded", "fashion-mnist", "mnist", "idx", *(f"emnist-{c}" for c in EMNIST_CONFIGS),
+            "tfds:mnist", "tfds:fashion_mnist", "tfds:svhn_cropped", "tfds:cifar10")
 
 _DEBIAN_FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
 
@@ -141,32 +147,44 @@ def _existing_dir(name: str, value: Any) -> pathlib.Path:
   return d
 
 
-def _find(directory: pathlib.Path, stem: str) -> pathlib.Path:
-  for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz"):
-    p = directory / name
-    if p.exists():
-      return p
-  raise ValueError(f"Missing IDX file {stem}[.gz] in data directory {directory}.")
+def _find(directory: pathlib.Path, stems: tuple[str, ...]) -> pathlib.Path:
+  for stem in stems:
+    for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz"):
+      p = directory / name
+      if p.exists():
+        return p
+  raise ValueError(f"Missing IDX file {' or '.join(s + '[.gz]' for s in stems)} in data directory {directory}.")
 
 
-def load_idx_dir(directory: Any, split: str = "train") -> ImageData:
+def load_idx_dir(directory: Any, split: str = "train", *, prefix: str = "", transpose: bool = False) -> ImageData:
   """Reads an MNIST-layout IDX directory (gzipped or not).
 
   Args:
-    directory: folder holding ``{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]``.
+    directory: folder holding ``{prefix}{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]``
+      (the test split may also be named ``{prefix}test-...``, as in EMNIST).
     split: ``train`` or ``test``.
+    prefix: file name prefix, e.g. ``emnist-letters-`` for the EMNIST release.
+    transpose: swap each image's rows and columns (EMNIST stores them
+      transposed; ``load_dataset("emnist-<config>")`` sets this).
 
   Raises:
     ValueError: if the directory or a file is missing or malformed.
   """
   d = _existing_dir("directory", directory)
   split = _validate.choice("split", split, ("train", "test"))
-  prefix = "train" if split == "train" else "t10k"
-  images = _read_idx(_find(d, f"{prefix}-images-idx3-ubyte"))
-  labels = _read_idx(_find(d, f"{prefix}-labels-idx1-ubyte")).astype(np.int32)
+  if not isinstance(prefix, str) or "/" in prefix or "\\" in prefix:
+    raise ValueError(f"Expected prefix to be a file name prefix (a string without '/'); got {prefix!r}.")
+  if not isinstance(transpose, (bool, np.bool_)):
+    raise ValueError(f"Expected transpose to be True or False; got {transpose!r}.")
+  parts = ("train",) if split == "train" else ("t10k", "test")
+  images = _read_idx(_find(d, tuple(f"{prefix}{p}-images-idx3-ubyte" for p in parts)))
+  labels = _read_idx(_find(d, tuple(f"{prefix}{p}-labels-idx1-ubyte" for p in parts))).astype(np.int32)
   if images.ndim != 3 or images.shape[0] != labels.shape[0]:
     raise ValueError(f"{d}: images {images.shape} and labels {labels.shape} do not match.")
-  return ImageData(_to_float(images), labels, int(labels.max()) + 1 if labels.size else 0, f"idx:{d.name}")
+  if transpose:
+    images = np.ascontiguousarray(images.transpose(0, 2, 1))  # [N, W, H] as stored -> upright [N, H, W]
+  name = f"idx:{d.name}" if not prefix else f"idx:{d.name}/{prefix.rstrip('-_')}"
+  return ImageData(_to_float(images), labels, int(labels.max()) + 1 if labels.size else 0, name)
 
 
 def find_fashion_mnist() -> pathlib.Path | None:
@@ -254,7 +272,9 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
   Args:
     name: ``mnist-embedded`` (5,000 digits, no test split), ``fashion-mnist``
       (IDX; ``data_dir`` or the Debian location), ``mnist`` / ``idx`` (IDX in
-      ``data_dir``), or ``tfds:<name>``.
+      ``data_dir``), ``emnist-<config>`` (the EMNIST release's IDX files in
+      ``data_dir``, turned upright; config one of :data:`EMNIST_CONFIGS`), or
+      ``tfds:<name>``.
     data_dir: folder with IDX files, when needed; for ``tfds:<name>``, tfds's
       download/cache folder (optional).
 
@@ -275,6 +295,13 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
       raise ValueError(f"Data set {name!r} needs data_dir (a folder of IDX files).")
     d = _existing_dir("data_dir", data_dir)
     return load_idx_dir(d, "train"), load_idx_dir(d, "test")
+  if name in DATASETS and name.startswith("emnist-"):
+    if not data_dir:
+      raise ValueError(f"Data set {name!r} needs data_dir (a folder holding the EMNIST release's IDX files, "
+                       f"{name}-train-images-idx3-ubyte.gz ...).")
+    d = _existing_dir("data_dir", data_dir)
+    return (load_idx_dir(d, "train", prefix=name + "-", transpose=True),
+            load_idx_dir(d, "test", prefix=name + "-", transpose=True))
   if name.startswith("tfds:"):
     tf_name = name.split(":", 1)[1]
     return load_tfds(tf_name, "train", data_dir=data_dir), load_tfds(tf_name, "test", data_dir=data_dir)

@@ -108,8 +108,8 @@ class LabelingConfig:
 
   Attributes:
     dataset: one of :data:`jaxdistill.data.DATASETS`.
-    data_dir: folder of IDX files (``mnist``, ``idx``; optional for
-      ``fashion-mnist``).
+    data_dir: folder of IDX files (``mnist``, ``idx``, ``emnist-<config>``;
+      optional for ``fashion-mnist``).
     mechanism: one of :data:`MECHANISMS`.
     epsilon: the TOTAL epsilon over all T iterations (``inf`` only with
       ``mechanism="none"``).

@@ -31,6 +31,7 @@ def run_cli(args, capsys):
     (["--mechanism", "gaussian"], "mechanism"),
     (["--dataset", "mnist", "--data-dir", "/nonexistent/jaxdistill-data"], "does not exist"),
     (["--dataset", "mnist"], "data_dir"),
+    (["--dataset", "emnist-letters"], "'emnist-letters' needs data_dir"),
     (["--T", "0"], "iterations"),
     (["--student-refine", "-1"], "refine_rounds"),
     (["--encoder-width", "32"], "learned representation"),  # default representation: hog-pca
