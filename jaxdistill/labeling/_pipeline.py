@@ -73,7 +73,9 @@ RELATION_TEXT = ("replace-one: D_priv and D'_priv have the same size and differ 
                  "(record-level DP; every private record is its own client, n = |D_priv|)")
 
 # Stream ids of the run's key: fold_in(key, stream) then fold_in(., iteration).
-_REP, _KMEANS, _NOISE, _STUDENT, _CEILING = 1, 2, 3, 4, 5
+# _EMBED (iterations t >= 2: the student's embedding) has its own stream: under _REP, fold_in(rep_key, 2) is the
+# key SCAN's fit splits off for its training steps (split(k, n)[i] == fold_in(k, i) under threefry).
+_REP, _KMEANS, _NOISE, _STUDENT, _CEILING, _EMBED = 1, 2, 3, 4, 5, 6
 # Student (and ceiling) draw i >= 1 trains from fold_in(base, 2^30 + i). Refinement round r of a draw
 # trains from fold_in(base, r) (r <= MAX_REFINE_ROUNDS = 1000), and train_student splits its key, which threefry
 # makes fold_in(key, 0) and fold_in(key, 1): a draw keyed fold_in(base, i) would repeat round i's student.
@@ -380,7 +382,7 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
     else:
       with timer("embed"):
         embed = embed0 if t == 1 else student.embedding(
-            jax.random.fold_in(jax.random.fold_in(key, _REP), t), pub.images)
+            jax.random.fold_in(jax.random.fold_in(key, _EMBED), t), pub.images)
         pub_emb = embed(pub.images) if (t, "pub") not in cache else cache[(t, "pub")]
       with timer("queries"):
         if (t, "queries") in cache:

@@ -368,9 +368,14 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
   """Trains m same-architecture models at once under ``jax.vmap``.
 
   Model i gets key ``keys[i]`` and its own data ``images[i][:sizes[i]]``
-  (or, with ``shared=True``, the same ``images`` for all). The result equals
-  calling :func:`fit` on each model in turn, up to float rounding (vmapped
-  convolutions may sum in a different order).
+  (or, with ``shared=True``, the same ``images`` for all). It runs the same
+  steps as calling :func:`fit` on each model in turn. Vmapped convolutions
+  may sum in another order, so the parameters agree up to float rounding,
+  with one exception under Adam: a parameter whose exact gradient is 0 (the
+  FedMD CNN's convolution biases, which BatchNorm cancels) gets a
+  rounding-noise gradient that Adam scales to a step of about the learning
+  rate, so those biases drift apart (measured). BatchNorm removes them again
+  in training mode; in eval mode its running mean lags them slightly.
 
   Args:
     keys: ``[m]`` PRNG keys.
@@ -401,9 +406,12 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
     raise ValueError(f"Expected data for m={m} models; got images of shape {images.shape}.")
   if sizes is None:
     sizes = np.full(m, n)
-  sizes = np.asarray(sizes)
-  if sizes.shape != (m,) or sizes.min() < 1 or sizes.max() > n:
-    raise ValueError(f"Expected sizes of shape ({m},) in [1, {n}]; got {sizes.tolist()}.")
+  raw = np.asarray(sizes)
+  if raw.shape != (m,):
+    raise ValueError(f"Expected sizes of shape ({m},) in [1, {n}]; got shape {raw.shape}.")
+  # Each entry as fit()'s size: an integer (NaN or 2.5 would be cast to int silently).
+  sizes = np.array([_validate.integer(f"sizes[{i}]", v, minimum=1, maximum=n) for i, v in enumerate(raw.tolist())],
+                   dtype=np.int64)
   keys = jnp.asarray(keys)
   if keys.shape[0] != m:
     raise ValueError(f"Expected {m} keys; got {keys.shape[0]}.")

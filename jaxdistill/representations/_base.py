@@ -139,5 +139,14 @@ def register(cls, data_fields: list[str], meta_fields: list[str]):
 
 
 def unit_rows(z: jax.Array) -> jax.Array:
-  """Scales each row of ``z [B, d]`` to unit L2 norm (zero rows stay zero)."""
-  return z / jnp.maximum(jnp.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+  """Scales each row of ``z [B, d]`` to unit L2 norm (zero rows stay zero).
+
+  A row whose squared norm is 0 is swapped for a row of ones before the norm
+  and zeroed after it, so its gradient is 0 rather than NaN: the derivative of
+  sqrt at 0 is infinite, and ``0 * inf`` made every parameter NaN when one
+  blank image reached a contrastive batch. Other rows take exactly the
+  operations (values and gradients) of ``z / max(||z||, 1e-12)``.
+  """
+  nonzero = jnp.sum(z * z, axis=1, keepdims=True) > 0
+  safe = jnp.where(nonzero, z, 1.0)
+  return jnp.where(nonzero, safe / jnp.maximum(jnp.linalg.norm(safe, axis=1, keepdims=True), 1e-12), 0.0)

@@ -29,6 +29,8 @@ from jaxdistill.representations._classic import Hog
 
 __all__ = ["ContrastiveConfig", "ContrastiveEncoder", "fit_contrastive", "augment"]
 
+MIN_TEMPERATURE = 1e-3
+
 
 @dataclasses.dataclass(frozen=True)
 class ContrastiveConfig:
@@ -39,10 +41,10 @@ class ContrastiveConfig:
     feature_dim: backbone feature size.
     projection_dim: projection-head output size (the default output).
     steps: optimisation steps.
-    batch_size: anchors per step (2 x batch_size views).
+    batch_size: anchors per step (2 x batch_size views), at least 2.
     learning_rate: peak AdamW learning rate (cosine decay to 0).
     weight_decay: AdamW weight decay.
-    temperature: NT-Xent temperature tau.
+    temperature: NT-Xent temperature tau, at least ``MIN_TEMPERATURE`` = 1e-3.
     neighbour_fraction: probability that the positive is a HOG neighbour
       rather than the anchor itself (0 = plain SimCLR).
     num_neighbours: HOG neighbours per public image to draw positives from.
@@ -69,14 +71,19 @@ class ContrastiveConfig:
   output: str = "projection"
 
   def __post_init__(self):
-    for name in ("width", "feature_dim", "projection_dim", "steps", "batch_size", "num_neighbours"):
+    for name in ("width", "feature_dim", "projection_dim", "steps", "num_neighbours"):
       _validate.integer(name, getattr(self, name), minimum=1)
+    # One anchor leaves NT-Xent only its positive: the loss is 0 and nothing trains.
+    _validate.integer("batch_size", self.batch_size, minimum=2)
     _validate.integer("max_shift", self.max_shift, minimum=0)
     _validate.positive("learning_rate", self.learning_rate)
     _validate.nonnegative("weight_decay", self.weight_decay)
-    _validate.positive("temperature", self.temperature)
+    if _validate.positive("temperature", self.temperature) < MIN_TEMPERATURE:
+      # Logits are cosines / tau; far below this 1 / tau overflows float32 and the loss is NaN.
+      raise ValueError(f"Expected temperature >= {MIN_TEMPERATURE}; got {self.temperature!r}.")
     _validate.probability("neighbour_fraction", self.neighbour_fraction)
     _validate.nonnegative("noise", self.noise)
+    _validate.boolean("flip", self.flip)
     _validate.choice("output", self.output, ("projection", "backbone"))
 
 
@@ -110,8 +117,18 @@ class _Encoder(nnx.Module):
 
 def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: float = 0.03,
             flip: bool = True) -> jax.Array:
-  """One random view of ``image [H, W, C]``: shift (zero fill), optional flip, noise, clip to [0, 1]."""
+  """One random view of ``image [H, W, C]``: shift (zero fill), optional flip, noise, clip to [0, 1].
+
+  Raises:
+    ValueError: an image of another rank, a negative or fractional
+      ``max_shift``, a negative or non-finite ``noise``, a non-boolean ``flip``.
+  """
   key = _validate.prng_key("key", key)
+  max_shift = _validate.integer("max_shift", max_shift, minimum=0)
+  noise = _validate.nonnegative("noise", noise)
+  flip = _validate.boolean("flip", flip)
+  if jnp.ndim(image) != 3:
+    raise ValueError(f"Expected image of shape [H, W, C]; got shape {jnp.shape(image)}.")
   k_shift, k_flip, k_noise = jax.random.split(key, 3)
   h, w, c = image.shape
   y = image

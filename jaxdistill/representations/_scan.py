@@ -171,7 +171,10 @@ def _dataset_loss(probs: np.ndarray, neighbours: np.ndarray, entropy_weight: flo
   and the entropy is that of the mean of all m rows.
   """
   p = np.asarray(probs, np.float64)
-  consistency = -np.mean(np.log(np.einsum("is,iks->ik", p, p[neighbours]) + 1e-8))
+  # One neighbour column at a time: p[neighbours] whole would be an [m, K, s] float64 array (10 GB at
+  # m = 60,000, K = 20, s = 1,000).
+  agree = np.stack([np.einsum("is,is->i", p, p[neighbours[:, k]]) for k in range(neighbours.shape[1])], axis=1)
+  consistency = -np.mean(np.log(agree + 1e-8))
   mean = p.mean(axis=0)
   return float(consistency + entropy_weight * np.sum(mean * np.log(mean + 1e-8)))
 

@@ -160,6 +160,28 @@ def test_no_two_students_of_a_chain_share_a_key(splits, monkeypatch):
   assert [private[0], private[3], private[6]] == ceilings
 
 
+def test_student_embedding_key_is_not_one_the_representation_fit_splits_off(splits, monkeypatch):
+  # The t >= 2 embedding key was fold_in(rep_key, t); SCAN's fit splits rep_key into three, and
+  # split(k, 3)[2] == fold_in(k, 2), so at t = 2 the range finder drew from SCAN's training-step key.
+  from jaxdistill.labeling import _student  # pylint: disable=import-outside-toplevel
+  seen = []
+  real = _student.Student.embedding
+
+  def spy(self, key, public_images):
+    seen.append(tuple(np.asarray(jax.random.key_data(key)).tolist()))
+    return real(self, key, public_images)
+
+  monkeypatch.setattr(_student.Student, "embedding", spy)
+  student = labeling.StudentConfig(widths=(8, 16), epochs=1, batch_size=64, learning_rate=3e-3)
+  cfg = tiny(mechanism="central", epsilon=2.0, iterations=3, student=student)
+  labeling.run_labeling(cfg, splits=splits)
+  rep_key = jax.random.fold_in(jax.random.key(cfg.seed), _pipeline._REP)  # pylint: disable=protected-access
+  derived = {tuple(np.asarray(jax.random.key_data(k)).tolist())
+             for k in (rep_key, *jax.random.split(rep_key, 8))}
+  assert len(seen) == 2 and len(set(seen)) == 2  # t = 2 and t = 3, each its own key
+  assert not derived & set(seen)
+
+
 class Interrupt(Exception):
   pass
 

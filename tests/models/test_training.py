@@ -152,6 +152,13 @@ def test_bad_shapes():
   with pytest.raises(ValueError, match="sizes"):
     M.fit_stacked(jax.random.split(jax.random.key(0), 1), clf, M.stack_states([st]), x[None], y[None],
                   epochs=1, batch_size=4, sizes=[17])
+  # NaN used to become int32(NaN) = -2^31 (that model silently never trained), 2.5 became 2.
+  two = M.stack_states([st, st])
+  for bad, needle in (([np.nan, 8], r"sizes\[0\] to be an integer"), ([8, 2.5], r"sizes\[1\] to be an integer"),
+                      ([8, 0], r"sizes\[1\]=0 >= 1"), ([8], r"shape \(2,\)")):
+    with pytest.raises(ValueError, match=needle):
+      M.fit_stacked(jax.random.split(jax.random.key(0), 2), clf, two, np.stack([x, x]), np.stack([y, y]),
+                    epochs=1, batch_size=4, sizes=bad)
 
 
 def test_bad_values_are_refused_before_training():

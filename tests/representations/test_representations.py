@@ -11,6 +11,7 @@ from flax import nnx
 
 from jaxdistill import data, representations as R
 from jaxdistill.representations import _scan
+from jaxdistill.representations._base import unit_rows
 from jaxdistill.representations._contrastive import _neighbours
 
 
@@ -135,6 +136,24 @@ def test_contrastive_encoder_learns_and_is_reproducible(mnist):
   # The trained encoder's neighbourhoods are more label-consistent than an
   # (almost) untrained network's. Fixed seeds: deterministic.
   assert loo_1nn_accuracy(f) > loo_1nn_accuracy(other(x)) + 0.05
+
+
+def test_contrastive_training_survives_a_blank_image(mnist):
+  # A blank image with zero biases embeds to an exact zero row. The norm's gradient at 0 is 0 * inf:
+  # before unit_rows guarded it, every parameter became NaN after the first step, silently.
+  x = mnist.images[:64].copy()
+  x[5] = 0.0
+  cfg = R.ContrastiveConfig(width=4, feature_dim=16, projection_dim=8, steps=3, batch_size=64, noise=0.0)
+  enc = R.fit_contrastive(jax.random.key(0), x, cfg, log_every=1)
+  assert np.isfinite(enc.loss_history).all() and len(enc.loss_history) == 3
+  assert np.isfinite(enc(x)).all()
+  z = jnp.asarray(np.random.default_rng(1).normal(size=(6, 5)), jnp.float32).at[2].set(0.0)
+  grad = jax.grad(lambda v: jnp.sum(jnp.sin(unit_rows(v))))(z)
+  assert np.isfinite(grad).all() and not np.asarray(grad[2]).any()
+  # Other rows: the same values and gradients as z / ||z||.
+  ref = jax.grad(lambda v: jnp.sum(jnp.sin(v / jnp.linalg.norm(v, axis=1, keepdims=True))))(z[jnp.array([0, 1, 3])])
+  np.testing.assert_allclose(grad[jnp.array([0, 1, 3])], ref, rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(unit_rows(z)[2], 0.0)
 
 
 SMALL_CONTRASTIVE = R.ContrastiveConfig(width=8, feature_dim=64, projection_dim=32, steps=120, batch_size=64)
@@ -303,6 +322,20 @@ def test_bad_parameters_raise_value_error(mnist):
     R.hog(x, cell_size=20)
   with pytest.raises(ValueError, match="temperature"):
     R.ContrastiveConfig(temperature=0.0)
+  with pytest.raises(ValueError, match=r"temperature >= 0.001; got 1e-45"):
+    R.ContrastiveConfig(temperature=1e-45)  # 1 / tau overflows float32: the loss was NaN
+  with pytest.raises(ValueError, match="batch_size=1 >= 2"):
+    R.ContrastiveConfig(batch_size=1)  # one anchor: NT-Xent is 0 and nothing trained
+  with pytest.raises(ValueError, match="flip"):
+    R.ContrastiveConfig(flip=1)
+  img = x[0]
+  for kwargs, needle in ((dict(max_shift=-1), "max_shift=-1 >= 0"), (dict(max_shift=1.5), "max_shift"),
+                         (dict(noise=-0.5), "noise"), (dict(noise=float("nan")), "noise"),
+                         (dict(flip="no"), "flip")):
+    with pytest.raises(ValueError, match=needle):
+      R.augment(jax.random.key(0), img, **kwargs)
+  with pytest.raises(ValueError, match=r"image of shape \[H, W, C\]; got shape \(1, 28, 28, 1\)"):
+    R.augment(jax.random.key(0), x[:1])
   with pytest.raises(ValueError, match="batch_size"):
     R.fit_contrastive(jax.random.key(0), x, R.ContrastiveConfig(batch_size=256))
   with pytest.raises(ValueError, match="public"):
