@@ -187,7 +187,7 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   return value
 
 
-def output_dir(name: str, value: Any, *, report: str | None = None) -> pathlib.Path:
+def output_dir(name: str, value: Any, *, report: str | None = None, files: tuple[str, ...] = ()) -> pathlib.Path:
   """Creates folder ``value`` (and its parents) if needed and checks that files can be written in it.
 
   Called before any work starts, so a bad output folder fails at once
@@ -200,6 +200,8 @@ def output_dir(name: str, value: Any, *, report: str | None = None) -> pathlib.P
       to ``history/`` (``jaxdistill._files.keep_earlier_report``), so a
       file named ``history``, or a folder named like the report, is refused
       now rather than after the run.
+    files: other files the run will write there (plots): a folder of one
+      of these names is refused now too.
   """
   if not isinstance(value, (str, pathlib.PurePath)) or not str(value):
     raise ValueError(f"Expected {name} to be a folder path; got {value!r}.")
@@ -219,9 +221,9 @@ def output_dir(name: str, value: Any, *, report: str | None = None) -> pathlib.P
     if history.exists() and not history.is_dir():
       raise ValueError(f"Expected {name}={str(path)!r} to hold no file named 'history': earlier reports are kept "
                        f"in a folder of that name.")
-    if (path / report).is_dir():
-      raise ValueError(f"Expected {name}={str(path)!r} to hold no folder named {report!r}: the report is written "
-                       f"there.")
+  for file, what in ([(report, "the report")] if report is not None else []) + [(f, "a plot") for f in files]:
+    if (path / file).is_dir():
+      raise ValueError(f"Expected {name}={str(path)!r} to hold no folder named {file!r}: {what} is written there.")
   return path
 
 

@@ -132,6 +132,55 @@ def test_emnist_errors_name_the_problem(tmp_path):
     data.load_idx_dir(tmp_path, prefix="emnist-digits-", transpose="yes")
 
 
+def test_idx_splits_share_one_class_count(tmp_path):
+  # Each split counted max label + 1: a test split without class 9 had 9 classes, and the pipeline then
+  # refused the training split's label 9.
+  write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((10, 28, 28)))
+  write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.arange(10))
+  write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", np.zeros((4, 28, 28)))
+  write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", np.array([0, 1, 2, 3]))
+  train, test = data.load_dataset("idx", tmp_path)
+  assert train.num_classes == test.num_classes == 10
+
+
+def test_public_data_api_refuses_bad_types_in_one_line(tmp_path):
+  for call, needle in (
+      (lambda: data.load_idx_dir(None), "directory to be a folder path; got None"),
+      (lambda: data.load_idx_dir(123), "directory to be a folder path; got 123"),
+      (lambda: data.load_dataset("mnist", 123), "data_dir to be a folder path; got 123"),
+      (lambda: data.load_dataset(None), "dataset to be one of"),
+      (lambda: data.load_dataset(5), "dataset to be one of"),
+      (lambda: data.ImageData(np.zeros((2, 2, 2, 1)), np.zeros(2, np.int32), 1.5), "num_classes"),
+      (lambda: data.ImageData([[1]], np.zeros(1, np.int32), 2), r"\[N, H, W, C\]"),
+      (lambda: data.ImageData([[1], [1, 2]], np.zeros(2, np.int32), 2), "images to be an array"),
+      (lambda: data.partition_clients([[0], [1, 2]], 1, seed=0), "labels to be 1-D integers"),
+      (lambda: data.partition_clients(np.arange(10) % 2, 3, seed=0, scheme="dirichlet", alpha=1e308), "alpha"),
+  ):
+    with pytest.raises(ValueError, match=needle) as err:
+      call()
+    assert "\n" not in str(err.value)
+  (tmp_path / "afile").write_text("x")
+  with pytest.raises(ValueError, match="to be an existing folder; it is a file"):
+    data.load_idx_dir(tmp_path / "afile")
+  # Stored as validated: a whole float count becomes an int, lists become arrays.
+  d = data.ImageData(np.zeros((2, 2, 2, 1), np.float32).tolist(), [0, 1], 2.0)
+  assert type(d.num_classes) is int and isinstance(d.images, np.ndarray) and isinstance(d.labels, np.ndarray)
+
+
+def test_dirichlet_with_a_huge_alpha_is_near_equal_not_all_to_the_last_client():
+  # m * alpha overflowed at alpha = 3e307: rng.dirichlet gave zeros and the last client got all 1,000.
+  parts = data.partition_clients(np.repeat(np.arange(10), 100), 7, seed=0, scheme="dirichlet", alpha=1e100)
+  assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 10
+
+
+def test_a_wrong_fashion_mnist_variable_is_an_error_not_a_fallback(tmp_path, monkeypatch):
+  monkeypatch.setenv("JAXDISTILL_FASHION_MNIST", str(tmp_path))
+  with pytest.raises(ValueError, match="JAXDISTILL_FASHION_MNIST=.* holds no Fashion-MNIST IDX file"):
+    data.find_fashion_mnist()
+  write_idx(tmp_path / "train-images.idx3-ubyte.gz", np.zeros((1, 28, 28)))  # the other spelling load_idx_dir takes
+  assert data.find_fashion_mnist() == tmp_path
+
+
 def test_splits_are_disjoint_and_seeded():
   d = data.load_embedded_mnist()
   s1 = data.paper_splits(d, None, seed=0, public_size=1000, eval_size=500, private_size=2000)

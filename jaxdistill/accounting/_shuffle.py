@@ -63,6 +63,14 @@ MAX_CLONE_POINTS = 2**15
 #: clone with probability e^{-60} ~ 9e-27, so shuffling no longer amplifies (epsilon = eps0 up to
 #: about n e^{-60}), and e^{eps} (eps < eps0) stays far from the float64 overflow at eps > 709.
 _MAX_EPS0 = 60.0
+#: Smallest eps0 (and target epsilon): below it e^{-eps0} is 1 to float64 precision, the clone pair's
+#: two distributions coincide in floating point and the cutoffs divide by 0.
+_MIN_EPS0 = 1e-9
+#: Largest n the numeric (clone-reduction) accounting takes: SciPy's binomial CDFs at larger n take
+#: minutes (41 s at n = 1e13 here) and lose precision past 2^53. The closed form takes any n up to MAX_N.
+MAX_NUMERIC_N = 10**12
+#: Largest n at all (n is a count of messages; 2^63 and beyond broke NumPy's integer conversions).
+MAX_N = 10**18
 
 
 def _check_eps0_cap(name: str, value: float) -> float:
@@ -73,14 +81,34 @@ def _check_eps0_cap(name: str, value: float) -> float:
   return value
 
 
+def _check_eps_floor(name: str, value: float) -> float:
+  if value < _MIN_EPS0:
+    raise ValueError(f"Expected {name}={value!r} >= {_MIN_EPS0:g}: below it e^-{name} is 1 to float64 precision "
+                     "and the shuffle accounting cannot tell a message from a clone.")
+  return value
+
+
 def _check(eps0: Any, n: Any, delta: Any) -> tuple[float, int, float]:
-  return (_validate.positive("eps0", eps0), _validate.integer("n", n, minimum=1),
-          _validate.open_unit("delta", delta))
+  return (_check_eps_floor("eps0", _validate.positive("eps0", eps0)),
+          _validate.integer("n", n, minimum=1, maximum=MAX_N), _validate.open_unit("delta", delta))
+
+
+def _check_numeric_n(n: int) -> int:
+  if n > MAX_NUMERIC_N:
+    raise ValueError(f"Expected n={n} <= {MAX_NUMERIC_N:.0e} for the numeric clone-reduction accounting (SciPy's "
+                     "binomial takes minutes beyond it); use method='closed-form' (FMT21 Theorem 3.1).")
+  return n
+
+
+def _log_inv(c: float, delta: float) -> float:
+  """ln(c / delta), also where c / delta overflows (delta below about 1e-308)."""
+  q = c / delta
+  return math.log(q) if math.isfinite(q) else math.log(c) - math.log(delta)
 
 
 def _eps0_max(n: int, delta: float) -> float:
   """Largest eps0 where Theorem 3.1 applies: ln(n / (16 ln(2/delta)))."""
-  return math.log(n / (16.0 * math.log(2.0 / delta)))
+  return math.log(n / (16.0 * _log_inv(2.0, delta)))
 
 
 def fmt_closed_form_valid(eps0: Any, n: Any, delta: Any) -> bool:
@@ -118,7 +146,7 @@ def fmt_closed_form_epsilon(eps0: Any, n: Any, delta: Any) -> float:
         f"Expected eps0={eps0!r} <= ln(n/(16 ln(2/delta)))={limit:.6g} for the closed form "
         f"(FMT21 Thm 3.1); use method='numeric'.")
   e0 = math.exp(eps0)
-  inner = 8.0 * math.sqrt(e0 * math.log(4.0 / delta) / n) + 8.0 * e0 / n
+  inner = 8.0 * math.sqrt(e0 * _log_inv(4.0, delta) / n) + 8.0 * e0 / n
   return float(math.log1p(math.tanh(eps0 / 2.0) * inner))
 
 
@@ -162,8 +190,8 @@ def clone_delta(eps: Any, eps0: Any, n: Any, *, max_points: Any = MAX_CLONE_POIN
     delta, so the result stays an upper bound.
   """
   eps = _validate.nonnegative("eps", eps)
-  eps0 = _check_eps0_cap("eps0", _validate.positive("eps0", eps0))
-  n = _validate.integer("n", n, minimum=1)
+  eps0 = _check_eps0_cap("eps0", _check_eps_floor("eps0", _validate.positive("eps0", eps0)))
+  n = _check_numeric_n(_validate.integer("n", n, minimum=1, maximum=MAX_N))
   max_points = _validate.integer("max_points", max_points, minimum=2)
   if eps >= eps0:
     return 0.0
@@ -295,8 +323,9 @@ def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
   if method == "closed-form":
     if eps0 <= _eps0_max(n, delta) or on_invalid == "raise":
       return ShuffleAmplification(eps0, n, delta, fmt_closed_form_epsilon(eps0, n, delta), "closed-form")
-    return ShuffleAmplification(eps0, n, delta, _numeric_epsilon(eps0, n, delta, tol), "numeric", True)
-  return ShuffleAmplification(eps0, n, delta, _numeric_epsilon(eps0, n, delta, tol), "numeric")
+    return ShuffleAmplification(eps0, n, delta, _numeric_epsilon(eps0, _check_numeric_n(n), delta, tol), "numeric",
+                                True)
+  return ShuffleAmplification(eps0, n, delta, _numeric_epsilon(eps0, _check_numeric_n(n), delta, tol), "numeric")
 
 
 def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: str = "numeric",
@@ -323,11 +352,14 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
     ValueError: if no eps0 > 0 meets the target under the chosen method (e.g.
       the closed form's validity range is empty for this n and delta).
   """
-  target = _check_eps0_cap("target_epsilon", _validate.positive("target_epsilon", target_epsilon))
-  n = _validate.integer("n", n, minimum=1)
+  target = _check_eps0_cap("target_epsilon", _check_eps_floor(
+      "target_epsilon", _validate.positive("target_epsilon", target_epsilon)))
+  n = _validate.integer("n", n, minimum=1, maximum=MAX_N)
   delta = _validate.open_unit("delta", delta)
   method = _validate.choice("method", method, _METHODS)
   tol = _validate.positive("tol", tol)
+  if method == "numeric":
+    _check_numeric_n(n)
 
   def forward(e0: float) -> float:
     if method == "closed-form":

@@ -2,8 +2,9 @@
 
 A run into an ``--out`` that already holds a ``report.json`` keeps the earlier
 report: it is moved to ``history/report-<N>.json`` (N one more than the
-largest number there, so no saved report is ever overwritten) before the new
-one is written.
+largest number there, so no saved report is ever overwritten), and the
+earlier plots to ``history/report-<N>-<plot>.png``, before the new ones are
+written.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--public-dataset", default="mnist-embedded")
   a("--private-dataset", default="fashion-mnist")
   a("--data-dir", default=None, help="IDX folder of the private data set")
+  a("--public-data-dir", default=None, help="IDX folder of the public data set (mnist, idx, emnist-*)")
   a("--private-classes", default="0,1,2,3,4,5", help="source classes of the private task")
   a("--private-per-class", type=int, default=500, help="private training images per class (0: all)")
   a("--test-per-class", type=int, default=500, help="test images per class (0: all)")
@@ -92,7 +94,7 @@ def _write_report(out: pathlib.Path, report: dict) -> pathlib.Path:
   N is one more than the largest number already in ``history``, so no saved
   report is ever overwritten (even after one was deleted from there).
   """
-  keep_earlier_report(out)
+  keep_earlier_report(out, plots=None)
   path = out / "report.json"
   path.write_text(json.dumps(_clean(report), indent=1))
   return path
@@ -129,7 +131,10 @@ def run(args: argparse.Namespace) -> int:
   samplings = {"wor": [False], "wr": [True], "both": [False, True]}[args.sampling]
   if args.method not in ("nfdp", "local-sample") and (len(ks) > 1 or len(samplings) > 1):
     raise ValueError(f"Expected one --k and one --sampling for --method {args.method}.")
+  if len(set(ks)) != len(ks):  # the second run of a repeated k would find the first one's checkpoint
+    raise ValueError(f"Expected distinct --k values; got {args.k!r}.")
   configs = [(k, wr, _config(args, k, wr)) for wr in samplings for k in ks]  # validates all first
+  names = [f"{args.method}-k{k}-{'wr' if wr else 'wor'}" for k, wr, _ in configs]
   try:
     table_eps = tuple(float(x) for x in args.ldp_table_epsilons.split(",") if x.strip())
   except ValueError:
@@ -137,24 +142,32 @@ def run(args: argparse.Namespace) -> int:
   table_eps = tuple(_validate.nonnegative("--ldp-table-epsilons", e) for e in table_eps)  # before any training
   if args.stop_after_round is not None:  # 0 or -5 stopped after round 1 but said "after round -5"
     _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
-  out = _validate.output_dir("--out", args.out, report="report.json")
+  plots = tuple(f"accuracy_per_round_{name}.png" for name in names) + ("accuracy_vs_k.png",)
+  out = _validate.output_dir("--out", args.out, report="report.json", files=plots)
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
-      private_dataset=args.private_dataset, data_dir=args.data_dir,
+      private_dataset=args.private_dataset, data_dir=args.data_dir, public_data_dir=args.public_data_dir,
       private_classes=_ints(args.private_classes, "private-classes"),
       private_per_class=args.private_per_class or None, test_per_class=args.test_per_class or None,
       partition=args.partition, alpha=args.alpha, classes_per_party=args.classes_per_party,
       public_size=args.public_size or None)
+  # Every run's settings against the data, and every checkpoint, before the first run trains: a k larger
+  # than a party, or a checkpoint left without --resume, used to stop the command after the earlier runs.
+  for (_, _, cfg), name in zip(configs, names):
+    fedmd.check_config(cfg, data)
+    ckpt = out / "checkpoints" / name / fedmd.CHECKPOINT_NAME
+    if ckpt.exists() and not args.resume:
+      raise ValueError(f"Checkpoint {ckpt} exists: pass --resume to continue it, or delete it "
+                       "(a fresh run would release everything again).")
   key = jax.random.key(args.seed)
-  results, stopped = [], False
+  results, stopped, archived = [], False, False
 
   def stopper(r: int, info: dict) -> None:
     if args.stop_after_round is not None and r >= args.stop_after_round:
       raise _Stop()
 
   t0 = time.perf_counter()
-  for k, wr, cfg in configs:
-    name = f"{args.method}-k{k}-{'wr' if wr else 'wor'}"
+  for (_, _, cfg), name in zip(configs, names):
     try:
       res = fedmd.run_fedmd(key, cfg, data, checkpoint_dir=out / "checkpoints" / name, resume=args.resume,
                             progress=not args.no_progress, on_round_end=stopper,
@@ -163,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
       stopped = True
       break
     results.append((name, res))
+    if not archived:  # an earlier report and its plots move to history/ before the first new plot
+      keep_earlier_report(out)
+      archived = True
     fedmd.plot_accuracy_per_round(res, out / f"accuracy_per_round_{name}.png")
   if stopped:
     sys.stderr.write(f"jaxdistill: stopped after round {args.stop_after_round}; rerun with --resume\n")

@@ -112,6 +112,8 @@ def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:
       encoder_width=args.encoder_width, encoder_steps=args.encoder_steps,
       baselines=not args.no_baselines, ceiling_seeds=args.ceiling_seeds, student_seeds=args.student_seeds,
       noise_seed=secrets.randbits(63) if args.secret_noise else None)
+  if args.out_dir is not None and not args.out_dir.strip():  # "" used to mean the default folder, silently
+    raise ValueError(f"Expected --out-dir to be a folder path; got {args.out_dir!r}.")
   return cfg.replace(out_dir=args.out_dir or default_out_dir(cfg))
 
 
@@ -124,7 +126,8 @@ def _mean_row(draws: list[float], mean: float) -> list[list[Any]]:
 def run_label(args: argparse.Namespace) -> int:
   # An IDX folder must exist; tfds creates its data folder when it downloads.
   if args.data_dir is not None and not args.dataset.startswith("tfds:") and not pathlib.Path(args.data_dir).is_dir():
-    raise ValueError(f"Expected --data-dir={args.data_dir!r} to be an existing folder; it does not exist.")
+    what = "it is a file" if pathlib.Path(args.data_dir).exists() else "it does not exist"
+    raise ValueError(f"Expected --data-dir={args.data_dir!r} to be an existing folder; {what}.")
   config = config_from_args(args)
   result = labeling.run_labeling(config, progress=not args.no_progress)
   rep = result.report

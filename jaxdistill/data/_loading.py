@@ -70,7 +70,15 @@ class ImageData:
   name: str = ""
 
   def __post_init__(self):
-    _validate.integer("num_classes", self.num_classes, minimum=0)
+    # Stored as validated: a Python int (10.0 used to stay a float), NumPy arrays (lists gave AttributeErrors).
+    object.__setattr__(self, "num_classes", _validate.integer("num_classes", self.num_classes, minimum=0))
+    for field in ("images", "labels"):
+      value = getattr(self, field)
+      if not isinstance(value, np.ndarray):
+        try:
+          object.__setattr__(self, field, np.asarray(value))
+        except (ValueError, TypeError) as err:
+          raise ValueError(f"Expected {field} to be an array; got {_validate.first_line(err)}") from None
     if self.images.ndim != 4:
       raise ValueError(f"Expected images of shape [N, H, W, C]; got {self.images.shape}.")
     if self.labels.shape != (self.images.shape[0],):
@@ -141,10 +149,19 @@ def _read_idx(path: pathlib.Path) -> np.ndarray:
 
 
 def _existing_dir(name: str, value: Any) -> pathlib.Path:
+  if not isinstance(value, (str, os.PathLike)) or not str(value):
+    raise ValueError(f"Expected {name} to be a folder path; got {value!r}.")
   d = pathlib.Path(value)
   if not d.is_dir():
-    raise ValueError(f"Expected {name}={str(d)!r} to be an existing folder; it does not exist.")
+    what = "it is a file" if d.exists() else "it does not exist"
+    raise ValueError(f"Expected {name}={str(d)!r} to be an existing folder; {what}.")
   return d
+
+
+def _same_classes(train: ImageData, test: ImageData) -> tuple[ImageData, ImageData]:
+  """Both splits with the larger class count: a test split lacking the top class must not shrink it."""
+  c = max(train.num_classes, test.num_classes)
+  return dataclasses.replace(train, num_classes=c), dataclasses.replace(test, num_classes=c)
 
 
 def _find(directory: pathlib.Path, stems: tuple[str, ...]) -> pathlib.Path:
@@ -192,14 +209,26 @@ def find_fashion_mnist() -> pathlib.Path | None:
 
   Looks at ``$JAXDISTILL_FASHION_MNIST`` then Debian's
   ``/usr/share/datasets/fashion-mnist`` (``apt-get install dataset-fashion-mnist``).
+
+  Raises:
+    ValueError: ``$JAXDISTILL_FASHION_MNIST`` is set but holds no training
+      images (it used to fall back to the Debian copy silently).
   """
-  for cand in (os.environ.get("JAXDISTILL_FASHION_MNIST"), _DEBIAN_FASHION):
-    if not cand:
-      continue
-    d = pathlib.Path(cand)
-    if (d / "train-images-idx3-ubyte.gz").exists() or (d / "train-images-idx3-ubyte").exists():
-      return d
-  return None
+  env = os.environ.get("JAXDISTILL_FASHION_MNIST")
+  if env:
+    if not _has_idx_train(pathlib.Path(env)):
+      raise ValueError(f"$JAXDISTILL_FASHION_MNIST={env!r} holds no Fashion-MNIST IDX file "
+                       "train-images-idx3-ubyte[.gz].")
+    return pathlib.Path(env)
+  return _DEBIAN_FASHION if _has_idx_train(_DEBIAN_FASHION) else None
+
+
+def _has_idx_train(d: pathlib.Path) -> bool:
+  try:
+    _find(d, ("train-images-idx3-ubyte",))
+  except ValueError:
+    return False
+  return True
 
 
 def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_size: int = 4096) -> ImageData:
@@ -282,6 +311,8 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
     ValueError: unknown name, missing or nonexistent ``data_dir``, or missing
       data.
   """
+  if not isinstance(name, str):
+    raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {name!r}.")
   if name == "mnist-embedded":
     return load_embedded_mnist(), None
   if name == "fashion-mnist":
@@ -289,19 +320,19 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
     if d is None:
       raise ValueError("Fashion-MNIST not found: pass --data-dir, set JAXDISTILL_FASHION_MNIST, or "
                        "apt-get install dataset-fashion-mnist.")
-    return load_idx_dir(d, "train"), load_idx_dir(d, "test")
+    return _same_classes(load_idx_dir(d, "train"), load_idx_dir(d, "test"))
   if name in ("mnist", "idx"):
     if not data_dir:
       raise ValueError(f"Data set {name!r} needs data_dir (a folder of IDX files).")
     d = _existing_dir("data_dir", data_dir)
-    return load_idx_dir(d, "train"), load_idx_dir(d, "test")
+    return _same_classes(load_idx_dir(d, "train"), load_idx_dir(d, "test"))
   if name in DATASETS and name.startswith("emnist-"):
     if not data_dir:
       raise ValueError(f"Data set {name!r} needs data_dir (a folder holding the EMNIST release's IDX files, "
                        f"{name}-train-images-idx3-ubyte.gz ...).")
     d = _existing_dir("data_dir", data_dir)
-    return (load_idx_dir(d, "train", prefix=name + "-", transpose=True),
-            load_idx_dir(d, "test", prefix=name + "-", transpose=True))
+    return _same_classes(load_idx_dir(d, "train", prefix=name + "-", transpose=True),
+                         load_idx_dir(d, "test", prefix=name + "-", transpose=True))
   if name.startswith("tfds:"):
     tf_name = name.split(":", 1)[1]
     return load_tfds(tf_name, "train", data_dir=data_dir), load_tfds(tf_name, "test", data_dir=data_dir)

@@ -12,6 +12,9 @@ from jaxdistill.data._loading import ImageData
 
 __all__ = ["LabelingSplits", "paper_splits", "partition_clients"]
 
+#: Largest Dirichlet concentration partition_clients takes (alpha = 1e100 already gives equal shares).
+MAX_ALPHA = 1e100
+
 
 @dataclasses.dataclass(frozen=True)
 class LabelingSplits:
@@ -75,8 +78,11 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
     seed: RNG seed.
     scheme: ``iid`` (random equal split), ``dirichlet`` (each class is split
       over the clients in proportions ~ Dir(alpha, ..., alpha)), or
-      ``classes`` (each client holds ``classes_per_client`` classes).
-    alpha: Dirichlet concentration.
+      ``classes`` (client i holds classes i, ..., i + classes_per_client - 1
+      modulo C, each class split evenly among its holders; with fewer than
+      C / classes_per_client clients, each class nobody holds goes whole to
+      one random client, which then holds more).
+    alpha: Dirichlet concentration in (0, 1e100].
     classes_per_client: for ``classes``.
 
   Returns:
@@ -87,7 +93,10 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
     ValueError: ``labels`` not a 1-D integer array, or a bad count, seed,
       scheme, alpha or classes_per_client.
   """
-  labels = np.asarray(labels)
+  try:
+    labels = np.asarray(labels)
+  except ValueError as err:  # ragged nested lists
+    raise ValueError(f"Expected labels to be 1-D integers [N]; got {_validate.first_line(err)}") from None
   if labels.ndim != 1 or (labels.size and labels.dtype.kind not in "iu"):
     raise ValueError(f"Expected labels to be 1-D integers [N]; got shape {labels.shape}, dtype {labels.dtype}.")
   n = labels.shape[0]
@@ -100,6 +109,9 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
   owners: list[list[np.ndarray]] = [[] for _ in range(m)]
   if scheme == "dirichlet":
     a = _validate.positive("alpha", alpha)
+    if a > MAX_ALPHA:  # m * alpha overflowed: rng.dirichlet gave all zeros and the last client got everything
+      raise ValueError(f"Expected alpha={a!r} <= {MAX_ALPHA:g} (beyond it the proportions are equal to float "
+                       "precision; use scheme='iid').")
     for c in classes:
       idx = rng.permutation(np.flatnonzero(labels == c))
       props = rng.dirichlet(np.full(m, a))

@@ -3,7 +3,8 @@
 * :func:`run_fedmd` / :class:`FedMDConfig` / :class:`FedMDResult`: Algorithm 1
   (NFDP: each party's k-sample, drawn once, is its only private input) and the
   baselines FedMD-NP, FedMD-LDP, local-only (all data or the k-sample) and
-  centralized, with per-round checkpoints and ``resume``.
+  centralized, with per-round checkpoints and ``resume``;
+  :func:`check_config` raises what ``run_fedmd`` would refuse, before training.
 * :func:`nfdp_sample`, :class:`NfdpSampler`, :class:`SampleOracle`: the sampler
   and the access-controlled handle on a party's records.
 * :func:`release`, :func:`aggregate`: argmax / softmax / logits releases and
@@ -37,6 +38,7 @@ from jaxdistill.fedmd._privacy import gaussian_sigma_for_flat_delta
 from jaxdistill.fedmd._privacy import ldp_sigma_table
 from jaxdistill.fedmd._runner import CHECKPOINT_NAME
 from jaxdistill.fedmd._runner import FedMDResult
+from jaxdistill.fedmd._runner import check_config
 from jaxdistill.fedmd._runner import run_fedmd
 from jaxdistill.fedmd._sampling import NfdpSampler
 from jaxdistill.fedmd._sampling import SampleOracle
@@ -47,5 +49,5 @@ __all__ = [
     "METHODS", "VMAP_MODES", "FedMDConfig", "PARTITIONS", "FedMDData", "load_fedmd_data",
     "make_fedmd_data", "plot_accuracy_per_round", "plot_accuracy_vs_k", "DEFAULT_LDP_EPSILONS",
     "analytic_gaussian_delta", "calibrate_ldp_sigma", "gaussian_sigma_for_flat_delta", "ldp_sigma_table",
-    "CHECKPOINT_NAME", "FedMDResult", "run_fedmd", "NfdpSampler", "SampleOracle", "nfdp_sample",
+    "CHECKPOINT_NAME", "FedMDResult", "check_config", "run_fedmd", "NfdpSampler", "SampleOracle", "nfdp_sample",
 ]

@@ -75,7 +75,7 @@ from jaxdistill.fedmd._data import FedMDData
 from jaxdistill.fedmd._privacy import calibrate_ldp_sigma, ldp_sigma_table
 from jaxdistill.fedmd._sampling import NfdpSampler, SampleOracle
 
-__all__ = ["FedMDResult", "run_fedmd", "CHECKPOINT_NAME"]
+__all__ = ["FedMDResult", "check_config", "run_fedmd", "CHECKPOINT_NAME"]
 
 CHECKPOINT_NAME = "fedmd_checkpoint.npz"
 
@@ -329,7 +329,14 @@ def _load_checkpoint(path: pathlib.Path, groups: list[_Group]) -> tuple[dict, di
 # -- the runner -----------------------------------------------------------------------
 
 
-def _check(config: FedMDConfig, data: FedMDData) -> None:
+def check_config(config: FedMDConfig, data: FedMDData) -> None:
+  """Raises the ``ValueError`` :func:`run_fedmd` would raise for ``config`` on ``data``, without training.
+
+  Party count, public subset, k against every party's size (sampling
+  without replacement), whether the privacy of the schedule can be stated,
+  and FedMD-LDP's delta. A sweep over several configurations (the CLI's
+  ``--k 2,4,16``) checks them all before the first one trains.
+  """
   if data.num_parties != config.num_parties:
     raise ValueError(f"Expected data for num_parties={config.num_parties}; got {data.num_parties} parties.")
   if config.public_subset > len(data.public) and config.collaborates:
@@ -457,7 +464,7 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
   table_epsilons = _table_epsilons(ldp_table_epsilons)
   if on_round_end is not None and not callable(on_round_end):
     raise ValueError(f"Expected on_round_end to be None or a callable; got {on_round_end!r}.")
-  _check(config, data)
+  check_config(config, data)
   vmap = _use_vmap(config)
   n_parties = config.num_parties
   q = min(config.public_subset, len(data.public))

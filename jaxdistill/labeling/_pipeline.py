@@ -62,6 +62,7 @@ from jaxdistill.labeling import _components as components
 from jaxdistill.labeling._budget import BudgetPlan, plan_budget
 from jaxdistill.labeling._config import LabelingConfig
 from jaxdistill.labeling._ledger import ReleaseLedger, data_fingerprint
+from jaxdistill.labeling._plots import PLOT_FILES
 from jaxdistill.labeling._student import Student, refine_targets, train_student, vote_shares
 from jaxdistill.simulation import simulate
 
@@ -517,7 +518,7 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
     raise ValueError(f"Expected a LabelingConfig; got {type(config).__name__}.")
   if config.out_dir is not None and (write_files or config.mechanism != "none"):
     # Before any work: a bad folder must not lose a run.
-    _validate.output_dir("out_dir", config.out_dir, report="report.json")
+    _validate.output_dir("out_dir", config.out_dir, report="report.json", files=PLOT_FILES)
   start = time.perf_counter()
   timer = _Timer()
   with timer("data"):
@@ -580,13 +581,14 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
     from jaxdistill.labeling._plots import write_plots  # pylint: disable=import-outside-toplevel
     out = pathlib.Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    keep_earlier_report(out)  # an earlier run's report and plots move to history/ before the new plots
     report["plots"] = write_plots(result, out)
     _write_report(out, report)
   return result
 
 
 def _write_report(out: pathlib.Path, report: dict) -> None:
-  keep_earlier_report(out)  # nothing already saved is lost
+  keep_earlier_report(out, plots=None)  # nothing already saved is lost
   (out / "report.json").write_text(json.dumps(_jsonable(report), indent=2) + "\n")
 
 

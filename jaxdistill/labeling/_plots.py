@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["write_plots"]
+__all__ = ["write_plots", "PLOT_FILES"]
+
+PLOT_FILES = ("accuracy.png", "labels.png")
 
 
 def _pyplot():
@@ -45,7 +47,7 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(out_dir / "accuracy.png", dpi=100)
+  fig.savefig(out_dir / PLOT_FILES[0], dpi=100)
   plt.close(fig)
 
   final = its[-1]
@@ -63,6 +65,6 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
               title=f"released votes, t={final.iteration}")
   axes[1].grid(alpha=0.3)
   fig.tight_layout()
-  fig.savefig(out_dir / "labels.png", dpi=100)
+  fig.savefig(out_dir / PLOT_FILES[1], dpi=100)
   plt.close(fig)
-  return ["accuracy.png", "labels.png"]
+  return list(PLOT_FILES)

@@ -184,6 +184,33 @@ def test_epsilon_above_the_supported_range_is_a_clear_error(call, name):
     call()
 
 
+@pytest.mark.parametrize("call,needle", [
+    # alpha rounded to exactly 1/2 and the cutoffs divided by 0 (ZeroDivisionError).
+    (lambda: accounting.shuffle_local_epsilon(1e-20, 1000, 1e-6), r"target_epsilon=1e-20 >= 1e-09"),
+    (lambda: accounting.clone_delta(0.0, 1e-12, 1000), r"eps0=1e-12 >= 1e-09"),
+    # NumPy's rint failed on an int past 2^63 (TypeError); at 2^63 - 1 the weights were NaN and epsilon = eps0.
+    (lambda: accounting.shuffle_epsilon(1.0, 10**23, 1e-6), r"n=\d+ <= 1000000000000000000"),
+    (lambda: accounting.shuffle_epsilon(1.0, 2**63 - 1, 1e-6), r"n=9223372036854775807 <= 1000000000000000000"),
+    # n = 1e13 took 41 s, 1e17 more than 100 s.
+    (lambda: accounting.shuffle_epsilon(1.0, 10**13, 1e-6), r"n=10000000000000 <= 1e\+12"),
+    (lambda: accounting.shuffle_local_epsilon(1.0, 10**13, 1e-6), r"n=10000000000000 <= 1e\+12"),
+    (lambda: accounting.clone_delta(0.5, 1.0, 10**13), r"n=10000000000000 <= 1e\+12"),
+])
+def test_edges_of_the_supported_range_are_clear_errors(call, needle):
+  with pytest.raises(ValueError, match=needle):
+    call()
+
+
+def test_closed_form_takes_huge_n_and_tiny_delta():
+  # 2/delta overflowed at delta = 1e-320: ln(inf) and a "math domain error" from ln(0).
+  eps = accounting.fmt_closed_form_epsilon(1.0, 10**17, 1e-320)
+  e0 = math.e
+  want = math.log1p(math.tanh(0.5) * (8 * math.sqrt(e0 * (math.log(4) + 320 * math.log(10)) / 1e17) + 8 * e0 / 1e17))
+  assert eps == pytest.approx(want, rel=1e-9)
+  # The numeric method adds C's ~2e-15 tail mass to delta: it cannot certify delta = 1e-320 below eps0.
+  assert accounting.shuffle_epsilon(1.0, 1000, 1e-320).epsilon == 1.0
+
+
 @pytest.mark.parametrize("target", [45.0, 60.0])
 def test_large_target_inside_the_range_is_met(target):
   n, delta = 1000, 1e-6

@@ -111,9 +111,13 @@ def test_second_run_keeps_the_first_report(tmp_path):
   args = TINY + ["--k", "2", "--out", str(out)]
   assert main(args) == 0
   first = (out / "report.json").read_text()
+  first_plot = (out / "accuracy_per_round_nfdp-k2-wor.png").read_bytes()
   args_np = TINY + ["--method", "local", "--out", str(out)]
   assert main(args_np) == 0
   assert (out / "history" / "report-1.json").read_text() == first
+  # Its plots move beside it (they used to be overwritten; the kept report named them).
+  assert (out / "history" / "report-1-accuracy_per_round_nfdp-k2-wor.png").read_bytes() == first_plot
+  assert not (out / "accuracy_per_round_nfdp-k2-wor.png").exists()
   assert json.loads((out / "report.json").read_text())["runs"][0]["name"].startswith("local")
 
 
@@ -140,3 +144,53 @@ def test_a_history_file_in_out_fails_before_loading_data(capsys, tmp_path, monke
   assert main(TINY + ["--out", str(tmp_path)]) == 2
   err = capsys.readouterr().err
   assert len(err.strip().splitlines()) == 1 and "no file named 'history'" in err
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--k", "2,2"], "distinct --k values"),  # the second k=2 run found the first one's checkpoint
+    (["--k", "02,2"], "distinct --k values"),
+])
+def test_repeated_k_is_refused_before_loading_data(extra, needle, capsys, tmp_path, monkeypatch):
+  def no_data(*args, **kwargs):
+    raise AssertionError("loaded data (and would train) before checking --k")
+  monkeypatch.setattr(fedmd, "load_fedmd_data", no_data)
+  assert main(TINY + extra + ["--out", str(tmp_path / "o")]) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_a_folder_named_like_a_plot_is_refused_before_loading_data(capsys, tmp_path, monkeypatch):
+  # The plots are written after all the training, and a folder in their place lost the report.
+  def no_data(*args, **kwargs):
+    raise AssertionError("loaded data (and would train) before checking --out")
+  monkeypatch.setattr(fedmd, "load_fedmd_data", no_data)
+  for plot in ("accuracy_vs_k.png", "accuracy_per_round_nfdp-k3-wor.png"):
+    out = tmp_path / plot.split(".")[0]
+    (out / plot).mkdir(parents=True)
+    assert main(TINY + ["--k", "2,3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"no folder named '{plot}'" in err
+
+
+def test_public_data_dir_reaches_the_loader(capsys, tmp_path, monkeypatch):
+  seen = {}
+
+  def spy(**kwargs):
+    seen.update(kwargs)
+    raise ValueError("stop here")
+  monkeypatch.setattr(fedmd, "load_fedmd_data", spy)
+  assert main(TINY + ["--public-dataset", "mnist", "--public-data-dir", str(tmp_path), "--out",
+                      str(tmp_path / "o")]) == 2
+  assert seen["public_dataset"] == "mnist" and seen["public_data_dir"] == str(tmp_path)
+  assert "stop here" in capsys.readouterr().err
+
+
+@needs_fashion
+def test_every_k_is_checked_against_the_parties_before_any_run(capsys, tmp_path, monkeypatch):
+  # k = 2 used to train to the end before k = 1000 (larger than a party) stopped the command: no report.
+  def no_training(*args, **kwargs):
+    raise AssertionError("a run trained before every k was checked")
+  monkeypatch.setattr(fedmd, "run_fedmd", no_training)
+  assert main(TINY + ["--k", "2,1000", "--out", str(tmp_path / "o")]) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and "k=1000 <=" in err

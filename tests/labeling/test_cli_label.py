@@ -32,6 +32,8 @@ def run_cli(args, capsys):
     (["--dataset", "mnist", "--data-dir", "/nonexistent/jaxdistill-data"], "does not exist"),
     (["--dataset", "mnist"], "data_dir"),
     (["--dataset", "emnist-letters"], "'emnist-letters' needs data_dir"),
+    (["--out-dir", ""], "--out-dir to be a folder path; got ''"),  # used to mean the default folder
+    (["--dataset", "mnist", "--data-dir", __file__], "existing folder; it is a file"),
     (["--T", "0"], "iterations"),
     (["--student-refine", "-1"], "refine_rounds"),
     (["--encoder-width", "32"], "learned representation"),  # default representation: hog-pca
@@ -60,9 +62,22 @@ def test_unwritable_out_dir_fails_before_any_work(mechanism, capsys, tmp_path, m
   assert (tmp_path / "afile").read_text() == "x"
 
 
+def test_a_folder_named_like_a_plot_is_refused_before_any_work(capsys, tmp_path, monkeypatch):
+  # The plots are written after the release and the training; a folder in their place lost the report.
+  from jaxdistill.labeling import _pipeline  # pylint: disable=import-outside-toplevel
+
+  def no_work(config):
+    raise AssertionError("data were loaded before out_dir was checked")
+
+  monkeypatch.setattr(_pipeline, "load_splits", no_work)
+  (tmp_path / "o" / "labels.png").mkdir(parents=True)
+  code, _, err = run_cli(["label", "--no-progress", "--out-dir", str(tmp_path / "o")], capsys)
+  assert code == 2 and err.count("\n") == 1 and "no folder named 'labels.png'" in err
+
+
 @pytest.mark.parametrize("train_shape, train_classes, match", [
-    # Training labels reach 11 but the test split (which D_pub comes from) only has classes 0..9.
-    ((60, 28, 28), 12, ("private labels", "[0, 10)")),
+    # (Training labels past the test split's classes are no longer refused here: both IDX splits now
+    # take the larger class count, tests/test_data.py::test_idx_splits_share_one_class_count.)
     ((60, 32, 32), 10, ("private images",)),
 ])
 def test_idx_bad_private_data(tmp_path, capsys, train_shape, train_classes, match):
@@ -94,7 +109,12 @@ def test_tiny_run_writes_report_and_plots(tmp_path, capsys):
   assert "Acc_pl" in out and "supervised ceiling" in out
   # The same command again reuses the release instead of paying for it twice (baselines are not
   # part of a release's settings; leaving them out keeps the test short).
+  first_plots = {name: (out_dir / name).read_bytes() for name in ("accuracy.png", "labels.png")}
   code, out, _ = run_cli(args + ["--no-baselines"], capsys)
   assert code == 0 and "reused released votes of iterations [1]" in out
+  # The first run's plots moved to history/ beside its report (they used to be overwritten).
+  assert json.loads((out_dir / "history" / "report-1.json").read_text())["plots"] == ["accuracy.png", "labels.png"]
+  for name, content in first_plots.items():
+    assert (out_dir / "history" / f"report-1-{name}").read_bytes() == content
   ledger = json.loads((out_dir / "ledger.json").read_text())
   assert len(ledger["releases"]) == 1 and len(ledger["runs"]) == 2
