@@ -134,6 +134,8 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
     The trained :class:`Student`.
   """
   key = _validate.prng_key("key", key)
+  if np.ndim(images) != 4:
+    raise ValueError(f"Expected images of shape [n, H, W, C]; got shape {np.shape(images)}.")
   init_key, fit_key = jax.random.split(key)
   seed = int(jax.random.randint(init_key, (), 0, 2**31 - 1))
   spec = models.CNNSpec(config.widths, config.dropout)

@@ -279,6 +279,15 @@ def _check_fit(images: Any, targets: Any, loss: str, batch_size: Any, epochs: An
   return images, targets, loss, batch_size, epochs
 
 
+def _stacked_count(states: TrainState) -> int:
+  """m of a stacked state; ValueError for a state of one model (no leading model axis)."""
+  step = jax.tree.leaves(states.step)[0]
+  if jnp.ndim(step) != 1:
+    raise ValueError(f"Expected a stacked state (stack_states; a leading model axis); got a step counter of shape "
+                     f"{jnp.shape(step)}.")
+  return int(step.shape[0])
+
+
 def _output_classes(clf: Classifier, state: TrainState, image_shape: tuple[int, ...], stacked: bool) -> int:
   """C of the model's logits for one image of ``image_shape`` (shapes only); ValueError if it rejects it."""
   one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:] if stacked else a.shape, a.dtype), state)
@@ -400,7 +409,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
   keys = _validate.prng_key("keys", keys, batched=True)
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs,
                                                          0 if shared else 1)
-  m = int(jax.tree.leaves(states.step)[0].shape[0])
+  m = _stacked_count(states)
   n = images.shape[0 if shared else 1]
   if not shared and images.shape[0] != m:
     raise ValueError(f"Expected data for m={m} models; got images of shape {images.shape}.")
@@ -500,9 +509,14 @@ def predict_logits_stacked(clf: Classifier, states: TrainState, images: Any, *, 
   images = jnp.asarray(images, jnp.float32)
   if images.ndim != (4 if shared else 5):
     raise ValueError(f"Expected images of rank {4 if shared else 5}; got shape {images.shape}.")
+  m = _stacked_count(states)
+  if not shared and images.shape[0] != m:
+    raise ValueError(f"Expected images for m={m} stacked models (shared=False); got shape {images.shape}.")
   _check_predict(clf, states, images, stacked=True)
   axis = 0 if shared else 1
   n = images.shape[axis]
+  if n == 0:
+    raise ValueError(f"Expected at least one image; got shape {images.shape}.")
   c = _validate.integer("chunk", chunk, minimum=1)
   out = []
   for a, b in _chunks(n, c):

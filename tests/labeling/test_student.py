@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 
 from jaxdistill import labeling, representations
 from jaxdistill.labeling import _student
@@ -48,3 +49,10 @@ def test_vote_shares_refuse_bad_votes_and_assignments():
                                        ([["3", "1"]], [0], "votes")):
     with pytest.raises(ValueError, match=match):
       labeling.vote_shares(bad_votes, np.asarray(assignment))
+
+
+def test_train_student_names_images_of_the_wrong_rank():
+  # It raised FedMDCNN's "Expected input_shape ..." without naming the argument.
+  with pytest.raises(ValueError, match=r"images of shape \[n, H, W, C\]; got shape \(4, 28, 28\)"):
+    _student.train_student(jax.random.key(0), labeling.StudentConfig(epochs=1), np.zeros((4, 28, 28), np.float32),
+                           np.zeros(4, np.int32), 2)

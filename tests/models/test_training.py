@@ -213,6 +213,14 @@ def test_predict_and_accuracy_refuse_bad_input():
     M.predict_logits(clf, st, np.zeros((2, 10, 10, 1), np.float32))
   with pytest.raises(ValueError, match="model accepts"):
     M.predict_logits_stacked(clf, M.stack_states([st, st]), np.zeros((2, 10, 10, 1), np.float32))
+  # These raised a 3-line vmap error, numpy's "Need at least one array to concatenate", and an IndexError.
+  two = M.stack_states([st, st])
+  with pytest.raises(ValueError, match=r"images for m=2 stacked models .* got shape \(3, 8"):
+    M.predict_logits_stacked(clf, two, np.stack([x, x, x]), shared=False)
+  with pytest.raises(ValueError, match="at least one image"):
+    M.predict_logits_stacked(clf, two, x[:0])
+  with pytest.raises(ValueError, match="stacked state"):
+    M.fit_stacked(jax.random.split(jax.random.key(0), 1), clf, st, x[None], y[None], epochs=1, batch_size=4)
   logits = np.asarray(M.predict_logits(clf, st, x))
   with pytest.raises(ValueError, match=r"labels in \[0, 4\)"):
     M.accuracy(logits, np.full(8, 4))

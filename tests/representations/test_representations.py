@@ -324,6 +324,8 @@ def test_bad_parameters_raise_value_error(mnist):
     R.ContrastiveConfig(temperature=0.0)
   with pytest.raises(ValueError, match=r"temperature >= 0.001; got 1e-45"):
     R.ContrastiveConfig(temperature=1e-45)  # 1 / tau overflows float32: the loss was NaN
+  with pytest.raises(ValueError, match=r"at least 8x8 pixels for HOG neighbours .* use neighbour_fraction=0"):
+    R.fit_contrastive(jax.random.key(0), x[:64, :6, :6], R.ContrastiveConfig(batch_size=8, steps=1))
   with pytest.raises(ValueError, match="batch_size=1 >= 2"):
     R.ContrastiveConfig(batch_size=1)  # one anchor: NT-Xent is 0 and nothing trained
   with pytest.raises(ValueError, match="flip"):
