@@ -188,6 +188,13 @@ def run(args: argparse.Namespace) -> int:
   report = {"command": " ".join(["jaxdistill", *getattr(args, "argv", sys.argv[1:])]),
             "wall_time_s": time.perf_counter() - t0, "backend": jax.default_backend(),
             "runs": [{"name": n, **r.to_report()} for n, r in results]}
+  if len(results) > 1 and args.method in ("nfdp", "ldp", "local-sample"):
+    report["warnings"] = [{
+        "code": "runs_share_parties",
+        "message": (f"These {len(results)} runs use the same parties' records: each run's privacy statement "
+                    "covers that run alone. Deploying several of them releases more (samples without "
+                    "replacement are nested across k, with-replacement samples are drawn afresh), so their "
+                    "deltas add up for the combined release.")}]
   _write_report(out, report)
   rows = []
   for n, r in results:

@@ -367,6 +367,13 @@ def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleO
         "code": "weights_depend_on_local_size",
         "message": ("weighting='size' makes every release depend on n_i, which the NFDP/LDP analysis "
                     "does not cover (add/remove changes n_i); use 'equal' or fixed public weights.")}
+  drawn = (("The noise is", "recompute the noise and subtract it") if config.method == "ldp"
+           else ("The samples are", "recompute which records were sampled"))
+  key_warning = accounting.PrivacyWarning(
+      "randomness_from_run_key",
+      f"{drawn[0]} drawn from run_fedmd's key, which this simulation derives from a seed (the CLI's --seed, "
+      f"recorded in report.json). Anyone who knows it can {drawn[1]}: the statement holds only against an "
+      "adversary who does not know the key.").to_dict()
   for i, n in enumerate(data.party_sizes):
     if config.uses_sample:
       rep = oracles[i].privacy(rounds=max(config.rounds, 1), relation=config.relation).to_dict()
@@ -386,7 +393,19 @@ def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleO
           "delta_at_epsilon": {str(e): acct.delta(e) for e in (0.1, 1.0, config.ldp_epsilon, 8.0)},
           "note": ("Each party's Q x R noisy releases compose to one Gaussian with sigma/sqrt(QR). The "
                    "local model itself (trained on all of D_i) is not private; only releases are."),
+          "warnings": [accounting.PrivacyWarning(
+              "float_gaussian_output",
+              "(eps, delta) holds for real-valued Gaussian noise. The release adds float32 jax.random.normal "
+              "draws, built from 23-bit uniforms (a few million distinct values, |z| below about 5.4), so the set "
+              "of reachable outputs depends on the clean value (Mironov 2012) and the float output is not "
+              "covered by the statement.", {"sigma": ldp_sigmas[i]}).to_dict()],
       }
+      if target_delta >= 1.0 / n:
+        rep["warnings"].append(accounting.PrivacyWarning(
+            "delta_at_least_1_over_n",
+            f"delta={target_delta:.4g} >= 1/n={1.0 / n:.4g}: a mechanism that publishes one record verbatim "
+            "meets such a delta (the default target is NFDP's own p = k/n).",
+            {"delta": target_delta, "one_over_n": 1.0 / n}).to_dict())
     else:
       rep = {"method": config.method, "n": n, "guarantee": "none",
              "note": {"np": "FedMD without privacy: releases computed from all local data.",
@@ -394,6 +413,8 @@ def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleO
                       "centralized": "the private data is pooled (no privacy at all)."}[config.method]}
     if weights_warning:
       rep.setdefault("warnings", []).append(weights_warning)
+    if config.uses_sample or config.method == "ldp":
+      rep.setdefault("warnings", []).append(key_warning)
     reports.append(rep)
   return reports
 

@@ -34,6 +34,7 @@ def test_report_and_plots(tmp_path, capsys):
   rep = json.loads((out / "report.json").read_text())
   assert rep["command"] == " ".join(["jaxdistill"] + TINY + ["--k", "2,3", "--sampling", "both", "--out", str(out)])
   assert [r["name"] for r in rep["runs"]] == ["nfdp-k2-wor", "nfdp-k3-wor", "nfdp-k2-wr", "nfdp-k3-wr"]
+  assert [w["code"] for w in rep["warnings"]] == ["runs_share_parties"]
   run = rep["runs"][1]
   n = run["data"]["party_sizes"][0]
   assert run["privacy"][0]["exact"]["delta_for_every_epsilon"] == pytest.approx(3 / n)

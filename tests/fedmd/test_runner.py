@@ -157,7 +157,7 @@ def test_privacy_report_per_party(data3):
   assert "samples" not in report and "samples" not in report["privacy"][0]
   assert report["privacy"][0]["draws"] == 1
   codes = {w["code"] for w in rep["warnings"]}
-  assert {"delta_at_least_1_over_n", "paper_epsilon_vacuous"} <= codes
+  assert {"delta_at_least_1_over_n", "paper_epsilon_vacuous", "randomness_from_run_key"} <= codes
   table = res.ldp_sigma_table
   assert table["delta"] == pytest.approx(4 / n) and table["count"] == 24 * 2
   assert [r["epsilon"] for r in table["rows"]] == [0.0, 1.0]
@@ -181,8 +181,13 @@ def test_baselines_run_and_report(data3):
     assert acc.shape == (2, 3) and np.all((acc >= 0) & (acc <= 1))
     # Restricting the argmax to the private classes can only fix mistakes, never add them.
     assert np.all(out[method].accuracy_private >= acc)
-  assert out["np"].privacy[0]["guarantee"] == "none"
+  assert out["np"].privacy[0]["guarantee"] == "none" and "warnings" not in out["np"].privacy[0]
   ldp = out["ldp"].privacy[0]
+  # The float32 noise and the key's public seed are disclosed beside the Gaussian's (eps, delta), and so
+  # is the default target delta = p = k/n >= 1/n.
+  assert {w["code"] for w in ldp["warnings"]} == {"float_gaussian_output", "delta_at_least_1_over_n",
+                                                  "randomness_from_run_key"}
+  assert "subtract it" in [w for w in ldp["warnings"] if w["code"] == "randomness_from_run_key"][0]["message"]
   assert ldp["mechanism"] == "gaussian" and ldp["count"] == 24
   assert ldp["calibrated_to"]["delta"] == pytest.approx(4 / data3.party_sizes[0])
   assert ldp["epsilon_at_target_delta"] <= 2.0 * (1 + 1e-6)
