@@ -154,11 +154,7 @@ def run(args: argparse.Namespace) -> int:
   # Every run's settings against the data, and every checkpoint, before the first run trains: a k larger
   # than a party, or a checkpoint left without --resume, used to stop the command after the earlier runs.
   for (_, _, cfg), name in zip(configs, names):
-    fedmd.check_config(cfg, data)
-    ckpt = out / "checkpoints" / name / fedmd.CHECKPOINT_NAME
-    if ckpt.exists() and not args.resume:
-      raise ValueError(f"Checkpoint {ckpt} exists: pass --resume to continue it, or delete it "
-                       "(a fresh run would release everything again).")
+    fedmd.check_config(cfg, data, checkpoint_dir=out / "checkpoints" / name, resume=args.resume)
   key = jax.random.key(args.seed)
   results, stopped, archived = [], False, False
 
@@ -188,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
   report = {"command": " ".join(["jaxdistill", *getattr(args, "argv", sys.argv[1:])]),
             "wall_time_s": time.perf_counter() - t0, "backend": jax.default_backend(),
             "runs": [{"name": n, **r.to_report()} for n, r in results]}
-  if len(results) > 1 and args.method in ("nfdp", "ldp", "local-sample"):
+  if len(results) > 1:  # only nfdp and local-sample take several --k or --sampling
     report["warnings"] = [{
         "code": "runs_share_parties",
         "message": (f"These {len(results)} runs use the same parties' records: each run's privacy statement "

@@ -329,14 +329,20 @@ def _load_checkpoint(path: pathlib.Path, groups: list[_Group]) -> tuple[dict, di
 # -- the runner -----------------------------------------------------------------------
 
 
-def check_config(config: FedMDConfig, data: FedMDData) -> None:
+def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = None, resume: bool = False) -> None:
   """Raises the ``ValueError`` :func:`run_fedmd` would raise for ``config`` on ``data``, without training.
 
   Party count, public subset, k against every party's size (sampling
   without replacement), whether the privacy of the schedule can be stated,
-  and FedMD-LDP's delta. A sweep over several configurations (the CLI's
+  FedMD-LDP's delta, and a checkpoint in ``checkpoint_dir`` without
+  ``resume``. A sweep over several configurations (the CLI's
   ``--k 2,4,16``) checks them all before the first one trains.
   """
+  if isinstance(checkpoint_dir, (str, os.PathLike)) and str(checkpoint_dir) and not resume:  # others: run_fedmd
+    ckpt = pathlib.Path(checkpoint_dir) / CHECKPOINT_NAME
+    if ckpt.exists():
+      raise ValueError(f"Checkpoint {ckpt} exists: pass resume=True (--resume) to continue it, or delete it "
+                       "(a fresh run would release everything again).")
   if data.num_parties != config.num_parties:
     raise ValueError(f"Expected data for num_parties={config.num_parties}; got {data.num_parties} parties.")
   if config.public_subset > len(data.public) and config.collaborates:
@@ -485,14 +491,11 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
   table_epsilons = _table_epsilons(ldp_table_epsilons)
   if on_round_end is not None and not callable(on_round_end):
     raise ValueError(f"Expected on_round_end to be None or a callable; got {on_round_end!r}.")
-  check_config(config, data)
+  check_config(config, data, checkpoint_dir=checkpoint_dir, resume=resume)
+  ckpt = None if checkpoint_dir is None else _validate.output_dir("checkpoint_dir", checkpoint_dir) / CHECKPOINT_NAME
   vmap = _use_vmap(config)
   n_parties = config.num_parties
   q = min(config.public_subset, len(data.public))
-  ckpt = None if checkpoint_dir is None else _validate.output_dir("checkpoint_dir", checkpoint_dir) / CHECKPOINT_NAME
-  if ckpt is not None and ckpt.exists() and not resume:
-    raise ValueError(f"Checkpoint {ckpt} exists: pass resume=True (--resume) to continue it, or delete it "
-                     "(a fresh run would release everything again).")
   fingerprint = config.fingerprint(data.description)
   key_data = np.asarray(jax.random.key_data(key)).tolist()
   timings: dict[str, float] = {"pretrain": 0.0, "init_train": 0.0, "predict": 0.0, "digest": 0.0,
