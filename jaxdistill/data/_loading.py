@@ -191,8 +191,7 @@ def load_idx_dir(directory: Any, split: str = "train", *, prefix: str = "", tran
   split = _validate.choice("split", split, ("train", "test"))
   if not isinstance(prefix, str) or "/" in prefix or "\\" in prefix:
     raise ValueError(f"Expected prefix to be a file name prefix (a string without '/'); got {prefix!r}.")
-  if not isinstance(transpose, (bool, np.bool_)):
-    raise ValueError(f"Expected transpose to be True or False; got {transpose!r}.")
+  transpose = _validate.boolean("transpose", transpose)
   parts = ("train",) if split == "train" else ("t10k", "test")
   images = _read_idx(_find(d, tuple(f"{prefix}{p}-images-idx3-ubyte" for p in parts)))
   labels = _read_idx(_find(d, tuple(f"{prefix}{p}-labels-idx1-ubyte" for p in parts))).astype(np.int32)
