@@ -300,7 +300,8 @@ def fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | Non
                    rngs=nnx.Rngs(params=k_init))
   graphdef, params = nnx.split(model, nnx.Param)
   if cfg.neighbour_fraction > 0 and m > 1:
-    hog_min = Hog().cell_size * Hog().block_size
+    hog = Hog()
+    hog_min = hog.cell_size * hog.block_size
     if min(image_shape[:2]) < hog_min:  # HOG's own error named its cell_size, which the caller never chose
       raise ValueError(f"Expected images of at least {hog_min}x{hog_min} pixels for HOG neighbours "
                        f"(neighbour_fraction={cfg.neighbour_fraction}); got {image_shape[0]}x{image_shape[1]}: "
