@@ -1,5 +1,9 @@
 """``jaxdistill fedmd``: run FedMD-NFDP or a baseline; write report.json and PNG plots.
 
+``--secret-randomness`` draws NFDP's samples and FedMD-LDP's noise from a
+fresh OS-random seed instead of ``--seed`` (which the report records). The
+seed is kept only in the run's checkpoint, so ``--resume`` continues with it.
+
 A run into an ``--out`` that already holds a ``report.json`` keeps the earlier
 report: it is moved to ``history/report-<N>.json`` (N one more than the
 largest number there, so no saved report is ever overwritten), and the
@@ -74,6 +78,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--test-per-class", type=int, default=500, help="test images per class (0: all)")
   a("--public-size", type=int, default=0, help="keep this many public images (0: all)")
   a("--seed", type=int, default=0)
+  a("--secret-randomness", action="store_true",
+    help="draw the samples (nfdp, local-sample) and the LDP noise from a secret OS-random seed, kept only in "
+         "the checkpoints under --out (never in the report), instead of --seed")
   a("--vmap", default="auto", choices=VMAP_MODES, help="vmapped same-architecture parties")
   a("--eval-every", type=int, default=1)
   a("--out", default="runs/fedmd",
@@ -122,6 +129,22 @@ def _config(args: argparse.Namespace, k: int, wr: bool):
       ldp_clip=args.ldp_clip, vmap=args.vmap, eval_every=args.eval_every)
 
 
+def _secret_seeds(args: argparse.Namespace, out: pathlib.Path, names: list[str]) -> dict[str, int | None]:
+  """Per run: None (randomness from --seed), the checkpoint's secret seed (--resume) or a fresh one."""
+  from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
+  from jaxdistill._keys import draw_secret_seed  # pylint: disable=import-outside-toplevel
+  seeds = {}
+  for name in names:
+    kept = fedmd.checkpoint_secret_seed(out / "checkpoints" / name) if args.resume else None
+    has_ckpt = args.resume and (out / "checkpoints" / name / fedmd.CHECKPOINT_NAME).is_file()
+    if has_ckpt and (kept is not None) != args.secret_randomness:
+      made = "with" if kept is not None else "without"
+      raise ValueError(f"Expected --secret-randomness {'' if kept is not None else 'not '}to be given: the "
+                       f"checkpoint of run {name} in {out / 'checkpoints'} was made {made} it.")
+    seeds[name] = kept if kept is not None else (draw_secret_seed() if args.secret_randomness else None)
+  return seeds
+
+
 def run(args: argparse.Namespace) -> int:
   import jax  # pylint: disable=import-outside-toplevel
   from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
@@ -144,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
     _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
   plots = tuple(f"accuracy_per_round_{name}.png" for name in names) + ("accuracy_vs_k.png",)
   out = _validate.output_dir("--out", args.out, report="report.json", files=plots)
+  secret_seeds = _secret_seeds(args, out, names)  # a --resume without the run's --secret-randomness: now
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
       private_dataset=args.private_dataset, data_dir=args.data_dir, public_data_dir=args.public_data_dir,
@@ -167,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     try:
       res = fedmd.run_fedmd(key, cfg, data, checkpoint_dir=out / "checkpoints" / name, resume=args.resume,
                             progress=not args.no_progress, on_round_end=stopper,
-                            ldp_table_epsilons=table_eps)
+                            ldp_table_epsilons=table_eps, secret_seed=secret_seeds[name])
     except _Stop:
       stopped = True
       break

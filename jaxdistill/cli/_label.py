@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
-import secrets
 from typing import Any
 
 from jaxdistill import labeling
+from jaxdistill._keys import draw_secret_seed
 from jaxdistill.cli._common import print_json, print_table
 from jaxdistill.data import DATASETS
 from jaxdistill.labeling import _config as label_config
@@ -111,7 +111,7 @@ def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:
       central_noise=args.central_noise, shuffle_local=args.shuffle_local, pca_dim=args.pca_dim,
       encoder_width=args.encoder_width, encoder_steps=args.encoder_steps,
       baselines=not args.no_baselines, ceiling_seeds=args.ceiling_seeds, student_seeds=args.student_seeds,
-      noise_seed=secrets.randbits(63) if args.secret_noise else None)
+      noise_seed=draw_secret_seed() if args.secret_noise else None)
   if args.out_dir is not None and not args.out_dir.strip():  # "" used to mean the default folder, silently
     raise ValueError(f"Expected --out-dir to be a folder path; got {args.out_dir!r}.")
   return cfg.replace(out_dir=args.out_dir or default_out_dir(cfg))

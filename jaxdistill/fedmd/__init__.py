@@ -4,7 +4,9 @@
   (NFDP: each party's k-sample, drawn once, is its only private input) and the
   baselines FedMD-NP, FedMD-LDP, local-only (all data or the k-sample) and
   centralized, with per-round checkpoints and ``resume``;
-  :func:`check_config` raises what ``run_fedmd`` would refuse, before training.
+  :func:`check_config` raises what ``run_fedmd`` would refuse, before training;
+  ``run_fedmd(..., secret_seed=)`` draws the samples and LDP noise from a
+  secret seed, which :func:`checkpoint_secret_seed` reads back to resume.
 * :func:`nfdp_sample`, :class:`NfdpSampler`, :class:`SampleOracle`: the sampler
   and the access-controlled handle on a party's records.
 * :func:`release`, :func:`aggregate`: argmax / softmax / logits releases and
@@ -39,6 +41,7 @@ from jaxdistill.fedmd._privacy import ldp_sigma_table
 from jaxdistill.fedmd._runner import CHECKPOINT_NAME
 from jaxdistill.fedmd._runner import FedMDResult
 from jaxdistill.fedmd._runner import check_config
+from jaxdistill.fedmd._runner import checkpoint_secret_seed
 from jaxdistill.fedmd._runner import run_fedmd
 from jaxdistill.fedmd._sampling import NfdpSampler
 from jaxdistill.fedmd._sampling import SampleOracle
@@ -49,5 +52,6 @@ __all__ = [
     "METHODS", "VMAP_MODES", "FedMDConfig", "PARTITIONS", "FedMDData", "load_fedmd_data",
     "make_fedmd_data", "plot_accuracy_per_round", "plot_accuracy_vs_k", "DEFAULT_LDP_EPSILONS",
     "analytic_gaussian_delta", "calibrate_ldp_sigma", "gaussian_sigma_for_flat_delta", "ldp_sigma_table",
-    "CHECKPOINT_NAME", "FedMDResult", "check_config", "run_fedmd", "NfdpSampler", "SampleOracle", "nfdp_sample",
+    "CHECKPOINT_NAME", "FedMDResult", "check_config", "checkpoint_secret_seed", "run_fedmd", "NfdpSampler",
+    "SampleOracle", "nfdp_sample",
 ]

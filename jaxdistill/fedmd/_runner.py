@@ -35,11 +35,18 @@ loops on CPU and vmaps on GPU/TPU, so set ``vmap`` explicitly to compare
 numbers across backends; the report records the mode used
 (``timings_s.vmap``).
 
+Secret randomness: with ``secret_seed`` the two draws the privacy rests on,
+NFDP's samples and FedMD-LDP's noise, come from that seed's key instead of
+the root key; initialisation, batches and public subsets still come from the
+root key. Whoever knows the root key (the CLI records ``--seed``) can then
+recompute neither which records were sampled nor the noise.
+
 Checkpoints: after every round one ``.npz`` file (written atomically) holds
 the model states, the samples drawn, the public subsets and consensus
-released so far, the accuracy history, the round number and the root key;
-``resume=True`` continues from it without drawing a new sample or releasing
-any round twice.
+released so far, the accuracy history, the round number, the root key and
+the secret seed, if any (the file names the sampled records, so it is
+private anyway); ``resume=True`` continues from it without drawing a new
+sample or releasing any round twice.
 
 References:
   Sun & Lyu, "Federated Model Distillation with Noise-Free Differential
@@ -64,6 +71,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxdistill import _keys
 from jaxdistill import _validate
 from jaxdistill import accounting
 from jaxdistill import models as M
@@ -75,7 +83,7 @@ from jaxdistill.fedmd._data import FedMDData
 from jaxdistill.fedmd._privacy import calibrate_ldp_sigma, ldp_sigma_table
 from jaxdistill.fedmd._sampling import NfdpSampler, SampleOracle
 
-__all__ = ["FedMDResult", "check_config", "run_fedmd", "CHECKPOINT_NAME"]
+__all__ = ["FedMDResult", "check_config", "run_fedmd", "checkpoint_secret_seed", "CHECKPOINT_NAME"]
 
 CHECKPOINT_NAME = "fedmd_checkpoint.npz"
 
@@ -310,6 +318,30 @@ def _save_checkpoint(path: pathlib.Path, groups: list[_Group], meta: dict, array
   os.replace(tmp, path)
 
 
+def _read_meta(path: pathlib.Path) -> dict:
+  try:
+    with np.load(path, allow_pickle=False) as z:
+      return json.loads(bytes(z["meta"]).decode())
+  except (OSError, KeyError, ValueError, UnicodeDecodeError) as err:
+    raise ValueError(f"Checkpoint {path} cannot be read ({_validate.first_line(err)}); move it away to "
+                     "start afresh.") from None
+
+
+def checkpoint_secret_seed(checkpoint_dir: Any) -> int | None:
+  """The secret seed of the checkpoint in ``checkpoint_dir`` (None: no checkpoint, or a run without one).
+
+  For resuming a run started with a fresh secret seed that nobody wrote
+  down (the CLI's ``--secret-randomness``): the checkpoint holds it, beside
+  the sampled records it protects, and never the report.
+  """
+  if not isinstance(checkpoint_dir, (str, os.PathLike)) or not str(checkpoint_dir):
+    raise ValueError(f"Expected checkpoint_dir to be a folder path; got {checkpoint_dir!r}.")
+  path = pathlib.Path(checkpoint_dir) / CHECKPOINT_NAME
+  if not path.is_file():
+    return None
+  return _read_meta(path).get("secret_seed")
+
+
 def _load_checkpoint(path: pathlib.Path, groups: list[_Group]) -> tuple[dict, dict]:
   with np.load(path, allow_pickle=False) as z:
     files = {k: z[k] for k in z.files}
@@ -365,7 +397,7 @@ def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = 
 
 
 def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleOracle] | None,
-                     ldp_sigmas: list[float] | None, sens: float, count: int) -> list[dict]:
+                     ldp_sigmas: list[float] | None, sens: float, count: int, secret: bool) -> list[dict]:
   reports = []
   weights_warning = None
   if config.weighting == "size" and config.method in ("nfdp", "ldp"):
@@ -375,11 +407,14 @@ def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleO
                     "does not cover (add/remove changes n_i); use 'equal' or fixed public weights.")}
   drawn = (("The noise is", "recompute the noise and subtract it") if config.method == "ldp"
            else ("The samples are", "recompute which records were sampled"))
-  key_warning = accounting.PrivacyWarning(
+  key_warning = None if secret else accounting.PrivacyWarning(
       "randomness_from_run_key",
       f"{drawn[0]} drawn from run_fedmd's key, which this simulation derives from a seed (the CLI's --seed, "
       f"recorded in report.json). Anyone who knows it can {drawn[1]}: the statement holds only against an "
-      "adversary who does not know the key.").to_dict()
+      "adversary who does not know the key. Use a secret seed (secret_seed=; CLI: --secret-randomness) for "
+      "a real release.").to_dict()
+  randomness = ("secret seed (not recorded; kept in the checkpoint)" if secret
+                else "run key (derived from the recorded seed)")
   for i, n in enumerate(data.party_sizes):
     if config.uses_sample:
       rep = oracles[i].privacy(rounds=max(config.rounds, 1), relation=config.relation).to_dict()
@@ -420,7 +455,9 @@ def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleO
     if weights_warning:
       rep.setdefault("warnings", []).append(weights_warning)
     if config.uses_sample or config.method == "ldp":
-      rep.setdefault("warnings", []).append(key_warning)
+      rep["randomness"] = randomness
+      if key_warning is not None:
+        rep.setdefault("warnings", []).append(key_warning)
     reports.append(rep)
   return reports
 
@@ -449,7 +486,8 @@ def _table_epsilons(value: Any) -> tuple[float, ...] | None:
 def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
               checkpoint_dir: Any = None, resume: bool = False, progress: bool = False,
               record_releases: bool = False, ldp_table_epsilons: Any = None,
-              on_round_end: Callable[[int, dict], None] | None = None) -> FedMDResult:
+              on_round_end: Callable[[int, dict], None] | None = None,
+              secret_seed: int | None = None) -> FedMDResult:
   """Runs FedMD-NFDP or one of its baselines (``config.method``).
 
   Formal guarantees:
@@ -474,6 +512,11 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       >= 0 (default :data:`~jaxdistill.fedmd.DEFAULT_LDP_EPSILONS`).
     on_round_end: ``callback(round, info)`` after each round's checkpoint
       (None or a callable).
+    secret_seed: None, or a SECRET integer in [0, 2**64) from which NFDP's
+      samples and FedMD-LDP's noise are drawn instead of from ``key`` (see
+      the module docstring). It is written to the checkpoint, never to the
+      report; resume with the same value (:func:`checkpoint_secret_seed`
+      reads it back). Methods without private randomness ignore it.
 
   Returns:
     A :class:`FedMDResult`.
@@ -481,13 +524,16 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
   Raises:
     ValueError: on a mismatch between config and data (N, k > n_i without
       replacement, public subset too large), an existing checkpoint without
-      ``resume=True``, a checkpoint from a different run, bad
-      ``ldp_table_epsilons`` or a non-callable ``on_round_end`` (all checked
+      ``resume=True``, a checkpoint from a different run (or another
+      ``secret_seed``), bad ``ldp_table_epsilons``, a bad ``secret_seed`` or
+      a non-callable ``on_round_end`` (all checked
       before any training). Private pixels are not checked (range, NaN): for
       ``nfdp`` even whether the run raises must depend on party i's records
       only through its sample, so unsampled records are never read.
   """
   key = _validate.prng_key("key", key)
+  secret_seed = _keys.check_secret_seed("secret_seed", secret_seed)
+  rand_root = key if secret_seed is None else _keys.secret_key(secret_seed)  # samples and LDP noise only
   table_epsilons = _table_epsilons(ldp_table_epsilons)
   if on_round_end is not None and not callable(on_round_end):
     raise ValueError(f"Expected on_round_end to be None or a callable; got {on_round_end!r}.")
@@ -535,7 +581,7 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       if len(o.draws) > d:
         out.append(o.replay(o.draws[d]))
       else:
-        out.append(o.draw(jax.random.fold_in(_phase(key, _SAMPLE, d + 1), i)))
+        out.append(o.draw(jax.random.fold_in(_phase(rand_root, _SAMPLE, d + 1), i)))
     return out
 
   # LDP calibration: one release's L2 sensitivity and T = Q x R releases per party
@@ -577,6 +623,13 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     meta, arrays = _load_checkpoint(ckpt, groups)
     if meta["fingerprint"] != fingerprint or meta["key"] != key_data:
       raise ValueError(f"Checkpoint {ckpt} belongs to a different run (configuration, data or seed differ).")
+    if meta.get("secret_seed") != secret_seed:  # never echo a secret
+      had = "a secret_seed" if meta.get("secret_seed") is not None else "no secret_seed"
+      given = "another one" if secret_seed is not None and had == "a secret_seed" else (
+          "one" if secret_seed is not None else "none")
+      raise ValueError(f"Checkpoint {ckpt} was made with {had} (CLI: --secret-randomness) and this call passes "
+                       f"{given}: resuming would draw the samples or noise of the remaining rounds from another "
+                       "key.")
     start_round = resumed_from = int(meta["round"])
     if oracles is not None:
       for i, o in enumerate(oracles):
@@ -647,7 +700,7 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
         if config.method == "ldp":
           if config.aggregation == "logits":
             rel = clip_rows(rel, config.ldp_clip)
-          noise_key = _phase(key, _NOISE, r)
+          noise_key = _phase(rand_root, _NOISE, r)
           rel = jnp.stack([rel[i] + ldp_sigmas[i] * jax.random.normal(jax.random.fold_in(noise_key, i),
                                                                        rel.shape[1:]) for i in range(n_parties)])
         cons = aggregate(rel, weights)
@@ -680,7 +733,8 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       info = {"round": r, "mean_accuracy": float(acc_rows[-1][0].mean()), "eval_round": eval_rounds[-1]}
       if ckpt is not None:
         t = time.perf_counter()
-        meta = {"fingerprint": fingerprint, "key": key_data, "round": r, "eval_rounds": eval_rounds,
+        meta = {"fingerprint": fingerprint, "key": key_data, "secret_seed": secret_seed, "round": r,
+                "eval_rounds": eval_rounds,
                 "draws": [len(o.draws) for o in oracles] if oracles else [], "timings": timings,
                 "config": config.to_dict()}
         arrays = {"accuracy": np.stack(acc_rows)}
@@ -707,7 +761,7 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
   timings["total_this_session"] = time.perf_counter() - t_start
   timings["train_total"] = sum(timings[k] for k in ("pretrain", "init_train", "digest", "revisit"))
   timings["vmap"] = vmap
-  privacy = _privacy_reports(config, data, oracles, ldp_sigmas, sens, ldp_count)
+  privacy = _privacy_reports(config, data, oracles, ldp_sigmas, sens, ldp_count, secret_seed is not None)
   q_rows = len(subsets)
   return FedMDResult(
       config=config, data_description=data.description, accuracy=np.stack(acc_rows)[:, 0],

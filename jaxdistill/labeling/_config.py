@@ -14,6 +14,7 @@ import dataclasses
 import math
 from typing import Any
 
+from jaxdistill import _keys
 from jaxdistill import _validate
 from jaxdistill.data import DATASETS
 from jaxdistill.labeling import _components
@@ -226,9 +227,8 @@ class LabelingConfig:
                        "clusters).")
     object.__setattr__(self, "seed", _validate.integer("seed", self.seed, minimum=0, maximum=_validate.MAX_SEED))
     if self.noise_seed is not None:
-      # The secret noise key folds in all 64 bits (_pipeline._secret_key).
-      object.__setattr__(self, "noise_seed", _validate.integer("noise_seed", self.noise_seed, minimum=0,
-                                                               maximum=2**64 - 1))
+      # The secret noise key folds in all 64 bits (_keys.secret_key).
+      object.__setattr__(self, "noise_seed", _keys.check_secret_seed("noise_seed", self.noise_seed))
     for name in ("private_size", "public_size", "eval_size"):
       value = getattr(self, name)
       if value is not None:

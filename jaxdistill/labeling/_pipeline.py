@@ -55,6 +55,7 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill._files import keep_earlier_report
+from jaxdistill._keys import secret_key
 from jaxdistill import data as data_lib
 from jaxdistill import mechanisms as mech_lib
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
@@ -351,11 +352,6 @@ def _bar(total: int, desc: str, enabled: bool):
   return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
-def _secret_key(seed: int) -> jax.Array:
-  # All 64 bits of the secret seed enter the key (jax.random.key takes 32 without x64).
-  return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF), (seed >> 32) & 0xFFFFFFFF)
-
-
 def _targets(config: LabelingConfig, votes: np.ndarray, assignment: np.ndarray, pseudo: np.ndarray) -> np.ndarray:
   if config.student.targets == "hard":
     return pseudo.astype(np.int32)
@@ -416,7 +412,7 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
         if mech is None:
           votes = np.asarray(mech_lib.bsvs_counts(inputs, shape), np.float64)
         else:
-          noise_root = key if config.noise_seed is None else _secret_key(config.noise_seed)
+          noise_root = key if config.noise_seed is None else secret_key(config.noise_seed)
           noise_key = jax.random.fold_in(jax.random.fold_in(noise_root, _NOISE), t)
           votes = simulate(noise_key, mech, inputs).estimate
       if ledger is not None:

@@ -110,6 +110,74 @@ def test_resume_equals_an_uninterrupted_run(data3, tmp_path):
   assert_bitwise_equal(full, again)
 
 
+def samples_equal(a, b):
+  return all(np.array_equal(u, v) for da, db in zip(a.samples, b.samples) for u, v in zip(da, db))
+
+
+def test_secret_seed_draws_the_samples_and_the_noise(data3):
+  # The secret seed replaces the key of the two draws the privacy rests on (NFDP's samples, LDP's noise).
+  key, secret = jax.random.key(5), 2**40 + 7
+  cfg = tiny_config(rounds=1)
+  public = run(key, cfg, data3)
+  hidden = run(key, cfg, data3, secret_seed=secret)
+  # 3 parties x C(24, 4) = 10,626 samples each: equal samples by chance have probability ~1e-12.
+  assert not samples_equal(public, hidden)
+  assert samples_equal(hidden, run(key, cfg, data3, secret_seed=secret))  # a pure function of the seed
+  assert not samples_equal(hidden, run(key, cfg, data3, secret_seed=7))  # all 64 bits enter the key
+  for rep in hidden.privacy:
+    assert rep["randomness"].startswith("secret seed")
+    assert "randomness_from_run_key" not in {w["code"] for w in rep["warnings"]}
+  assert public.privacy[0]["randomness"].startswith("run key")
+  assert "randomness_from_run_key" in {w["code"] for w in public.privacy[0]["warnings"]}
+  assert str(secret) not in json.dumps(hidden.to_report(), default=str)
+  # A method without private randomness ignores it: bitwise the same run.
+  np_cfg = tiny_config(method="np", rounds=1)
+  assert_bitwise_equal(run(key, np_cfg, data3, record_releases=True),
+                       run(key, np_cfg, data3, record_releases=True, secret_seed=secret))
+  # LDP: the secret seed changes the noise alone. Up to round 1's releases the np and ldp runs train the
+  # same models with the same keys, so ldp - np is the noise: N(0, sigma^2) from the secret key, not the
+  # public one. The mean of z^2 over 3 x 24 x 16 = 1,152 entries has sd 0.042: the bounds are 7 sd wide.
+  ldp_cfg = tiny_config(method="ldp", rounds=1, ldp_epsilon=2.0)
+  clean = run(key, np_cfg, data3, record_releases=True).releases[0].astype(np.float64)
+  noises = []
+  for seed in (None, secret):
+    res = run(key, ldp_cfg, data3, record_releases=True, secret_seed=seed)
+    sigma = np.array([p["sigma"] for p in res.privacy])[:, None, None]
+    noises.append((res.releases[0] - clean) / sigma)
+    assert 0.7 < np.mean(noises[-1] ** 2) < 1.3
+  assert abs(np.corrcoef(noises[0].ravel(), noises[1].ravel())[0, 1]) < 0.15  # 5 sd of an independent pair
+
+
+def test_resume_keeps_the_secret_seed(data3, tmp_path):
+  cfg = tiny_config(rounds=3, resample_each_round=True)  # a fresh sample every round, all from the secret
+  key, secret = jax.random.key(5), 123456789012
+  full = run(key, cfg, data3, checkpoint_dir=tmp_path / "a", record_releases=True, secret_seed=secret)
+
+  def stop(r, info):
+    if r == 1:
+      raise Interrupt()
+
+  with pytest.raises(Interrupt):
+    run(key, cfg, data3, checkpoint_dir=tmp_path / "b", record_releases=True, on_round_end=stop,
+        secret_seed=secret)
+  assert fedmd.checkpoint_secret_seed(tmp_path / "b") == secret
+  assert fedmd.checkpoint_secret_seed(tmp_path / "none-here") is None
+  for other, needle in ((None, "passes none"), (secret + 1, "another one")):
+    with pytest.raises(ValueError, match=needle) as err:
+      run(key, cfg, data3, checkpoint_dir=tmp_path / "b", resume=True, secret_seed=other)
+    assert str(secret) not in str(err.value)
+  resumed = run(key, cfg, data3, checkpoint_dir=tmp_path / "b", resume=True, record_releases=True,
+                secret_seed=fedmd.checkpoint_secret_seed(tmp_path / "b"))
+  assert resumed.resumed_from == 1
+  assert_bitwise_equal(full, resumed)
+  assert samples_equal(full, resumed) and [len(d) for d in resumed.samples] == [3, 3, 3]
+  # A checkpoint made without a secret seed is not continued with one.
+  one = dataclasses.replace(cfg, rounds=1)
+  run(key, one, data3, checkpoint_dir=tmp_path / "c")
+  with pytest.raises(ValueError, match="made with no secret_seed"):
+    run(key, one, data3, checkpoint_dir=tmp_path / "c", resume=True, secret_seed=secret)
+
+
 def test_checkpoint_guards(data3, tmp_path):
   cfg = tiny_config(rounds=1, pretrain_epochs=0, init_epochs=1)
   key = jax.random.key(0)
@@ -262,6 +330,11 @@ def test_unknown_partition_and_too_few_records():
     (dict(ldp_table_epsilons=["1"]), "ldp_table_epsilons"),
     (dict(on_round_end=5), "on_round_end"),
     (dict(on_round_end="print"), "on_round_end"),
+    (dict(secret_seed=-1), "secret_seed"),
+    (dict(secret_seed=2**64), "secret_seed"),
+    (dict(secret_seed=1.5), "secret_seed"),
+    (dict(secret_seed="12345"), "secret_seed"),
+    (dict(secret_seed=True), "secret_seed"),
 ])
 def test_bad_table_epsilons_and_callback_fail_before_training(data3, monkeypatch, kw, needle):
   def no_training(*args, **kwargs):
@@ -270,3 +343,5 @@ def test_bad_table_epsilons_and_callback_fail_before_training(data3, monkeypatch
   with pytest.raises(ValueError, match=needle) as err:
     fedmd.run_fedmd(jax.random.key(0), tiny_config(), data3, **kw)
   assert "\n" not in str(err.value)
+  if "secret_seed" in kw:  # a mistyped secret is still a secret: the message never echoes it
+    assert str(kw["secret_seed"]) not in str(err.value)

@@ -1,0 +1,40 @@
+"""Secret seeds: PRNG keys that a run's recorded seed does not determine.
+
+A reproducible run derives all its randomness from a seed recorded in its
+report, so anyone who reads the report can recompute the noise (labeling) or
+which records were sampled (FedMD-NFDP) and undo the privacy. A secret seed
+replaces the root of those draws only; everything else stays a function of
+the recorded seed.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import jax
+
+from jaxdistill import _validate
+
+#: Secret seeds are 64-bit: all of them enter the key (see :func:`secret_key`).
+MAX_SECRET_SEED = 2**64 - 1
+
+
+def draw_secret_seed() -> int:
+  """A fresh 63-bit seed from the operating system's CSPRNG."""
+  return secrets.randbits(63)
+
+
+def check_secret_seed(name: str, value: object) -> int | None:
+  """``None`` or an integer in [0, 2**64), else a ValueError naming ``name`` (never echoing the value)."""
+  if value is None:
+    return None
+  try:
+    return _validate.integer(name, value, minimum=0, maximum=MAX_SECRET_SEED)
+  except ValueError:
+    raise ValueError(f"Expected {name} to be None or an integer in [0, 2**64); got a {type(value).__name__} "
+                     "outside that range (value not shown: it is secret).") from None
+
+
+def secret_key(seed: int) -> jax.Array:
+  """The key of a secret seed; all 64 bits enter (``jax.random.key`` keeps 32 without x64)."""
+  return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF), (seed >> 32) & 0xFFFFFFFF)
