@@ -9,7 +9,8 @@ in the same process (ratios > 1 mean vmap is faster).
     python benchmarks/fedmd_vmap.py --parties 10 --width-multiplier 0.125 --public-subset 1000
 
 Synthetic 28x28 data (the real image shape; smaller sets, fewer rounds and epochs than the real run:
-1,000 public images, 100 private images per class, 1,000 test images, R = 2), so it needs no data set.
+1,000 public images, 100 private images per class, 300 test images (50 for each of the 6 private classes),
+R = 2), so it needs no data set.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def main() -> None:
   spec = parse_spec(a.spec) if a.spec else FEDMD_SPECS[0]
   data = fedmd.make_fedmd_data(synthetic(a.public_subset, 10, 0), synthetic(20 * a.per_class, 10, 1),
                                synthetic(1000, 10, 2), num_parties=a.parties, seed=0,
-                               private_per_class=a.per_class, test_per_class=50)  # 1,000 test images: >= 50 per class
+                               private_per_class=a.per_class, test_per_class=50)  # a pool of 1,000: 50 per class
   rows = {}
   for mode in ("on", "off"):
     cfg = fedmd.FedMDConfig(num_parties=a.parties, specs=(spec,), width_multiplier=a.width_multiplier, k=a.k,

@@ -19,7 +19,8 @@ Public subpackages:
 * :mod:`jaxdistill.models` -- FedMD's CNN family in flax nnx and optax
   trainers (hard or soft targets, vmapped stacks of same-architecture models).
 * :mod:`jaxdistill.representations` -- features fitted on public data only
-  (raw, PCA, HOG, a contrastive CNN) and re-embedding with any model.
+  (raw, PCA, HOG, HOG-PCA, a contrastive CNN, SCAN clustering) and
+  re-embedding with any model.
 * :mod:`jaxdistill.simulation` -- one streaming runner for every mechanism.
 
 Modules whose names start with an underscore are private and may change

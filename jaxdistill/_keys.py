@@ -32,9 +32,19 @@ def check_secret_seed(name: str, value: object) -> int | None:
     return _validate.integer(name, value, minimum=0, maximum=MAX_SECRET_SEED)
   except ValueError:
     raise ValueError(f"Expected {name} to be None or an integer in [0, 2**64); got a {type(value).__name__} "
-                     "outside that range (value not shown: it is secret).") from None
+                     "that is not (value not shown: a secret seed is secret).") from None
 
 
-def secret_key(seed: int) -> jax.Array:
-  """The key of a secret seed; all 64 bits enter (``jax.random.key`` keeps 32 without x64)."""
+def secret_key(seed: int | None = None) -> jax.Array:
+  """A PRNG key for a real release: from ``seed`` (a secret in [0, 2**64)), or fresh OS randomness.
+
+  All 64 bits of the seed enter the key (``jax.random.key`` keeps only 32
+  without x64). A key made from a recorded seed lets anyone recompute the
+  noise and subtract it; this one is as secret as ``seed``.
+
+  >>> import jax
+  >>> secret_key().dtype == jax.random.key(0).dtype
+  True
+  """
+  seed = draw_secret_seed() if seed is None else check_secret_seed("seed", seed)
   return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF), (seed >> 32) & 0xFFFFFFFF)

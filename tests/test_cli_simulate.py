@@ -30,6 +30,7 @@ def test_rr_json_contract(capsys):
   assert obj["predicted"]["rms"] == pytest.approx(math.sqrt(3000 * p * (1 - p)) / (2 * p - 1))
   assert obj["predicted"]["max_abs_bound_method"] == "normal-union"
   assert obj["wall_seconds"] > 0 and obj["peak_rss_bytes"] > 10**7
+  assert "derived from --seed" in obj["note"]  # the noise is recomputable from the printed seed
 
 
 @pytest.mark.parametrize("name", simulation.mechanism_names())
@@ -49,7 +50,7 @@ def test_table_output(capsys):
   assert main(["simulate", "--mechanism", "rr", *SMALL, "--devices", "1"]) == 0
   out = capsys.readouterr().out
   for needle in ("RMS", "max |error|", "closed-form variance", "privacy: (2.0, 0.0)-DP, replace-one",
-                 "wall time", "peak memory", "chunk 3000"):
+                 "wall time", "peak memory", "chunk 3000", "not a private release"):
     assert needle in out, needle
 
 

@@ -69,3 +69,21 @@ def test_prng_key_validator():
   # Inside jit the check reads only dtype and shape, and the numbers are the legacy key's.
   draw = jax.jit(lambda k: jax.random.normal(v.prng_key("key", k)))
   assert float(draw(jax.random.PRNGKey(1))) == float(jax.random.normal(jax.random.PRNGKey(1)))
+
+
+def test_secret_key_is_fresh_or_a_function_of_all_64_bits_of_its_seed():
+  draws = [np.asarray(jax.random.key_data(simulation.secret_key())) for _ in range(4)]
+  # Fresh 63-bit seeds: two equal keys have probability ~2^-63.
+  assert len({d.tobytes() for d in draws}) == 4
+  same = [np.asarray(jax.random.key_data(simulation.secret_key(2**40 + 5))) for _ in range(2)]
+  np.testing.assert_array_equal(*same)
+  low = np.asarray(jax.random.key_data(simulation.secret_key(5)))
+  assert not np.array_equal(low, same[0])  # the high 32 bits enter the key
+  est = [simulation.simulate(simulation.secret_key(s), mechanisms.CentralLaplace(_SHAPE, 1.0), _workload()).estimate
+         for s in (7, 7, 8)]
+  np.testing.assert_array_equal(est[0], est[1])
+  assert not np.array_equal(est[0], est[2])
+  for bad in (-1, 2**64, 1.5, "7", True):
+    with pytest.raises(ValueError, match="seed") as err:
+      simulation.secret_key(bad)
+    assert str(bad) not in str(err.value)  # a mistyped secret is still a secret

@@ -182,7 +182,7 @@ def min_calibration_epsilon(*, k: Any = 1, r: Any = 1, dlap_fraction: Any = 0.5)
 
   The discrete-Laplace part p = e^{-a}, a = dlap_fraction * eps / (2kr), alone
   needs about ln(2 / tail_mass) / (2a) outcomes; the bound keeps that at half
-  of :data:`MAX_VIEW_OUTCOMES`, leaving the other half to the flooding part.
+  of 2^18 outcomes (``MAX_VIEW_OUTCOMES``), leaving the other half to the flooding part.
   About 1.06e-3 at k = r = 1 and dlap_fraction = 1/2.
 
   >>> round(min_calibration_epsilon(), 5)
@@ -451,7 +451,7 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
     ValueError: on bad arguments (target_epsilon below
       :func:`min_calibration_epsilon`), or when no rho reaches the target for
       any multiplier (delta below what a pessimistic PLD certifies, about
-      1e-15, or a view larger than :data:`MAX_VIEW_OUTCOMES`).
+      1e-15, or a view larger than 2^18 outcomes).
 
   >>> noise = calibrate_multi_message(1.0, 1e-6)
   >>> round(noise.dlap_a, 6), multi_message_delta(noise, 1.0) <= 1e-6

@@ -155,7 +155,7 @@ def check_variance(estimates: Any, variance: Any, *, alpha: float,
     alpha: family-wise false-failure probability in (0, 1).
     method: ``"chi2"`` (exact for normal estimates) or ``"kurtosis"``
       (asymptotic, any finite fourth moment; needs at least
-      :data:`MIN_KURTOSIS_REPLICATES` replicates to estimate the kurtosis);
+      100 (``MIN_KURTOSIS_REPLICATES``) replicates to estimate the kurtosis);
       see the module docstring.
 
   Returns:

@@ -1,8 +1,9 @@
 """``jaxdistill fedmd``: run FedMD-NFDP or a baseline; write report.json and PNG plots.
 
 ``--secret-randomness`` draws NFDP's samples and FedMD-LDP's noise from a
-fresh OS-random seed instead of ``--seed`` (which the report records). The
-seed is kept only in the run's checkpoint, so ``--resume`` continues with it.
+fresh OS-random seed (one for all runs of the command, as ``--seed`` is)
+instead of ``--seed`` (which the report records). The seed is kept only in
+the runs' checkpoints, so ``--resume`` continues with it.
 
 A run into an ``--out`` that already holds a ``report.json`` keeps the earlier
 report: it is moved to ``history/report-<N>.json`` (N one more than the
@@ -129,20 +130,28 @@ def _config(args: argparse.Namespace, k: int, wr: bool):
       ldp_clip=args.ldp_clip, vmap=args.vmap, eval_every=args.eval_every)
 
 
-def _secret_seeds(args: argparse.Namespace, out: pathlib.Path, names: list[str]) -> dict[str, int | None]:
-  """Per run: None (randomness from --seed), the checkpoint's secret seed (--resume) or a fresh one."""
+def _secret_seed(args: argparse.Namespace, out: pathlib.Path, names: list[str]) -> int | None:
+  """The command's one secret seed (None: randomness from --seed): its checkpoints' on --resume, else fresh.
+
+  One seed for all runs, as one --seed: the runs' samples stay paired across k (see runs_share_parties).
+  """
   from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
   from jaxdistill._keys import draw_secret_seed  # pylint: disable=import-outside-toplevel
-  seeds = {}
-  for name in names:
-    kept = fedmd.checkpoint_secret_seed(out / "checkpoints" / name) if args.resume else None
-    has_ckpt = args.resume and (out / "checkpoints" / name / fedmd.CHECKPOINT_NAME).is_file()
-    if has_ckpt and (kept is not None) != args.secret_randomness:
-      made = "with" if kept is not None else "without"
-      raise ValueError(f"Expected --secret-randomness {'' if kept is not None else 'not '}to be given: the "
-                       f"checkpoint of run {name} in {out / 'checkpoints'} was made {made} it.")
-    seeds[name] = kept if kept is not None else (draw_secret_seed() if args.secret_randomness else None)
-  return seeds
+  kept = set()
+  for name in names if args.resume else ():
+    if (out / "checkpoints" / name / fedmd.CHECKPOINT_NAME).is_file():
+      seed = fedmd.checkpoint_secret_seed(out / "checkpoints" / name)
+      if (seed is not None) != args.secret_randomness:
+        made = "with" if seed is not None else "without"
+        raise ValueError(f"Expected --secret-randomness {'' if seed is not None else 'not '}to be given: the "
+                         f"checkpoint of run {name} in {out / 'checkpoints'} was made {made} it.")
+      kept.add(seed)
+  if len(kept) > 1:
+    raise ValueError(f"The checkpoints in {out / 'checkpoints'} hold different secret seeds: they come from "
+                     "different commands; use another --out for one of them.")
+  if kept:
+    return kept.pop()
+  return draw_secret_seed() if args.secret_randomness else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
   plots = tuple(f"accuracy_per_round_{name}.png" for name in names) + ("accuracy_vs_k.png",)
   out = _validate.output_dir("--out", args.out, report="report.json", files=plots)
-  secret_seeds = _secret_seeds(args, out, names)  # a --resume without the run's --secret-randomness: now
+  secret_seed = _secret_seed(args, out, names)  # a --resume without the run's --secret-randomness: now
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
       private_dataset=args.private_dataset, data_dir=args.data_dir, public_data_dir=args.public_data_dir,
@@ -191,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     try:
       res = fedmd.run_fedmd(key, cfg, data, checkpoint_dir=out / "checkpoints" / name, resume=args.resume,
                             progress=not args.no_progress, on_round_end=stopper,
-                            ldp_table_epsilons=table_eps, secret_seed=secret_seeds[name])
+                            ldp_table_epsilons=table_eps, secret_seed=secret_seed)
     except _Stop:
       stopped = True
       break
@@ -212,9 +221,11 @@ def run(args: argparse.Namespace) -> int:
     report["warnings"] = [{
         "code": "runs_share_parties",
         "message": (f"These {len(results)} runs use the same parties' records: each run's privacy statement "
-                    "covers that run alone. Deploying several of them releases more (samples without "
-                    "replacement are nested across k, with-replacement samples are drawn afresh), so their "
-                    "deltas add up for the combined release.")}]
+                    "covers that run alone. Deploying several of them releases more, and their deltas add up "
+                    "for the combined release (an upper bound). The runs draw from one key (--seed, or one "
+                    "secret seed): a party's sample for a smaller k is the first k records of its sample for "
+                    "a larger k, with or without replacement, and the two samplings of one k read the same "
+                    "random words, so the runs are paired, not independent.")}]
   _write_report(out, report)
   rows = []
   for n, r in results:

@@ -64,6 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.set_defaults(func=run_simulate)
 
 
+NOTE = ("synthetic workload; the noise is derived from --seed, so this is a reproducible simulation, not a "
+        "private release (for one, pass the key jaxdistill.simulation.secret_key() to simulate())")
+
+
 def max_error_prediction(mech: Any, counts: np.ndarray, n: int,
                          beta: float = MAX_ERROR_BETA) -> tuple[float, str]:
   """A level-(1 - beta) bound on max |error| over all s|Y| entries, and how it was obtained.
@@ -113,6 +117,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                     "max_abs_bound": bound,
                     "max_abs_bound_beta": MAX_ERROR_BETA, "max_abs_bound_method": method},
       "privacy": privacy.to_dict(),
+      "note": NOTE,
       "wall_seconds": res.wall_seconds,
       "peak_rss_bytes": simulation.peak_rss_bytes(),
   }
@@ -132,6 +137,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         f"[{pr['method']}]")
   for w in privacy.warnings:
     print(f"warning [{w.code}]: {w.message}")
+  print(f"note: {NOTE}")
   print(f"wall time {res.wall_seconds:.3f} s (compilation included); "
         f"peak memory {out['peak_rss_bytes'] / 2**20:.0f} MiB (process RSS)")
   return 0

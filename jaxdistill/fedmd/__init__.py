@@ -4,7 +4,8 @@
   (NFDP: each party's k-sample, drawn once, is its only private input) and the
   baselines FedMD-NP, FedMD-LDP, local-only (all data or the k-sample) and
   centralized, with per-round checkpoints and ``resume``;
-  :func:`check_config` raises what ``run_fedmd`` would refuse, before training;
+  :func:`check_config` raises ``run_fedmd``'s config, data and
+  checkpoint-without-resume errors before any training;
   ``run_fedmd(..., secret_seed=)`` draws the samples and LDP noise from a
   secret seed, which :func:`checkpoint_secret_seed` reads back to resume.
 * :func:`nfdp_sample`, :class:`NfdpSampler`, :class:`SampleOracle`: the sampler
@@ -12,8 +13,8 @@
 * :func:`release`, :func:`aggregate`: argmax / softmax / logits releases and
   equal or weighted server aggregation.
 * :func:`load_fedmd_data` / :func:`make_fedmd_data`: public MNIST digits +
-  6 private Fashion-MNIST classes split IID or non-IID (offline), tfds route
-  for EMNIST / CIFAR on Colab.
+  6 private Fashion-MNIST classes split IID or non-IID (offline); EMNIST from
+  its IDX release (``emnist-<config>``, offline) or tfds, CIFAR through tfds.
 * :func:`ldp_sigma_table`, :func:`analytic_gaussian_delta`: FedMD-LDP's noise
   at NFDP's delta for several epsilons.
 """

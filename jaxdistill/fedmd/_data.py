@@ -166,7 +166,9 @@ def load_fedmd_data(*, num_parties: int = 10, seed: int = 0, public_dataset: str
 
   Names are those of :func:`jaxdistill.data.load_dataset`: offline
   ``mnist-embedded`` (public) and ``fashion-mnist`` (private, Debian package
-  or ``data_dir``); on Colab ``tfds:<name>`` (``tfds:mnist``,
+  or ``data_dir``), EMNIST's IDX release offline (``emnist-letters`` and the
+  other ``emnist-<config>`` names, with ``data_dir`` / ``public_data_dir``;
+  letters are labelled 1-26); on Colab ``tfds:<name>`` (``tfds:mnist``,
   ``tfds:emnist/letters`` with classes 1-6 = a-f, ``tfds:cifar10``,
   ``tfds:cifar100`` with FedMD's fine labels 0, 2, 20, 63, 71, 82).
   Only the public set's training split is used. ``data_dir`` /

@@ -516,7 +516,8 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       samples and FedMD-LDP's noise are drawn instead of from ``key`` (see
       the module docstring). It is written to the checkpoint, never to the
       report; resume with the same value (:func:`checkpoint_secret_seed`
-      reads it back). Methods without private randomness ignore it.
+      reads it back). Methods without private randomness draw nothing from
+      it, but it is still kept in the checkpoint and checked on resume.
 
   Returns:
     A :class:`FedMDResult`.

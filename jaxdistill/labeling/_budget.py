@@ -132,7 +132,7 @@ def compose_pairs_epsilon(epsilon: Any, delta: Any, count: Any, target_delta: An
   No epsilon' brings delta_T below 1 - (1 - delta)^T: a ``target_delta``
   under that floor gives ``inf``, and ``target_delta = 1`` gives 0.
 
-  ``count`` is at most :data:`MAX_PAIRS_COUNT` (10,000): the composed PLD's
+  ``count`` is at most 10,000 (``MAX_PAIRS_COUNT``): the composed PLD's
   support grows linearly in T, and at T = 10^6 it needs about 29 GiB. The
   planner calls this with T = the number of iterations.
 

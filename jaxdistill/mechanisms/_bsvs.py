@@ -255,7 +255,8 @@ def bsvs_counts(inputs: BsvsInput, shape: BsvsShape) -> jax.Array:
   """The exact aggregate A = sum_i T_i y_i^T, ``int32 [s, |Y|]``.
 
   Raises:
-    ValueError: if ``inputs`` do not fit ``shape`` (:func:`check_input_fits`).
+    ValueError: if ``inputs`` do not fit ``shape``: buckets >= s or labels >= |Y|, more
+      than k buckets (r labels) per client, a repeated one, or ragged shapes.
   """
   shape = check_shape(shape)
   if not isinstance(inputs, BsvsInput):

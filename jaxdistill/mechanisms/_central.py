@@ -254,7 +254,7 @@ class CentralDiscreteLaplace(_Central):
     The float64 sampler is not exactly that law: U lives on a grid of
     2^-53, the support stops at 37.4/a, and near the end of it adjacent
     probabilities are counts of 1-3 grid points, so their ratio is not e^a.
-    :func:`float_sampler_tv` bounds its total variation from the ideal law
+    ``float_sampler_tv(a)`` (in ``jaxdistill.mechanisms._central``) bounds its total variation from the ideal law
     per entry, and only the Delta entries a neighbour changes matter, so
     the release is (eps, (1 + e^eps) Delta tv)-DP, about 1e-12 at eps = 0.1
     (:meth:`privacy` reports it as a warning; exact enumeration of the

@@ -349,8 +349,8 @@ def sample_negative_binomial(key: jax.Array, r: Any, p: Any, shape: Any = ()) ->
 
   Designed for tiny shapes (r = 1/n with n up to 10^9; any r > 0 works while
   r ln(1/(1-p)) stays below about 10^4): see the module docstring for the
-  method. Each draw is within total variation :func:`total_variation_bound`
-  of NB(r, p).
+  method. Each draw is within total variation ``total_variation_bound(r, p)`` (in
+  ``jaxdistill.mechanisms._nb_sampler``) of NB(r, p).
 
   Args:
     key: PRNG key.

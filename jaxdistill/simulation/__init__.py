@@ -4,8 +4,12 @@
 over n clients in vmapped chunks under ``lax.scan`` (memory bounded in n),
 sharded over a 1-D device mesh; the same key gives bitwise-identical output
 for any chunk size and device count. :func:`build_mechanism` maps the CLI's
-mechanism names to library classes.
+mechanism names to library classes. :func:`secret_key` gives a key from
+secret OS randomness for a real release (a key from a recorded seed makes
+the noise recomputable).
 """
+
+from jaxdistill._keys import secret_key
 
 from jaxdistill.simulation._memory import MeasuredRun
 from jaxdistill.simulation._memory import measure_subprocess
@@ -25,5 +29,5 @@ __all__ = [
     "CLIENT_AXIS", "MAX_CLIENTS", "MeasuredRun", "MechanismSpec",
     "SimulationResult", "build_mechanism", "client_mesh",
     "client_statistics", "measure_subprocess", "mechanism_names", "mechanism_spec",
-    "peak_rss_bytes", "simulate",
+    "peak_rss_bytes", "secret_key", "simulate",
 ]

@@ -316,7 +316,10 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
 
   Args:
     key: PRNG key; split into a clients key (client i uses
-      ``fold_in(clients_key, i)``) and a server key (central noise).
+      ``fold_in(clients_key, i)``) and a server key (central noise). The
+      key determines all the noise: anyone who knows it can recompute the
+      noise and subtract it. A key from a recorded seed suits experiments;
+      for a real release use a secret one (:func:`secret_key`).
     mechanism: any :class:`BsvsMechanism`.
     clients: a :class:`BsvsInput` or a generator such as
       :class:`SyntheticWorkload`.

@@ -68,22 +68,27 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
   drawn = iter([111_222_333_444, 555_666_777_888])  # the second would be a new secret: it must not be used
   monkeypatch.setattr("jaxdistill._keys.secrets.randbits", lambda bits: next(drawn))
   out = tmp_path / "run"
-  args = TINY[:] + ["--k", "2", "--out", str(out)]
+  args = TINY[:] + ["--k", "2,3", "--out", str(out)]
   args[args.index("--rounds") + 1] = "2"
-  assert main(args + ["--secret-randomness", "--stop-after-round", "1"]) == 0
-  ckpt = out / "checkpoints" / "nfdp-k2-wor"
-  assert fedmd.checkpoint_secret_seed(ckpt) == 111_222_333_444
+  assert main(args + ["--secret-randomness", "--stop-after-round", "1"]) == 0  # stops in run k2
+  ckpt = out / "checkpoints"
+  assert fedmd.checkpoint_secret_seed(ckpt / "nfdp-k2-wor") == 111_222_333_444
+  assert fedmd.checkpoint_secret_seed(ckpt / "nfdp-k3-wor") is None  # not started
   capsys.readouterr()
   assert main(args + ["--resume"]) == 2  # the run's samples came from the secret: refuse the public key
   assert "--secret-randomness" in capsys.readouterr().err
   assert main(args + ["--resume", "--secret-randomness"]) == 0
-  assert fedmd.checkpoint_secret_seed(ckpt) == 111_222_333_444  # resumed with the kept secret
+  # Resumed with the kept secret, and the run started after the resume uses it too (one seed per command).
+  assert fedmd.checkpoint_secret_seed(ckpt / "nfdp-k2-wor") == 111_222_333_444
+  assert fedmd.checkpoint_secret_seed(ckpt / "nfdp-k3-wor") == 111_222_333_444
   text = (out / "report.json").read_text()
   assert "111222333444" not in text and "555666777888" not in text
   rep = json.loads(text)
-  assert rep["runs"][0]["resumed_from_round"] == 1
-  assert rep["runs"][0]["privacy"][0]["randomness"].startswith("secret seed")
-  assert "randomness_from_run_key" not in {w["code"] for w in rep["runs"][0]["privacy"][0]["warnings"]}
+  assert [r["resumed_from_round"] for r in rep["runs"]] == [1, None]
+  for r in rep["runs"]:
+    assert r["privacy"][0]["randomness"].startswith("secret seed")
+    assert "randomness_from_run_key" not in {w["code"] for w in r["privacy"][0]["warnings"]}
+  assert "paired, not independent" in rep["warnings"][0]["message"]
   # And the reverse: a run made from --seed is not resumed with a secret.
   assert main(args + ["--out", str(tmp_path / "public"), "--stop-after-round", "1"]) == 0
   capsys.readouterr()

@@ -148,6 +148,19 @@ def test_secret_seed_draws_the_samples_and_the_noise(data3):
   assert abs(np.corrcoef(noises[0].ravel(), noises[1].ravel())[0, 1]) < 0.15  # 5 sd of an independent pair
 
 
+@pytest.mark.parametrize("secret_seed", [None, 2**40 + 7])
+def test_samples_for_smaller_k_are_prefixes_of_larger_k(data3, secret_seed):
+  # What the CLI's runs_share_parties warning says of runs from one key: paired, not independent.
+  key, out = jax.random.key(3), {}
+  for wr in (False, True):
+    for k in (3, 16):
+      cfg = tiny_config(k=k, with_replacement=wr, rounds=0, pretrain_epochs=0, init_epochs=0)
+      out[wr, k] = run(key, cfg, data3, secret_seed=secret_seed).samples
+  for wr in (False, True):
+    for small, large in zip(out[wr, 3], out[wr, 16]):
+      np.testing.assert_array_equal(small[0], large[0][:3])
+
+
 def test_resume_keeps_the_secret_seed(data3, tmp_path):
   cfg = tiny_config(rounds=3, resample_each_round=True)  # a fresh sample every round, all from the secret
   key, secret = jax.random.key(5), 123456789012
