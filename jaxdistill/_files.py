@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pathlib
 import re
+from typing import Any, Iterator
 
 _NUMBERED = re.compile(r"report-(\d+)(?:\.json|-.+)$")
+
+
+@contextlib.contextmanager
+def removing_new_empty_dirs(*paths: Any) -> Iterator[None]:
+  """On an exception, removes the folders among ``paths`` (and their parents) that did not exist before and are
+  still empty, so a run that fails (bad data, interrupted) leaves no empty output folder behind.
+
+  A folder holding anything (a ledger, a checkpoint, a report) stays. Paths that are not ``str`` or
+  ``os.PathLike`` are ignored (the caller validates them).
+  """
+  new: list[pathlib.Path] = []
+  for p in paths:
+    if isinstance(p, (str, os.PathLike)) and str(p):
+      p = pathlib.Path(p).absolute()
+      new += [d for d in (p, *p.parents) if not d.exists() and d not in new]
+  try:
+    yield
+  except BaseException:
+    for d in sorted(new, key=lambda d: len(d.parts), reverse=True):  # children first
+      try:
+        d.rmdir()  # only when empty
+      except OSError:
+        pass
+    raise
 
 
 def keep_earlier_report(out: pathlib.Path, name: str = "report.json", *, plots: str | None = "*.png"

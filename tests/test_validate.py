@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxdistill import _validate as v
+from jaxdistill._files import removing_new_empty_dirs
 
 
 @pytest.mark.parametrize("value", [3.5, float("nan"), True, "3", None, math.inf])
@@ -137,3 +138,19 @@ def test_cli_prints_the_first_non_blank_line_of_an_error(capsys, monkeypatch):
   monkeypatch.setattr(parser, "parse_args", lambda argv: argparse.Namespace(func=fail))
   assert cli_main.main(["label"]) == 2
   assert capsys.readouterr().err == "jaxdistill: error: the real message\n"
+
+
+def test_removing_new_empty_dirs_only_on_failure_and_only_new_empty_ones(tmp_path):
+  with removing_new_empty_dirs(tmp_path / "ok" / "a"):
+    (tmp_path / "ok" / "a").mkdir(parents=True)
+  assert (tmp_path / "ok" / "a").is_dir()  # success: nothing removed
+  (tmp_path / "old").mkdir()
+  with pytest.raises(KeyboardInterrupt):  # interrupted runs too
+    with removing_new_empty_dirs(tmp_path / "old" / "x" / "y", tmp_path / "old" / "z", None):
+      (tmp_path / "old" / "x" / "y").mkdir(parents=True)
+      (tmp_path / "old" / "z").mkdir()
+      (tmp_path / "old" / "z" / "ledger.json").write_text("{}")
+      raise KeyboardInterrupt
+  assert not (tmp_path / "old" / "x").exists()  # new and empty: removed, children first
+  assert (tmp_path / "old" / "z" / "ledger.json").exists()  # new but holds a file: kept
+  assert (tmp_path / "old").is_dir()  # existed before: kept

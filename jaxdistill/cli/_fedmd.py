@@ -21,7 +21,7 @@ import sys
 import time
 
 from jaxdistill import _validate
-from jaxdistill._files import keep_earlier_report
+from jaxdistill._files import keep_earlier_report, removing_new_empty_dirs
 from jaxdistill.cli._common import _clean, print_table
 
 # Literal copies (checked against the library by tests/fedmd/test_cli.py) so
@@ -155,8 +155,6 @@ def _secret_seed(args: argparse.Namespace, out: pathlib.Path, names: list[str]) 
 
 
 def run(args: argparse.Namespace) -> int:
-  import jax  # pylint: disable=import-outside-toplevel
-  from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
   ks = _ints(args.k, "k")
   if not ks:
     raise ValueError("Expected at least one --k.")
@@ -175,7 +173,17 @@ def run(args: argparse.Namespace) -> int:
   if args.stop_after_round is not None:  # 0 or -5 stopped after round 1 but said "after round -5"
     _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
   plots = tuple(f"accuracy_per_round_{name}.png" for name in names) + ("accuracy_vs_k.png",)
-  out = _validate.output_dir("--out", args.out, report="report.json", files=plots)
+  # A command failing before it writes anything (missing data, a bad run) leaves no empty --out or checkpoint folder.
+  with removing_new_empty_dirs(*(pathlib.Path(args.out) / "checkpoints" / name for name in names)):
+    out = _validate.output_dir("--out", args.out, report="report.json", files=plots)
+    return _run_all(args, out, configs, names, table_eps)
+
+
+def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: list[str],
+             table_eps: tuple[float, ...]) -> int:
+  """Loads the data, checks every run, then trains them in turn; writes the report and plots."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
   secret_seed = _secret_seed(args, out, names)  # a --resume without the run's --secret-randomness: now
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,

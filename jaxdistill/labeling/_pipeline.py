@@ -54,7 +54,7 @@ import jax
 import numpy as np
 
 from jaxdistill import _validate
-from jaxdistill._files import keep_earlier_report
+from jaxdistill._files import keep_earlier_report, removing_new_empty_dirs
 from jaxdistill._keys import secret_key
 from jaxdistill import data as data_lib
 from jaxdistill import mechanisms as mech_lib
@@ -512,6 +512,13 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   """
   if not isinstance(config, LabelingConfig):
     raise ValueError(f"Expected a LabelingConfig; got {type(config).__name__}.")
+  with removing_new_empty_dirs(config.out_dir):  # a run failing before it writes anything leaves no empty folder
+    return _run_labeling(config, splits, representation, progress, write_files)
+
+
+def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None,
+                  representation: Callable[[np.ndarray], np.ndarray] | None, progress: bool,
+                  write_files: bool) -> LabelingResult:
   if config.out_dir is not None and (write_files or config.mechanism != "none"):
     # Before any work: a bad folder must not lose a run.
     _validate.output_dir("out_dir", config.out_dir, report="report.json", files=PLOT_FILES)

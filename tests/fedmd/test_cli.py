@@ -114,6 +114,14 @@ def test_bad_input_is_one_line_exit_2(capsys, tmp_path, extra, needle):
   assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
 
 
+def test_a_command_that_fails_on_its_data_leaves_no_empty_out(capsys, tmp_path):
+  (tmp_path / "empty-idx").mkdir()
+  out = tmp_path / "new" / "run"
+  assert main(TINY + ["--k", "2,3", "--data-dir", str(tmp_path / "empty-idx"), "--out", str(out)]) == 2
+  assert "Missing IDX file" in capsys.readouterr().err
+  assert not (tmp_path / "new").exists()
+
+
 def test_unwritable_out_fails_before_loading_data(capsys, tmp_path):
   (tmp_path / "afile").write_text("x")
   assert main(TINY + ["--out", str(tmp_path / "afile" / "o")]) == 2

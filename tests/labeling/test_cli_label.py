@@ -62,6 +62,23 @@ def test_unwritable_out_dir_fails_before_any_work(mechanism, capsys, tmp_path, m
   assert (tmp_path / "afile").read_text() == "x"
 
 
+def test_a_run_that_fails_on_its_data_leaves_no_empty_out_dir(capsys, tmp_path):
+  # The out dir is made before the data load (so a bad folder fails first); a load that then failed
+  # left it behind, empty. A folder that existed before, or holds anything, stays.
+  (tmp_path / "empty-idx").mkdir()
+  bad = ["label", "--no-progress", "--dataset", "fashion-mnist", "--data-dir", str(tmp_path / "empty-idx")]
+  code, _, err = run_cli(bad + ["--out-dir", str(tmp_path / "new" / "o")], capsys)
+  assert code == 2 and "Missing IDX file" in err
+  assert not (tmp_path / "new").exists()
+  (tmp_path / "kept").mkdir()
+  (tmp_path / "kept" / "notes.txt").write_text("mine")
+  code, _, _ = run_cli(bad + ["--out-dir", str(tmp_path / "kept")], capsys)
+  assert code == 2 and (tmp_path / "kept" / "notes.txt").read_text() == "mine"
+  (tmp_path / "existing").mkdir()
+  code, _, _ = run_cli(bad + ["--out-dir", str(tmp_path / "existing")], capsys)
+  assert code == 2 and (tmp_path / "existing").is_dir()
+
+
 def test_a_folder_named_like_a_plot_is_refused_before_any_work(capsys, tmp_path, monkeypatch):
   # The plots are written after the release and the training; a folder in their place lost the report.
   from jaxdistill.labeling import _pipeline  # pylint: disable=import-outside-toplevel
