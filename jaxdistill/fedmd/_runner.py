@@ -63,6 +63,7 @@ import json
 import os
 import pathlib
 import time
+import zipfile
 from typing import Any, Callable
 
 import jax
@@ -318,13 +319,18 @@ def _save_checkpoint(path: pathlib.Path, groups: list[_Group], meta: dict, array
   os.replace(tmp, path)
 
 
-def _read_meta(path: pathlib.Path) -> dict:
+def _read_checkpoint(path: pathlib.Path, *, meta_only: bool = False) -> tuple[dict, dict]:
+  """(meta, arrays) of a checkpoint file; a damaged or foreign file is a one-line ValueError."""
   try:
     with np.load(path, allow_pickle=False) as z:
-      return json.loads(bytes(z["meta"]).decode())
-  except (OSError, KeyError, ValueError, UnicodeDecodeError) as err:
+      files = {k: z[k] for k in (["meta"] if meta_only else z.files)}
+    meta = json.loads(bytes(files.pop("meta")).decode())
+    if not isinstance(meta, dict):
+      raise ValueError("its metadata is not a JSON object")
+  except (OSError, EOFError, KeyError, ValueError, UnicodeDecodeError, zipfile.BadZipFile) as err:
     raise ValueError(f"Checkpoint {path} cannot be read ({_validate.first_line(err)}); move it away to "
                      "start afresh.") from None
+  return meta, files
 
 
 def checkpoint_secret_seed(checkpoint_dir: Any) -> int | None:
@@ -339,13 +345,11 @@ def checkpoint_secret_seed(checkpoint_dir: Any) -> int | None:
   path = pathlib.Path(checkpoint_dir) / CHECKPOINT_NAME
   if not path.is_file():
     return None
-  return _read_meta(path).get("secret_seed")
+  return _read_checkpoint(path, meta_only=True)[0].get("secret_seed")
 
 
 def _load_checkpoint(path: pathlib.Path, groups: list[_Group]) -> tuple[dict, dict]:
-  with np.load(path, allow_pickle=False) as z:
-    files = {k: z[k] for k in z.files}
-  meta = json.loads(bytes(files.pop("meta")).decode())
+  meta, files = _read_checkpoint(path)
   for gi, g in enumerate(groups):
     leaves, treedef = jax.tree.flatten(g.state)
     new = []
@@ -413,7 +417,7 @@ def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleO
       f"recorded in report.json). Anyone who knows it can {drawn[1]}: the statement holds only against an "
       "adversary who does not know the key. Use a secret seed (secret_seed=; CLI: --secret-randomness) for "
       "a real release.").to_dict()
-  randomness = ("secret seed (not recorded; kept in the checkpoint)" if secret
+  randomness = ("secret seed (not in this report)" if secret
                 else "run key (derived from the recorded seed)")
   for i, n in enumerate(data.party_sizes):
     if config.uses_sample:
@@ -622,7 +626,7 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
 
   if ckpt is not None and resume and ckpt.exists():
     meta, arrays = _load_checkpoint(ckpt, groups)
-    if meta["fingerprint"] != fingerprint or meta["key"] != key_data:
+    if meta.get("fingerprint") != fingerprint or meta.get("key") != key_data:
       raise ValueError(f"Checkpoint {ckpt} belongs to a different run (configuration, data or seed differ).")
     if meta.get("secret_seed") != secret_seed:  # never echo a secret
       had = "a secret_seed" if meta.get("secret_seed") is not None else "no secret_seed"

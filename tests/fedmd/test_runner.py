@@ -191,6 +191,21 @@ def test_resume_keeps_the_secret_seed(data3, tmp_path):
     run(key, one, data3, checkpoint_dir=tmp_path / "c", resume=True, secret_seed=secret)
 
 
+@pytest.mark.parametrize("content", [b"PK\x03\x04truncated", b"not a zip at all", "npz-without-meta"])
+def test_a_damaged_checkpoint_is_a_one_line_error(data3, tmp_path, content):
+  path = tmp_path / fedmd.CHECKPOINT_NAME
+  if content == "npz-without-meta":
+    np.savez(path, accuracy=np.zeros(3))
+  else:
+    path.write_bytes(content)
+  with pytest.raises(ValueError, match="cannot be read") as err:
+    fedmd.checkpoint_secret_seed(tmp_path)
+  assert "\n" not in str(err.value)
+  with pytest.raises(ValueError, match="cannot be read"):
+    run(jax.random.key(0), tiny_config(rounds=1, pretrain_epochs=0, init_epochs=1), data3,
+        checkpoint_dir=tmp_path, resume=True)
+
+
 def test_checkpoint_guards(data3, tmp_path):
   cfg = tiny_config(rounds=1, pretrain_epochs=0, init_epochs=1)
   key = jax.random.key(0)
