@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxdistill import _validate as v
-from jaxdistill._files import removing_new_empty_dirs
+from jaxdistill._files import locked_dir, removing_new_empty_dirs
 
 
 @pytest.mark.parametrize("value", [3.5, float("nan"), True, "3", None, math.inf])
@@ -154,3 +154,16 @@ def test_removing_new_empty_dirs_only_on_failure_and_only_new_empty_ones(tmp_pat
   assert not (tmp_path / "old" / "x").exists()  # new and empty: removed, children first
   assert (tmp_path / "old" / "z" / "ledger.json").exists()  # new but holds a file: kept
   assert (tmp_path / "old").is_dir()  # existed before: kept
+
+
+def test_locked_dir_admits_one_holder_and_frees_on_exit_or_error(tmp_path):
+  with locked_dir(tmp_path, "out_dir"):
+    with pytest.raises(ValueError, match=r"out_dir=.* to be used by one run at a time"):
+      with locked_dir(tmp_path, "out_dir"):  # a second descriptor, as another process would hold
+        pass
+  with pytest.raises(KeyError):
+    with locked_dir(tmp_path, "out_dir"):
+      raise KeyError("boom")
+  with locked_dir(tmp_path, "out_dir"):  # freed after both
+    pass
+  assert not list(tmp_path.iterdir())  # no lock file left behind

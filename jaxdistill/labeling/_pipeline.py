@@ -54,7 +54,7 @@ import jax
 import numpy as np
 
 from jaxdistill import _validate
-from jaxdistill._files import keep_earlier_report, removing_new_empty_dirs
+from jaxdistill._files import keep_earlier_report, locked_dir, removing_new_empty_dirs
 from jaxdistill._keys import secret_key
 from jaxdistill import data as data_lib
 from jaxdistill import mechanisms as mech_lib
@@ -507,21 +507,25 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
     A :class:`LabelingResult`.
 
   Raises:
-    ValueError: bad settings or data (one line naming the problem), or an
-      output directory holding releases made with other settings.
+    ValueError: bad settings or data (one line naming the problem), an
+      output directory holding releases made with other settings, or one
+      that another run is using (locked for the run: two runs releasing
+      into one ledger could both draw fresh noise for the same iteration).
   """
   if not isinstance(config, LabelingConfig):
     raise ValueError(f"Expected a LabelingConfig; got {type(config).__name__}.")
-  with removing_new_empty_dirs(config.out_dir):  # a run failing before it writes anything leaves no empty folder
+  # A run failing before it writes anything leaves no empty folder; the folder stays locked while the run uses it.
+  with removing_new_empty_dirs(config.out_dir), contextlib.ExitStack() as held:
+    if config.out_dir is not None and (write_files or config.mechanism != "none"):
+      # Before any work: a bad folder must not lose a run, and two runs must not release into one ledger.
+      out = _validate.output_dir("out_dir", config.out_dir, report="report.json", files=PLOT_FILES)
+      held.enter_context(locked_dir(out, "out_dir"))
     return _run_labeling(config, splits, representation, progress, write_files)
 
 
 def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None,
                   representation: Callable[[np.ndarray], np.ndarray] | None, progress: bool,
                   write_files: bool) -> LabelingResult:
-  if config.out_dir is not None and (write_files or config.mechanism != "none"):
-    # Before any work: a bad folder must not lose a run.
-    _validate.output_dir("out_dir", config.out_dir, report="report.json", files=PLOT_FILES)
   start = time.perf_counter()
   timer = _Timer()
   with timer("data"):

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 
+from jaxdistill import _files
 from jaxdistill import data as data_lib
 from jaxdistill import labeling
 from jaxdistill.labeling import _pipeline
@@ -363,6 +364,26 @@ def test_bad_settings(field, value, match):
   with pytest.raises(ValueError) as err:
     labeling.LabelingConfig(**{field: value, **({"num_queries": 1, "k": 1} if value == "scan" else {})})
   assert match in one_line(err)
+
+
+def test_an_out_dir_in_use_by_another_run_is_refused_and_freed_after_a_failure(splits, tmp_path):
+  # Two runs releasing into one ledger could both find iteration t unreleased and both draw noise for
+  # it: the second holder of the folder is refused before any work, and a failed run frees it.
+  cfg = tiny(mechanism="central", epsilon=1.0, out_dir=str(tmp_path / "o"))
+  (tmp_path / "o").mkdir()
+  with _files.locked_dir(tmp_path / "o", "out_dir"):  # another run, as far as flock is concerned
+    with pytest.raises(ValueError, match="used by one run at a time") as err:
+      labeling.run_labeling(cfg, splits=splits)
+    assert "\n" not in str(err.value)
+  assert not list((tmp_path / "o").iterdir())  # refused before anything was written
+
+  def broken(images):
+    raise RuntimeError("representation failed")
+
+  with pytest.raises(RuntimeError, match="representation failed"):
+    labeling.run_labeling(cfg, splits=splits, representation=broken)
+  with _files.locked_dir(tmp_path / "o", "out_dir"):  # the failed run released the lock
+    pass
 
 
 def test_ledger_refuses_when_a_recorded_release_file_is_missing(tmp_path):
