@@ -6,64 +6,93 @@ import contextlib
 import os
 import pathlib
 import re
+import warnings
 from typing import Any, Iterator
+
+from jaxdistill import _validate
 
 _NUMBERED = re.compile(r"report-(\d+)(?:\.json|-.+)$")
 
 
 @contextlib.contextmanager
-def locked_dir(directory: pathlib.Path, what: str) -> Iterator[None]:
-  """Holds an exclusive advisory lock on the folder itself (POSIX ``flock`` on its descriptor) for the block.
+def claimed_dir(name: str, value: Any, *, report: str | None = None, files: tuple[str, ...] = (),
+                inner: tuple[str, ...] = ()) -> Iterator[pathlib.Path]:
+  """Creates and checks output folder ``value``, holds it for one run, and tidies up after a failed one.
 
-  A second holder, in this process or another, gets a one-line ``ValueError`` at once instead of waiting.
-  The lock goes with the descriptor, so a killed run never leaves a stale one, and no lock file is
-  created. Without ``fcntl`` (Windows) the block runs unlocked.
+  1. ``_validate.output_dir`` creates the folder (and parents) and checks that the run's files can be
+     written there, before any work starts.
+  2. An exclusive advisory lock on the folder itself (POSIX ``flock`` on its descriptor) is held for the
+     block: a second run, in this process or another, gets a one-line ``ValueError`` at once, since two
+     runs writing one folder could release the same iteration twice or overwrite each other's checkpoints.
+     The lock goes with the descriptor (a killed run leaves none behind) and needs no lock file. If the
+     file system cannot lock (some NFS mounts, Windows), the run goes on with a ``RuntimeWarning``.
+  3. If the block raises (an interrupt too), the folders that did not exist before this call (the folder,
+     its parents, and the sub-folders ``inner``) are removed while the lock is still held, when they are
+     empty, so a run that fails before writing anything leaves no empty folder behind.
 
   Args:
-    directory: an existing folder.
-    what: the folder's role for the message (``"out_dir"``).
+    name: the parameter's name for messages.
+    value: the folder.
+    report, files: as :func:`jaxdistill._validate.output_dir`.
+    inner: sub-folders (relative) the block may create, removed with the folder when new and empty.
+
+  Yields:
+    The folder, as a path.
   """
-  try:
-    import fcntl  # pylint: disable=import-outside-toplevel
-  except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None
-  fd = os.open(directory, os.O_RDONLY) if fcntl is not None else None
-  try:
-    if fd is not None:
-      try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      except OSError:
-        raise ValueError(f"Expected {what}={str(directory)!r} to be used by one run at a time; another run holds "
-                         "it now. Two runs releasing into one folder could spend the budget twice: wait for "
-                         "the other to finish or use another folder.") from None
-    yield
-  finally:
-    if fd is not None:
-      os.close(fd)  # releases the lock
+  new = []
+  if isinstance(value, (str, os.PathLike)) and str(value):
+    base = pathlib.Path(os.path.abspath(value))  # abspath collapses "..": "a/../old" is "old", not new
+    for p in (base, *(base / i for i in inner)):
+      p = pathlib.Path(os.path.abspath(p))
+      new += [d for d in (p, *p.parents) if not d.exists() and d not in new]
+  path = _validate.output_dir(name, value, report=report, files=files)
+  with _locked(path, name):
+    try:
+      yield path
+    except BaseException:
+      for d in sorted(new, key=lambda d: len(d.parts), reverse=True):  # children first
+        try:
+          d.rmdir()  # only when empty
+        except OSError:
+          pass
+      raise
 
 
 @contextlib.contextmanager
-def removing_new_empty_dirs(*paths: Any) -> Iterator[None]:
-  """On an exception, removes the folders among ``paths`` (and their parents) that did not exist before and are
-  still empty, so a run that fails (bad data, interrupted) leaves no empty output folder behind.
-
-  A folder holding anything (a ledger, a checkpoint, a report) stays. Paths that are not ``str`` or
-  ``os.PathLike`` are ignored (the caller validates them).
-  """
-  new: list[pathlib.Path] = []
-  for p in paths:
-    if isinstance(p, (str, os.PathLike)) and str(p):
-      p = pathlib.Path(p).absolute()
-      new += [d for d in (p, *p.parents) if not d.exists() and d not in new]
+def _locked(path: pathlib.Path, name: str) -> Iterator[None]:
   try:
+    import fcntl  # pylint: disable=import-outside-toplevel
+  except ImportError:  # pragma: no cover - not POSIX
+    warnings.warn(f"{name}={str(path)!r} cannot be locked on this platform: concurrent runs into it are not "
+                  "prevented.", RuntimeWarning, stacklevel=3)
     yield
-  except BaseException:
-    for d in sorted(new, key=lambda d: len(d.parts), reverse=True):  # children first
+    return
+  gone = ValueError(f"Expected {name}={str(path)!r} to stay in place; it was removed or replaced while this run "
+                    "started (by another run). Run again.")
+  try:
+    fd = os.open(path, os.O_RDONLY)
+  except FileNotFoundError:
+    raise gone from None
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      raise ValueError(f"Expected {name}={str(path)!r} to be used by one run at a time; another run holds it now "
+                       "(two runs writing one folder could release the same iteration twice or overwrite each "
+                       "other's state). Wait for it to finish or use another folder.") from None
+    except OSError as err:  # e.g. NFS's emulated flock on a read-only descriptor
+      warnings.warn(f"{name}={str(path)!r} cannot be locked ({err.strerror or err}): concurrent runs into it are "
+                    "not prevented.", RuntimeWarning, stacklevel=3)
+    else:
       try:
-        d.rmdir()  # only when empty
+        same = os.path.samestat(os.fstat(fd), os.stat(path))
       except OSError:
-        pass
-    raise
+        same = False
+      if not same:  # locked a folder that a failed run removed meanwhile: the path now names another one
+        raise gone
+    yield
+  finally:
+    os.close(fd)  # releases the lock
 
 
 def keep_earlier_report(out: pathlib.Path, name: str = "report.json", *, plots: str | None = "*.png"

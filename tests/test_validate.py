@@ -1,12 +1,15 @@
 """Boundary validation helpers name the parameter and the value."""
 
+import errno
 import math
+import os
 
 import numpy as np
 import pytest
 
 from jaxdistill import _validate as v
-from jaxdistill._files import locked_dir, removing_new_empty_dirs
+from jaxdistill import _files
+from jaxdistill._files import claimed_dir
 
 
 @pytest.mark.parametrize("value", [3.5, float("nan"), True, "3", None, math.inf])
@@ -140,30 +143,88 @@ def test_cli_prints_the_first_non_blank_line_of_an_error(capsys, monkeypatch):
   assert capsys.readouterr().err == "jaxdistill: error: the real message\n"
 
 
-def test_removing_new_empty_dirs_only_on_failure_and_only_new_empty_ones(tmp_path):
-  with removing_new_empty_dirs(tmp_path / "ok" / "a"):
-    (tmp_path / "ok" / "a").mkdir(parents=True)
+def test_claimed_dir_tidies_up_only_new_empty_folders_after_a_failure(tmp_path):
+  with claimed_dir("out_dir", tmp_path / "ok" / "a") as out:
+    assert out == tmp_path / "ok" / "a" and out.is_dir()
   assert (tmp_path / "ok" / "a").is_dir()  # success: nothing removed
   (tmp_path / "old").mkdir()
   with pytest.raises(KeyboardInterrupt):  # interrupted runs too
-    with removing_new_empty_dirs(tmp_path / "old" / "x" / "y", tmp_path / "old" / "z", None):
-      (tmp_path / "old" / "x" / "y").mkdir(parents=True)
-      (tmp_path / "old" / "z").mkdir()
-      (tmp_path / "old" / "z" / "ledger.json").write_text("{}")
+    with claimed_dir("out_dir", tmp_path / "old" / "x" / "y", inner=("ckpt/a", "ckpt/b")) as out:
+      (out / "ckpt" / "a").mkdir(parents=True)
+      (out / "ckpt" / "b").mkdir()
+      (out / "ckpt" / "b" / "state.npz").write_text("{}")
       raise KeyboardInterrupt
-  assert not (tmp_path / "old" / "x").exists()  # new and empty: removed, children first
-  assert (tmp_path / "old" / "z" / "ledger.json").exists()  # new but holds a file: kept
-  assert (tmp_path / "old").is_dir()  # existed before: kept
+  assert (tmp_path / "old" / "x" / "y" / "ckpt" / "b" / "state.npz").exists()  # new but not empty: kept
+  assert not (tmp_path / "old" / "x" / "y" / "ckpt" / "a").exists()  # new and empty: removed
+  with pytest.raises(RuntimeError):
+    with claimed_dir("out_dir", tmp_path / "old" / "p" / "q"):
+      raise RuntimeError
+  assert not (tmp_path / "old" / "p").exists() and (tmp_path / "old").is_dir()  # children first; old kept
+  # "new/../old" names the existing folder, not a new one (Path.absolute keeps the "..").
+  with pytest.raises(RuntimeError):
+    with claimed_dir("out_dir", tmp_path / "new" / ".." / "old"):
+      raise RuntimeError
+  assert (tmp_path / "old").is_dir()
 
 
-def test_locked_dir_admits_one_holder_and_frees_on_exit_or_error(tmp_path):
-  with locked_dir(tmp_path, "out_dir"):
+def test_claimed_dir_admits_one_run_and_frees_on_exit_or_error(tmp_path):
+  with claimed_dir("out_dir", tmp_path):
     with pytest.raises(ValueError, match=r"out_dir=.* to be used by one run at a time"):
-      with locked_dir(tmp_path, "out_dir"):  # a second descriptor, as another process would hold
+      with claimed_dir("out_dir", tmp_path):  # a second descriptor, as another process would hold
         pass
   with pytest.raises(KeyError):
-    with locked_dir(tmp_path, "out_dir"):
+    with claimed_dir("out_dir", tmp_path):
       raise KeyError("boom")
-  with locked_dir(tmp_path, "out_dir"):  # freed after both
+  with claimed_dir("out_dir", tmp_path):  # freed after both
     pass
   assert not list(tmp_path.iterdir())  # no lock file left behind
+
+
+def test_claimed_dir_never_removes_a_folder_another_run_claimed(tmp_path, monkeypatch):
+  # Run B sees no folder, but run A creates and claims it before B locks it: B is refused and must leave
+  # A's (still empty) folder alone.
+  real = _files._validate.output_dir
+  other = []
+
+  def a_wins_the_race(name, value, **kw):
+    path = real(name, value, **kw)
+    other.append(_files._locked(path, name))  # pylint: disable=protected-access
+    other[0].__enter__()
+    return path
+
+  monkeypatch.setattr(_files._validate, "output_dir", a_wins_the_race)
+  with pytest.raises(ValueError, match="one run at a time"):
+    with claimed_dir("out_dir", tmp_path / "out"):
+      pass
+  assert (tmp_path / "out").is_dir()
+  other[0].__exit__(None, None, None)
+
+
+def test_claimed_dir_refuses_a_folder_replaced_while_it_started(tmp_path, monkeypatch):
+  # A failed run removed the folder between B's open and B's lock, and another run made a new one there:
+  # B's lock would hold a deleted folder, so B is refused (os.open then fails, or the inode differs).
+  real_open = os.open
+
+  def replaced(path, flags, *args):
+    fd = real_open(path, flags, *args)
+    if str(path).endswith("out"):
+      os.rmdir(path)
+      os.mkdir(path)
+    return fd
+
+  monkeypatch.setattr(_files.os, "open", replaced)
+  with pytest.raises(ValueError, match="removed or replaced while this run started"):
+    with claimed_dir("out_dir", tmp_path / "out"):
+      pass
+
+
+def test_claimed_dir_runs_unlocked_with_a_warning_where_flock_fails(tmp_path, monkeypatch):
+  import fcntl  # pylint: disable=import-outside-toplevel
+
+  def nfs_like(fd, op):
+    raise OSError(errno.EBADF, "Bad file descriptor")
+
+  monkeypatch.setattr(fcntl, "flock", nfs_like)
+  with pytest.warns(RuntimeWarning, match="cannot be locked"):
+    with claimed_dir("out_dir", tmp_path / "nfs") as out:
+      assert out.is_dir()

@@ -21,7 +21,7 @@ import sys
 import time
 
 from jaxdistill import _validate
-from jaxdistill._files import keep_earlier_report, removing_new_empty_dirs
+from jaxdistill._files import claimed_dir, keep_earlier_report
 from jaxdistill.cli._common import _clean, print_table
 
 # Literal copies (checked against the library by tests/fedmd/test_cli.py) so
@@ -173,9 +173,10 @@ def run(args: argparse.Namespace) -> int:
   if args.stop_after_round is not None:  # 0 or -5 stopped after round 1 but said "after round -5"
     _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
   plots = tuple(f"accuracy_per_round_{name}.png" for name in names) + ("accuracy_vs_k.png",)
-  # A command failing before it writes anything (missing data, a bad run) leaves no empty --out or checkpoint folder.
-  with removing_new_empty_dirs(*(pathlib.Path(args.out) / "checkpoints" / name for name in names)):
-    out = _validate.output_dir("--out", args.out, report="report.json", files=plots)
+  # One command at a time per --out; one failing before it writes anything (missing data, a bad run) leaves no
+  # empty --out or checkpoint folder.
+  with claimed_dir("--out", args.out, report="report.json", files=plots,
+                   inner=tuple(f"checkpoints/{name}" for name in names)) as out:
     return _run_all(args, out, configs, names, table_eps)
 
 

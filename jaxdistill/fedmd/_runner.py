@@ -312,7 +312,9 @@ def _save_checkpoint(path: pathlib.Path, groups: list[_Group], meta: dict, array
   np.savez(buf, **payload)
   tmp = path.with_suffix(".tmp")
   path.parent.mkdir(parents=True, exist_ok=True)
-  with open(tmp, "wb") as f:
+  # Owner-only (0600, as the labeling ledger's files): the checkpoint names the sampled records and may hold
+  # the secret seed.
+  with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
     f.write(buf.getvalue())
     f.flush()
     os.fsync(f.fileno())

@@ -54,7 +54,7 @@ import jax
 import numpy as np
 
 from jaxdistill import _validate
-from jaxdistill._files import keep_earlier_report, locked_dir, removing_new_empty_dirs
+from jaxdistill._files import claimed_dir, keep_earlier_report
 from jaxdistill._keys import secret_key
 from jaxdistill import data as data_lib
 from jaxdistill import mechanisms as mech_lib
@@ -514,12 +514,11 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   """
   if not isinstance(config, LabelingConfig):
     raise ValueError(f"Expected a LabelingConfig; got {type(config).__name__}.")
-  # A run failing before it writes anything leaves no empty folder; the folder stays locked while the run uses it.
-  with removing_new_empty_dirs(config.out_dir), contextlib.ExitStack() as held:
+  with contextlib.ExitStack() as held:
     if config.out_dir is not None and (write_files or config.mechanism != "none"):
-      # Before any work: a bad folder must not lose a run, and two runs must not release into one ledger.
-      out = _validate.output_dir("out_dir", config.out_dir, report="report.json", files=PLOT_FILES)
-      held.enter_context(locked_dir(out, "out_dir"))
+      # Checked before any work (a bad folder must not lose a run) and held by this run alone (two runs must
+      # not release into one ledger); removed again if the run fails before writing anything.
+      held.enter_context(claimed_dir("out_dir", config.out_dir, report="report.json", files=PLOT_FILES))
     return _run_labeling(config, splits, representation, progress, write_files)
 
 

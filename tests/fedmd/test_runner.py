@@ -174,6 +174,8 @@ def test_resume_keeps_the_secret_seed(data3, tmp_path):
     run(key, cfg, data3, checkpoint_dir=tmp_path / "b", record_releases=True, on_round_end=stop,
         secret_seed=secret)
   assert fedmd.checkpoint_secret_seed(tmp_path / "b") == secret
+  # Owner-only: the file names the sampled records and now holds the secret.
+  assert (tmp_path / "b" / fedmd.CHECKPOINT_NAME).stat().st_mode & 0o777 == 0o600
   assert fedmd.checkpoint_secret_seed(tmp_path / "none-here") is None
   for other, needle in ((None, "passes none"), (secret + 1, "another one")):
     with pytest.raises(ValueError, match=needle) as err:

@@ -369,20 +369,24 @@ def test_bad_settings(field, value, match):
 def test_an_out_dir_in_use_by_another_run_is_refused_and_freed_after_a_failure(splits, tmp_path):
   # Two runs releasing into one ledger could both find iteration t unreleased and both draw noise for
   # it: the second holder of the folder is refused before any work, and a failed run frees it.
-  cfg = tiny(mechanism="central", epsilon=1.0, out_dir=str(tmp_path / "o"))
-  (tmp_path / "o").mkdir()
-  with _files.locked_dir(tmp_path / "o", "out_dir"):  # another run, as far as flock is concerned
+  out = tmp_path / "o"
+  cfg = tiny(mechanism="central", epsilon=1.0, out_dir=str(out))
+  out.mkdir()
+  with _files.claimed_dir("out_dir", out):  # another run, as far as flock is concerned
     with pytest.raises(ValueError, match="used by one run at a time") as err:
       labeling.run_labeling(cfg, splits=splits)
     assert "\n" not in str(err.value)
-  assert not list((tmp_path / "o").iterdir())  # refused before anything was written
+  assert not list(out.iterdir())  # refused before anything was written
 
   def broken(images):
+    with pytest.raises(ValueError, match="used by one run at a time"):  # held while the run works
+      with _files.claimed_dir("out_dir", out):
+        pass
     raise RuntimeError("representation failed")
 
   with pytest.raises(RuntimeError, match="representation failed"):
     labeling.run_labeling(cfg, splits=splits, representation=broken)
-  with _files.locked_dir(tmp_path / "o", "out_dir"):  # the failed run released the lock
+  with _files.claimed_dir("out_dir", out):  # the failed run released the lock
     pass
 
 
