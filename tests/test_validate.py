@@ -160,11 +160,12 @@ def test_claimed_dir_tidies_up_only_new_empty_folders_after_a_failure(tmp_path):
     with claimed_dir("out_dir", tmp_path / "old" / "p" / "q"):
       raise RuntimeError
   assert not (tmp_path / "old" / "p").exists() and (tmp_path / "old").is_dir()  # children first; old kept
-  # "new/../old" names the existing folder, not a new one (Path.absolute keeps the "..").
+  # "new/../keep" names the existing (empty) folder "keep", not a new one (Path.absolute keeps the "..").
+  (tmp_path / "keep").mkdir()
   with pytest.raises(RuntimeError):
-    with claimed_dir("out_dir", tmp_path / "new" / ".." / "old"):
+    with claimed_dir("out_dir", tmp_path / "new" / ".." / "keep"):
       raise RuntimeError
-  assert (tmp_path / "old").is_dir()
+  assert (tmp_path / "keep").is_dir()
 
 
 def test_claimed_dir_admits_one_run_and_frees_on_exit_or_error(tmp_path):
