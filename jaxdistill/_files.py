@@ -41,9 +41,8 @@ def claimed_dir(name: str, value: Any, *, report: str | None = None, files: tupl
   """
   new = []
   if isinstance(value, (str, os.PathLike)) and str(value):
-    base = pathlib.Path(os.path.abspath(value))  # abspath collapses "..": "a/../old" is "old", not new
-    for p in (base, *(base / i for i in inner)):
-      p = pathlib.Path(os.path.abspath(p))
+    for p in (value, *(os.path.join(value, i) for i in inner)):
+      p = pathlib.Path(os.path.abspath(p))  # abspath collapses "..": "a/../old" is "old", not new
       new += [d for d in (p, *p.parents) if not d.exists() and d not in new]
   path = _validate.output_dir(name, value, report=report, files=files)
   with _locked(path, name):

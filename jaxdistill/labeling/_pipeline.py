@@ -53,7 +53,6 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from jaxdistill import _validate
 from jaxdistill._files import claimed_dir, keep_earlier_report
 from jaxdistill._keys import secret_key
 from jaxdistill import data as data_lib
