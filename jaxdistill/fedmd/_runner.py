@@ -56,6 +56,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -73,6 +74,7 @@ import optax
 from flax import nnx
 
 from jaxdistill import _keys
+from jaxdistill._files import claimed_dir
 from jaxdistill import _validate
 from jaxdistill import accounting
 from jaxdistill import models as M
@@ -510,7 +512,10 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     key: root PRNG key.
     config: :class:`FedMDConfig`.
     data: :class:`FedMDData` with ``config.num_parties`` parties.
-    checkpoint_dir: folder for the per-round checkpoint (None: none).
+    checkpoint_dir: folder for the per-round checkpoint (None: none). One
+      run at a time holds it (an exclusive ``flock``, as ``--out`` in the
+      CLI); a run that fails before writing its first checkpoint removes
+      the folders it created.
     resume: continue from the checkpoint in ``checkpoint_dir``.
     progress: show a tqdm progress bar over rounds.
     record_releases: keep every party's releases in ``result.releases``.
@@ -532,12 +537,26 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     ValueError: on a mismatch between config and data (N, k > n_i without
       replacement, public subset too large), an existing checkpoint without
       ``resume=True``, a checkpoint from a different run (or another
-      ``secret_seed``), bad ``ldp_table_epsilons``, a bad ``secret_seed`` or
-      a non-callable ``on_round_end`` (all checked
-      before any training). Private pixels are not checked (range, NaN): for
-      ``nfdp`` even whether the run raises must depend on party i's records
-      only through its sample, so unsampled records are never read.
+      ``secret_seed``), a ``checkpoint_dir`` held by another run, bad
+      ``ldp_table_epsilons``, a bad ``secret_seed`` or a non-callable
+      ``on_round_end`` (all checked before any training). Private pixels
+      are not checked (range, NaN): for ``nfdp`` even whether the run
+      raises must depend on party i's records only through its sample, so
+      unsampled records are never read.
   """
+  with contextlib.ExitStack() as held:
+    if checkpoint_dir is not None:
+      # One run at a time per checkpoint folder (two runs would overwrite each other's rounds); a run that
+      # fails before its first checkpoint removes the folders it created. The CLI also holds --out.
+      held.enter_context(claimed_dir("checkpoint_dir", checkpoint_dir, files=(CHECKPOINT_NAME,)))
+    return _run_fedmd(key, config, data, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
+                      record_releases=record_releases, ldp_table_epsilons=ldp_table_epsilons,
+                      on_round_end=on_round_end, secret_seed=secret_seed)
+
+
+def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any, resume: bool,
+               progress: bool, record_releases: bool, ldp_table_epsilons: Any,
+               on_round_end: Callable[[int, dict], None] | None, secret_seed: int | None) -> FedMDResult:
   key = _validate.prng_key("key", key)
   secret_seed = _keys.check_secret_seed("secret_seed", secret_seed)
   rand_root = key if secret_seed is None else _keys.secret_key(secret_seed)  # samples and LDP noise only

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from jaxdistill import _files
 from jaxdistill import fedmd
 from jaxdistill.data import ImageData
 from jaxdistill.models import CNNSpec
@@ -108,6 +109,32 @@ def test_resume_equals_an_uninterrupted_run(data3, tmp_path):
   again = run(key, cfg, data3, checkpoint_dir=tmp_path / "b", resume=True, record_releases=True)
   assert again.resumed_from == 3
   assert_bitwise_equal(full, again)
+
+
+def test_a_checkpoint_dir_is_held_by_one_run_and_tidied_after_an_early_failure(data3, tmp_path):
+  # Two runs checkpointing into one folder would overwrite each other's rounds.
+  cfg, key, ckpt = tiny_config(rounds=1), jax.random.key(5), tmp_path / "c"
+  ckpt.mkdir()
+  with _files.claimed_dir("checkpoint_dir", ckpt):  # another run, as far as flock is concerned
+    with pytest.raises(ValueError, match="used by one run at a time") as err:
+      run(key, cfg, data3, checkpoint_dir=ckpt)
+  assert "\n" not in str(err.value) and not list(ckpt.iterdir())
+
+  def held(r, info):  # the folder stays held while the run works
+    with pytest.raises(ValueError, match="used by one run at a time"):
+      with _files.claimed_dir("checkpoint_dir", ckpt):
+        pass
+    seen.append(r)
+
+  seen = []
+  run(key, cfg, data3, checkpoint_dir=ckpt, on_round_end=held)
+  assert seen == [1] and (ckpt / fedmd.CHECKPOINT_NAME).is_file()
+  with _files.claimed_dir("checkpoint_dir", ckpt):  # and is freed after it
+    pass
+  # A run refused before training leaves no folder it created behind.
+  with pytest.raises(ValueError, match="on_round_end"):
+    run(key, cfg, data3, checkpoint_dir=tmp_path / "new" / "c", on_round_end=3)
+  assert not (tmp_path / "new").exists()
 
 
 def samples_equal(a, b):
