@@ -548,14 +548,14 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     if checkpoint_dir is not None:
       # One run at a time per checkpoint folder (two runs would overwrite each other's rounds); a run that
       # fails before its first checkpoint removes the folders it created. The CLI also holds --out.
-      held.enter_context(claimed_dir("checkpoint_dir", checkpoint_dir, files=(CHECKPOINT_NAME,)))
+      checkpoint_dir = held.enter_context(claimed_dir("checkpoint_dir", checkpoint_dir, files=(CHECKPOINT_NAME,)))
     return _run_fedmd(key, config, data, checkpoint_dir=checkpoint_dir, resume=resume, progress=progress,
                       record_releases=record_releases, ldp_table_epsilons=ldp_table_epsilons,
                       on_round_end=on_round_end, secret_seed=secret_seed)
 
 
-def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any, resume: bool,
-               progress: bool, record_releases: bool, ldp_table_epsilons: Any,
+def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoint_dir: pathlib.Path | None,
+               resume: bool, progress: bool, record_releases: bool, ldp_table_epsilons: Any,
                on_round_end: Callable[[int, dict], None] | None, secret_seed: int | None) -> FedMDResult:
   key = _validate.prng_key("key", key)
   secret_seed = _keys.check_secret_seed("secret_seed", secret_seed)
@@ -564,7 +564,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   if on_round_end is not None and not callable(on_round_end):
     raise ValueError(f"Expected on_round_end to be None or a callable; got {on_round_end!r}.")
   check_config(config, data, checkpoint_dir=checkpoint_dir, resume=resume)
-  ckpt = None if checkpoint_dir is None else _validate.output_dir("checkpoint_dir", checkpoint_dir) / CHECKPOINT_NAME
+  ckpt = None if checkpoint_dir is None else checkpoint_dir / CHECKPOINT_NAME  # created, checked and held
   vmap = _use_vmap(config)
   n_parties = config.num_parties
   q = min(config.public_subset, len(data.public))
