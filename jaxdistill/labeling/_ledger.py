@@ -122,6 +122,7 @@ class ReleaseLedger:
     self.fingerprint = json.loads(json.dumps(fingerprint))
     self.index_path = self.dir / "ledger.json"
     self.index = self._read_index()
+    self._unsaved_key: bytes | None = None  # a new directory's key, saved with its first release
     self.data_hash = hmac.new(self._key(), str(data_hash).encode(), hashlib.sha256).hexdigest()
     self.run = {"started": _now(), "released": [], "reused": []}
     self.index["runs"].append(self.run)
@@ -130,13 +131,18 @@ class ReleaseLedger:
 
   # -- files -----------------------------------------------------------------------
   def _key(self) -> bytes:
-    """The directory's data-hash key, created with the first ledger of the directory."""
+    """The directory's data-hash key: read, or drawn for a directory without releases.
+
+    A drawn key is written by :meth:`record` just before the first release, so a run refused before it
+    releases anything (a bad setting found after the ledger opened) leaves no file behind.
+    """
     path = self.dir / ".ledger-key"
     if not path.exists():
       if any(self.dir.glob("release-iter*.npz")) or self.index["releases"]:
         raise ValueError(f"Output directory {str(self.dir)!r} holds releases but not their key {path.name}, so "
                          "the data they were made from cannot be checked. Restore it or use another --out-dir.")
-      _atomic_write(path, lambda f: f.write(secrets.token_hex(32).encode()))
+      self._unsaved_key = secrets.token_bytes(32)
+      return self._unsaved_key
     try:
       key = bytes.fromhex(path.read_text().strip())
     except (OSError, ValueError) as err:
@@ -228,6 +234,10 @@ class ReleaseLedger:
             "released_at": _now()}
     arrays = {"votes": np.asarray(votes, np.float64), "queries": np.asarray(queries, np.int64),
               "assignment": np.asarray(assignment, np.int64), "record": np.asarray(json.dumps(full))}
+    if self._unsaved_key is not None:  # the key first: a release must never be on disk without it
+      key = self._unsaved_key.hex().encode()
+      _atomic_write(self.dir / ".ledger-key", lambda f: f.write(key))
+      self._unsaved_key = None
     _atomic_write(path, lambda f: np.savez(f, **arrays))
     self.index["releases"].append(_summary(full, path))
     self.run["released"].append(iteration)

@@ -79,6 +79,16 @@ def test_a_run_that_fails_on_its_data_leaves_no_empty_out_dir(capsys, tmp_path):
   assert code == 2 and (tmp_path / "existing").is_dir()
 
 
+def test_a_run_refused_after_its_ledger_opened_leaves_no_folder(capsys, tmp_path):
+  # The ledger opens before the representation is fitted; its key file used to be written then, so a
+  # setting refused at the fit left a new out dir holding only .ledger-key. The key now waits for a release.
+  out = tmp_path / "new" / "o"
+  code, _, err = run_cli(["label", "--no-progress", "--private-size", "300", "--public-size", "100",
+                          "--eval-size", "100", "--s", "10", "--pca-dim", "100000", "--out-dir", str(out)], capsys)
+  assert code == 2 and "num_components=100000" in err and err.count("\n") == 1, err
+  assert not (tmp_path / "new").exists()
+
+
 def test_a_folder_named_like_a_plot_is_refused_before_any_work(capsys, tmp_path, monkeypatch):
   # The plots are written after the release and the training; a folder in their place lost the report.
   from jaxdistill.labeling import _pipeline  # pylint: disable=import-outside-toplevel
