@@ -83,6 +83,23 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
   assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
 
 
+def test_out_of_memory_is_one_line_exit_1_and_other_runtime_errors_keep_their_traceback(capsys, monkeypatch):
+  import jax  # pylint: disable=import-outside-toplevel
+  from jaxdistill.cli import _privacy  # pylint: disable=import-outside-toplevel
+
+  def fail(args):
+    raise jax.errors.JaxRuntimeError(message)
+
+  monkeypatch.setattr(_privacy, "run_nfdp", fail)
+  message = "RESOURCE_EXHAUSTED: Out of memory allocating 360000000000 bytes.\nmore XLA detail"
+  assert main(["privacy", "nfdp", "--n", "10", "--k", "1"]) == 1
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "out of memory (RESOURCE_EXHAUSTED" in err and "--student-widths" in err
+  message = "INTERNAL: something else"
+  with pytest.raises(jax.errors.JaxRuntimeError, match="something else"):
+    main(["privacy", "nfdp", "--n", "10", "--k", "1"])
+
+
 def test_console_entry_point_has_no_traceback():
   proc = subprocess.run([sys.executable, "-m", "jaxdistill.cli.main", "privacy", "nfdp", "--n", "5",
                          "--k", "9"], capture_output=True, text=True, check=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+import jax
+
 from jaxdistill import _validate
 from jaxdistill.cli import _fedmd
 from jaxdistill.cli import _label
@@ -24,7 +26,7 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  """Runs the CLI; bad input exits 2 with one line on stderr, no traceback."""
+  """Runs the CLI; bad input exits 2 and running out of memory exits 1, each with one line on stderr."""
   try:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what was asked, for reports
@@ -39,6 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stderr.write(f"jaxdistill: error: numeric {type(err).__name__} ({err}); a parameter is out of the range "
                      "this computation supports.\n")
     return 2
+  except jax.errors.JaxRuntimeError as err:
+    first = _validate.first_line(err)
+    if "RESOURCE_EXHAUSTED" not in first and "out of memory" not in first.lower():
+      raise  # not a resource problem: the traceback is the useful report
+    sys.stderr.write(f"jaxdistill: error: out of memory ({first[:200]}); use smaller models (--student-widths, "
+                     "--width-multiplier, --architectures), batches or data sizes.\n")
+    return 1
   except KeyboardInterrupt:
     sys.stderr.write("jaxdistill: interrupted\n")
     return 130

@@ -16,6 +16,7 @@ from typing import Any
 
 from jaxdistill import _keys
 from jaxdistill import _validate
+from jaxdistill import models
 from jaxdistill.data import DATASETS
 from jaxdistill.labeling import _components
 
@@ -48,7 +49,8 @@ class StudentConfig:
   """The student CNN (a :class:`jaxdistill.models.FedMDCNN`) and its training.
 
   Attributes:
-    widths: conv widths ``(n1, n2)`` or ``(n1, n2, n3)``.
+    widths: conv widths ``(n1, n2)`` or ``(n1, n2, n3)``, each at most
+      :data:`jaxdistill.models.MAX_WIDTH`.
     dropout: dropout rate.
     epochs: training epochs on D_pub.
     batch_size: minibatch size.
@@ -82,7 +84,8 @@ class StudentConfig:
     widths = tuple(self.widths) if isinstance(self.widths, (tuple, list)) else (self.widths,)
     if len(widths) not in (2, 3):
       raise ValueError(f"Expected student widths of 2 or 3 conv layers; got {self.widths!r}.")
-    object.__setattr__(self, "widths", tuple(_validate.integer("widths", w, minimum=1) for w in widths))
+    object.__setattr__(self, "widths", tuple(_validate.integer("widths", w, minimum=1, maximum=models.MAX_WIDTH)
+                                            for w in widths))
     rate = _validate.probability("dropout", self.dropout)
     if rate >= 1:
       raise ValueError(f"Expected dropout={rate!r} < 1.")

@@ -71,13 +71,24 @@ class RandomizedResponse(BsvsMechanism):
   @property
   def sampler_bits(self) -> int:
     """16 (four flips per threefry hash) unless rounding q to 2^-16 could cost > 0.1% of eps'."""
-    q = 1.0 / (1.0 + math.exp(self.bit_epsilon))
-    return 16 if 2.0**-16 / (q * (1.0 - q)) <= 1e-3 * self.bit_epsilon else 32
+    q = self._flip_probability
+    return 16 if 2.0**-16 <= 1e-3 * self.bit_epsilon * q * (1.0 - q) else 32
+
+  @property
+  def _flip_probability(self) -> float:
+    """q = 1 / (1 + e^eps'), written so that no eps' overflows (it underflows to 0 beyond eps' ~ 745)."""
+    tail = math.exp(-self.bit_epsilon)
+    return tail / (1.0 + tail)
 
   @property
   def flip_threshold(self) -> int:
-    """ceil(q * 2^b): a bit flips iff a uniform b-bit integer is below it."""
-    return dyadic_ceil(1.0 / (1.0 + math.exp(self.bit_epsilon)), self.sampler_bits)
+    """ceil(q * 2^b) >= 1: a bit flips iff a uniform b-bit integer is below it.
+
+    Beyond eps' = ln(2^32 - 1) ~ 22.18 the threshold is 1 (q sampled as 2^-32), so the sampler's
+    per-bit loss stays at ln(2^32 - 1) < eps' (:attr:`effective_bit_epsilon`): the statement at eps
+    is conservative, never violated. The ``max`` keeps a q that underflowed to 0 from disabling noise.
+    """
+    return max(1, dyadic_ceil(self._flip_probability, self.sampler_bits))
 
   @property
   def keep_probability(self) -> float:

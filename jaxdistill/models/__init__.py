@@ -1,7 +1,8 @@
 """Models and training: FedMD's CNN family in flax nnx, optax trainers, vmapped stacks.
 
 * :class:`FedMDCNN` / :class:`CNNSpec` / :data:`FEDMD_SPECS`: the 2- and
-  3-layer CNNs of FedMD with a width multiplier.
+  3-layer CNNs of FedMD with a width multiplier (conv widths at most
+  :data:`MAX_WIDTH`).
 * :func:`create`, :func:`fit`, :func:`fit_stacked`, :func:`predict_logits`,
   :func:`predict_logits_stacked`, :func:`accuracy`: functional training of any
   nnx classifier following the ``model(x, *, train, key, mask)`` protocol, on
@@ -9,6 +10,7 @@
 """
 
 from jaxdistill.models._cnn import CNNSpec
+from jaxdistill.models._cnn import MAX_WIDTH
 from jaxdistill.models._cnn import FEDMD_SPECS
 from jaxdistill.models._cnn import FedMDCNN
 from jaxdistill.models._cnn import forward_flops
@@ -27,7 +29,7 @@ from jaxdistill.models._training import stack_states
 from jaxdistill.models._training import unstack_state
 
 __all__ = [
-    "CNNSpec", "FEDMD_SPECS", "FedMDCNN", "forward_flops", "parse_spec", "LOSSES", "Classifier",
+    "CNNSpec", "FEDMD_SPECS", "MAX_WIDTH", "FedMDCNN", "forward_flops", "parse_spec", "LOSSES", "Classifier",
     "TrainState", "accuracy", "create", "fit", "fit_stacked", "predict_logits",
     "predict_logits_stacked", "predict_proba", "stack_states", "unstack_state",
 ]

@@ -52,12 +52,19 @@ from jaxdistill import _validate
 __all__ = ["CNNSpec", "FEDMD_SPECS", "FedMDCNN", "forward_flops", "parse_spec"]
 
 
+#: The widest conv layer a :class:`CNNSpec` may have: 16x FedMD's widest (512). Wider asks for
+#: gigabytes per layer; an absurd width (a typo, ``--width-multiplier 1e6``) is refused by name up front
+#: instead of failing inside XLA.
+MAX_WIDTH = 8192
+
+
 @dataclasses.dataclass(frozen=True)
 class CNNSpec:
   """One FedMD CNN: conv widths (2 or 3 layers) and dropout rate.
 
   Attributes:
-    widths: ``(n1, n2)`` or ``(n1, n2, n3)`` output channels.
+    widths: ``(n1, n2)`` or ``(n1, n2, n3)`` output channels, each in
+      [1, :data:`MAX_WIDTH`].
     dropout: dropout rate in [0, 1).
   """
 
@@ -65,7 +72,7 @@ class CNNSpec:
   dropout: float
 
   def __post_init__(self):
-    widths = tuple(_validate.integer("widths", w, minimum=1) for w in self.widths)
+    widths = tuple(_validate.integer("widths", w, minimum=1, maximum=MAX_WIDTH) for w in self.widths)
     if len(widths) not in (2, 3):
       raise ValueError(f"Expected 2 or 3 conv widths; got widths={self.widths!r}.")
     object.__setattr__(self, "widths", widths)
@@ -81,6 +88,9 @@ class CNNSpec:
   def scaled(self, width_multiplier: Any) -> "CNNSpec":
     """The same architecture with every width times ``width_multiplier`` (rounded, >= 1)."""
     m = _validate.positive("width_multiplier", width_multiplier)
+    if max(self.widths) * m >= MAX_WIDTH + 0.5:
+      raise ValueError(f"Expected width_multiplier={width_multiplier!r} to keep every conv width <= {MAX_WIDTH}; "
+                       f"it scales {self.name}'s width {max(self.widths)} to {max(self.widths) * m:.4g}.")
     return CNNSpec(tuple(max(1, int(round(w * m))) for w in self.widths), self.dropout)
 
 

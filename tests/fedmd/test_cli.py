@@ -107,6 +107,9 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
     (["--k", "x"], "--k"),
     (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
     (["--stop-after-round", "-5"], "--stop-after-round=-5 >= 1"),
+    # Widths beyond MAX_WIDTH: a TypeError or an XLA out-of-memory traceback before the check.
+    (["--width-multiplier", "1e30"], "width_multiplier=1e+30 to keep every conv width <= 8192"),
+    (["--architectures", "100000,4:0.2"], "widths=100000 <= 8192"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, tmp_path, extra, needle):
   assert main(TINY + ["--out", str(tmp_path)] + extra) == 2

@@ -35,6 +35,7 @@ def run_cli(args, capsys):
     (["--out-dir", ""], "--out-dir to be a folder path; got ''"),  # used to mean the default folder
     (["--dataset", "mnist", "--data-dir", __file__], "existing folder; it is a file"),
     (["--T", "0"], "iterations"),
+    (["--student-widths", "100000,8"], "widths=100000 <= 8192"),  # was an XLA out-of-memory traceback
     (["--student-refine", "-1"], "refine_rounds"),
     (["--encoder-width", "32"], "learned representation"),  # default representation: hog-pca
     (["--representation", "contrastive", "--encoder-steps", "0"], "encoder_steps=0"),

@@ -126,6 +126,16 @@ def test_flip_frequency_matches_the_dyadic_probability():
   assert abs(flips.mean() - q) < 5 * math.sqrt(q * (1 - q) / flips.size)
 
 
+@pytest.mark.parametrize("epsilon", [60.0, 1500.0, 1e30])
+def test_huge_epsilon_flips_with_the_smallest_dyadic_probability(epsilon):
+  # e^eps' overflowed a float (an OverflowError beyond eps' ~ 709); a q that underflows to 0 must not
+  # switch the noise off: the sampler keeps flipping w.p. 2^-32, so its loss is ln(2^32 - 1) per bit.
+  mech = M.RandomizedResponse(M.BsvsShape(2, 2, 1), epsilon)
+  assert (mech.sampler_bits, mech.flip_threshold) == (32, 1)
+  assert mech.effective_bit_epsilon == pytest.approx(math.log(2.0**32 - 1), rel=1e-12)
+  assert mech.privacy().epsilon == epsilon  # the asked epsilon bounds the smaller actual loss
+
+
 def test_bad_epsilon():
   with pytest.raises(ValueError, match="epsilon"):
     M.RandomizedResponse(M.BsvsShape(2, 2, 1), 0.0)
