@@ -81,6 +81,7 @@ def _without(args, *flags):
     (["--devices", "99"], "devices=99"),
     (["--r", "6"], "r=6"),
     (["--seed", str(2**63)], "seed=9223372036854775808 <= 4294967295"),  # was an OverflowError traceback
+    (["--delta", "0.5"], "no --delta for --mechanism rr"),  # was ignored, yet echoed beside the statement's 0
 ])
 def test_bad_input_is_one_line_exit_2(capsys, extra, needle):
   flags = {a for a in extra if a.startswith("--")}

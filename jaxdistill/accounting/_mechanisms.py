@@ -421,8 +421,10 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
       break
     safe = math.nextafter(safe, math.inf if increasing else 0.0)
 
-  if not ok(safe):  # pragma: no cover - pure-DP ends are private by construction
-    raise ValueError(f"Could not verify a private starting point for {mech}; widen rtol or check inputs.")
+  if not ok(safe):  # the pure-DP ends are private by construction; the Gaussian's PLD has a floor on delta
+    raise ValueError(f"Could not verify a private starting point for {mech} at target_epsilon={eps!r}, "
+                     f"target_delta={delta!r}: dp-accounting's PLD (its tail truncation) certifies no delta this "
+                     "small (measured for the Gaussian: 1e-14 works, 1e-15 does not); ask for a larger target_delta.")
   step = 0.25 if increasing else 4.0
   hi, lo = safe, min(safe * step, cap)
   for _ in range(60):

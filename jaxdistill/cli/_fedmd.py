@@ -24,8 +24,8 @@ from jaxdistill import _validate
 from jaxdistill._files import claimed_dir, keep_earlier_report
 from jaxdistill.cli._common import _clean, print_table
 
-# Literal copies (checked against the library by tests/fedmd/test_cli.py) so
-# that ``jaxdistill --help`` does not import jax and flax.
+# Literal copies of the library's choices, checked against it by tests/fedmd/test_cli.py. (They no longer
+# keep ``jaxdistill --help`` from importing jax and flax: ``import jaxdistill`` loads every subpackage.)
 METHODS = ("nfdp", "np", "ldp", "local", "local-sample", "centralized")
 RELEASE_MODES = ("argmax", "softmax", "logits")
 VMAP_MODES = ("auto", "on", "off")
@@ -169,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     table_eps = tuple(float(x) for x in args.ldp_table_epsilons.split(",") if x.strip())
   except ValueError:
     raise ValueError(f"Expected --ldp-table-epsilons to be numbers; got {args.ldp_table_epsilons!r}.") from None
-  table_eps = tuple(_validate.nonnegative("--ldp-table-epsilons", e) for e in table_eps)  # before any training
+  from jaxdistill.fedmd._privacy import check_ldp_epsilon  # pylint: disable=import-outside-toplevel
+  table_eps = tuple(check_ldp_epsilon("--ldp-table-epsilons", e, allow_zero=True) for e in table_eps)  # before training
   if args.stop_after_round is not None:  # 0 or -5 stopped after round 1 but said "after round -5"
     _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
   plots = tuple(f"accuracy_per_round_{name}.png" for name in names) + ("accuracy_vs_k.png",)

@@ -95,6 +95,10 @@ def run_simulate(args: argparse.Namespace) -> int:
   shape = mechanisms.BsvsShape(args.buckets, args.labels, args.k, args.r)
   n = _validate.integer("clients", args.clients, minimum=1, maximum=simulation.MAX_CLIENTS)
   seed = _validate.integer("seed", args.seed, minimum=0, maximum=_validate.MAX_SEED)
+  if args.delta is not None and not simulation.mechanism_spec(args.mechanism).needs_delta:
+    # build_mechanism ignores it (pure epsilon-DP); the output used to echo it beside the statement's delta 0.
+    raise ValueError(f"Expected no --delta for --mechanism {args.mechanism}: it is pure epsilon-DP (delta 0); "
+                     "--delta is for the shuffle mechanisms.")
   mech = simulation.build_mechanism(args.mechanism, shape, epsilon=args.epsilon, delta=args.delta,
                                     num_clients=n)
   privacy = mech.privacy()  # before the run: a bad calibration fails fast

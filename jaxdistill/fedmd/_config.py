@@ -10,6 +10,7 @@ from typing import Any
 from jaxdistill import _validate
 from jaxdistill.accounting import Relation
 from jaxdistill.fedmd._aggregation import RELEASE_MODES
+from jaxdistill.fedmd._privacy import check_ldp_epsilon
 from jaxdistill.models import FEDMD_SPECS, CNNSpec
 
 __all__ = ["FedMDConfig", "METHODS", "VMAP_MODES"]
@@ -50,7 +51,8 @@ class FedMDConfig:
     learning_rate: Adam step size.
     private_batch_size: batch size on private data (capped at the data size).
     public_batch_size: batch size on public data.
-    ldp_epsilon: FedMD-LDP's target epsilon.
+    ldp_epsilon: FedMD-LDP's target epsilon, at most
+      :data:`~jaxdistill.fedmd.MAX_LDP_EPSILON`.
     ldp_delta: FedMD-LDP's target delta (None: the party's NFDP delta p for
       the same n, k and sampling).
     ldp_clip: L2 clip norm of logits releases under FedMD-LDP.
@@ -123,7 +125,7 @@ class FedMDConfig:
     s("learning_rate", _validate.positive("learning_rate", self.learning_rate))
     s("private_batch_size", _validate.integer("private_batch_size", self.private_batch_size, minimum=1))
     s("public_batch_size", _validate.integer("public_batch_size", self.public_batch_size, minimum=1))
-    s("ldp_epsilon", _validate.positive("ldp_epsilon", self.ldp_epsilon))
+    s("ldp_epsilon", check_ldp_epsilon("ldp_epsilon", self.ldp_epsilon))
     if self.ldp_delta is not None:
       s("ldp_delta", _validate.open_unit("ldp_delta", self.ldp_delta))
     s("ldp_clip", _validate.positive("ldp_clip", self.ldp_clip))

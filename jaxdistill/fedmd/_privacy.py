@@ -48,9 +48,22 @@ from jaxdistill import _validate
 from jaxdistill import accounting
 
 __all__ = ["analytic_gaussian_delta", "gaussian_sigma_for_flat_delta", "ldp_sigma_table",
-           "calibrate_ldp_sigma", "DEFAULT_LDP_EPSILONS"]
+           "calibrate_ldp_sigma", "DEFAULT_LDP_EPSILONS", "MAX_LDP_EPSILON"]
 
 DEFAULT_LDP_EPSILONS = (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+#: The largest epsilon :func:`calibrate_ldp_sigma` takes: its PLD search needs about 40 s at 100 and
+#: 90 s at 500-700 on 2 cores, and dp-accounting's arithmetic overflows near 800 (measured).
+MAX_LDP_EPSILON = 100.0
+
+
+def check_ldp_epsilon(name: str, value: Any, *, allow_zero: bool = False) -> float:
+  """``value`` as a float in (0, MAX_LDP_EPSILON] ([0, ...] with ``allow_zero``), or a ValueError naming ``name``."""
+  eps = (_validate.nonnegative if allow_zero else _validate.positive)(name, value)
+  if eps > MAX_LDP_EPSILON:
+    raise ValueError(f"Expected {name}={eps!r} <= {MAX_LDP_EPSILON:g}, the largest epsilon the Gaussian's PLD "
+                     "calibration supports here (minutes per search above it, overflow near 800).")
+  return eps
 
 
 def analytic_gaussian_delta(epsilon: Any, *, sigma: Any, sensitivity: Any, count: Any = 1) -> float:
@@ -90,9 +103,11 @@ def calibrate_ldp_sigma(epsilon: Any, delta: Any, *, sensitivity: Any, count: An
   """Least sigma per release with T Gaussian releases (eps, delta)-DP (dp-accounting PLD).
 
   The PLD grid step is at most eps/1000: at small eps the default 1e-4 step
-  is so pessimistic that no sigma verifies.
+  is so pessimistic that no sigma verifies. ``epsilon`` is in
+  (0, :data:`MAX_LDP_EPSILON`]; dp-accounting certifies ``delta`` down to
+  about 1e-14, and a smaller one is refused with a ValueError saying so.
   """
-  eps = _validate.positive("epsilon", epsilon)
+  eps = check_ldp_epsilon("epsilon", epsilon)
   d = _validate.open_unit("delta", delta)
   sens = _validate.positive("sensitivity", sensitivity)
   count = _validate.integer("count", count, minimum=1)
@@ -128,7 +143,7 @@ def ldp_sigma_table(delta: Any, *, sensitivity: Any, count: Any,
   d = _validate.open_unit("delta", delta)
   rows = []
   for eps in epsilons:
-    eps = _validate.nonnegative("epsilon", eps)
+    eps = check_ldp_epsilon("epsilon", eps, allow_zero=True)
     if eps == 0.0:
       sigma = gaussian_sigma_for_flat_delta(d, sensitivity=sensitivity, count=count)
       method = "closed-form"

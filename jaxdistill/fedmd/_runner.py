@@ -83,7 +83,7 @@ from jaxdistill.fedmd._aggregation import (aggregate, clip_rows, project_to_simp
                                            release_sensitivity)
 from jaxdistill.fedmd._config import FedMDConfig
 from jaxdistill.fedmd._data import FedMDData
-from jaxdistill.fedmd._privacy import calibrate_ldp_sigma, ldp_sigma_table
+from jaxdistill.fedmd._privacy import calibrate_ldp_sigma, check_ldp_epsilon, ldp_sigma_table
 from jaxdistill.fedmd._sampling import NfdpSampler, SampleOracle
 
 __all__ = ["FedMDResult", "check_config", "run_fedmd", "checkpoint_secret_seed", "CHECKPOINT_NAME"]
@@ -479,7 +479,7 @@ def _ldp_delta(config: FedMDConfig, n: int) -> float:
 
 
 def _table_epsilons(value: Any) -> tuple[float, ...] | None:
-  """``ldp_table_epsilons`` as a tuple of finite floats >= 0 (None: the default table)."""
+  """``ldp_table_epsilons`` as a tuple of floats in [0, MAX_LDP_EPSILON] (None: the default table)."""
   if value is None:
     return None
   try:
@@ -488,7 +488,7 @@ def _table_epsilons(value: Any) -> tuple[float, ...] | None:
     items = tuple(value)
   except TypeError:
     raise ValueError(f"Expected ldp_table_epsilons to be a sequence of numbers >= 0; got {value!r}.") from None
-  return tuple(_validate.nonnegative("ldp_table_epsilons", e) for e in items)
+  return tuple(check_ldp_epsilon("ldp_table_epsilons", e, allow_zero=True) for e in items)
 
 
 def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,

@@ -79,3 +79,17 @@ def test_bad_input():
     fedmd.ldp_sigma_table(0.0, sensitivity=1.0, count=10)
   with pytest.raises(ValueError, match="sigma"):
     fedmd.analytic_gaussian_delta(1.0, sigma=0.0, sensitivity=1.0)
+
+
+def test_epsilons_and_deltas_the_calibration_cannot_handle_are_refused_by_name():
+  # Were an OverflowError from dp-accounting (eps = 1e30; near 800 already) and an anonymous "could not
+  # verify a private starting point" (delta below the PLD's truncation; 1e-14 still calibrates).
+  assert fedmd.calibrate_ldp_sigma(fedmd.MAX_LDP_EPSILON / 2 ** 20, 1e-14, sensitivity=1.0, count=1) > 0
+  with pytest.raises(ValueError, match=r"epsilon=1e\+30 <= 100"):
+    fedmd.calibrate_ldp_sigma(1e30, 1e-5, sensitivity=1.0, count=10)
+  with pytest.raises(ValueError, match=r"target_delta=1e-300: dp-accounting's PLD"):
+    fedmd.calibrate_ldp_sigma(1.0, 1e-300, sensitivity=1.0, count=10)
+  with pytest.raises(ValueError, match=r"ldp_epsilon=1e\+30 <= 100"):
+    fedmd.FedMDConfig(method="ldp", ldp_epsilon=1e30)
+  with pytest.raises(ValueError, match=r"epsilon=101.0 <= 100"):
+    fedmd.ldp_sigma_table(1e-3, sensitivity=1.0, count=10, epsilons=(1.0, 101.0))
