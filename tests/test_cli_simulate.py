@@ -97,6 +97,13 @@ def test_unknown_mechanism_is_one_line_exit_2(capsys):
   assert len(err.strip().splitlines()) == 1 and "invalid choice" in err
 
 
+def test_an_uncalibratable_shuffle_says_why_once(capsys):
+  # Every flood multiplier failed for its own reason, and all four dumps were joined into one ~1,600-char line.
+  assert main(["simulate", "--mechanism", "shuffle-multi", *SMALL, "--delta", "1e-300"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and len(err) < 600 and "No flood multiplier" in err and "more like it" in err, err
+
+
 def test_shuffle_mechanisms_need_delta(capsys):
   for name in ("shuffle-multi", "shuffle-single"):
     assert main(["simulate", "--mechanism", name, *SMALL]) == 2

@@ -410,8 +410,9 @@ def _calibrate(eps: float, delta: float, shifts: int, fraction: float, multiplie
     if best is None or cost < best[0]:
       best = (cost, pf)
   if best is None:
+    more = f" (and {len(failures) - 1} more like it)" if len(failures) > 1 else ""
     raise ValueError(f"No flood multiplier in {multipliers} calibrates epsilon={eps}, delta={delta}: "
-                     + " ".join(failures))
+                     f"{failures[0]}{more}")
   pf = best[1]
   rho = _least_rho(p, pf, eps, delta, shifts, vdi, rtol)
   return MultiMessageNoise(p, rho, pf)
