@@ -62,7 +62,7 @@ def check_ldp_epsilon(name: str, value: Any, *, allow_zero: bool = False) -> flo
   eps = (_validate.nonnegative if allow_zero else _validate.positive)(name, value)
   if eps > MAX_LDP_EPSILON:
     raise ValueError(f"Expected {name}={eps!r} <= {MAX_LDP_EPSILON:g}, the largest epsilon the Gaussian's PLD "
-                     "calibration supports here (minutes per search above it, overflow near 800).")
+                     "calibration supports here (a minute or more per search above it, overflow near 800).")
   return eps
 
 
