@@ -290,11 +290,23 @@ def _train_private(groups: list[_Group], views: list[ImageData] | ImageData, key
                  loss="cross_entropy", shared=False, vmap=vmap)
 
 
+def _check_trained(logits: Any, learning_rate: float, when: str) -> None:
+  """Refuses NaN or inf logits (diverged training) with a message naming the step size.
+
+  Without it argmax would score a NaN model as predicting class 0, and the release would
+  fail later with a message that does not say why.
+  """
+  if not bool(jnp.all(jnp.isfinite(logits))):
+    raise ValueError(f"The parties' logits {when} are NaN or inf: training diverged. Lower learning_rate "
+                     f"(CLI: --lr; now {learning_rate:g}).")
+
+
 def _evaluate(groups: list[_Group], test: ImageData, n_parties: int, vmap: bool,
-              num_public: int) -> np.ndarray:
+              num_public: int, learning_rate: float, when: str) -> np.ndarray:
   """``[2, N]`` test accuracy: row 0 argmax over all C outputs (FedMD's metric), row 1
   argmax over the private task's classes only."""
   logits = np.asarray(_predict_groups(groups, jnp.asarray(test.images), n_parties, vmap))
+  _check_trained(logits, learning_rate, f"on the test set {when}")
   full = np.mean(np.argmax(logits, -1) == test.labels[None, :], axis=1, dtype=np.float64)
   private = np.mean(np.argmax(logits[..., num_public:], -1) + num_public == test.labels[None, :], axis=1,
                     dtype=np.float64)
@@ -619,6 +631,13 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
     ldp_sigmas = [calibrate_ldp_sigma(config.ldp_epsilon, _ldp_delta(config, n), sensitivity=sens,
                                       count=ldp_count, relation=config.relation)
                   for n in data.party_sizes]  # calibrate_ldp_sigma is memoised per (eps, delta, T)
+    # Releases are float32: a noise draw (|z| < 6 for jax.random.normal) summed over the parties must stay finite.
+    limit = float(np.finfo(np.float32).max) / (8.0 * n_parties)
+    if max(ldp_sigmas) > limit:
+      clip = f"ldp_clip={config.ldp_clip:g}, " if config.aggregation == "logits" else ""
+      raise ValueError(f"FedMD-LDP would need a noise standard deviation of {max(ldp_sigmas):.3g} per release "
+                       f"({clip}ldp_epsilon={config.ldp_epsilon:g}), beyond what float32 releases of {n_parties} "
+                       f"parties can hold ({limit:.3g}); lower {'ldp_clip or ' if clip else ''}raise ldp_epsilon.")
 
   # The LDP sigma table of the report, built here so that its errors also come before any release.
   table = None
@@ -697,7 +716,8 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
     jax.block_until_ready([g.state for g in groups])
     timings["init_train"] = time.perf_counter() - t
     t = time.perf_counter()
-    acc_rows.append(_evaluate(groups, data.test, n_parties, vmap, data.num_public_classes))
+    acc_rows.append(_evaluate(groups, data.test, n_parties, vmap, data.num_public_classes,
+                              config.learning_rate, "after the initial training"))
     eval_rounds.append(0)
     timings["evaluate"] += time.perf_counter() - t
 
@@ -722,6 +742,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
                                                    replace=False)))
         x_pub = jnp.asarray(data.public.images[idx])
         logits = _predict_groups(groups, x_pub, n_parties, vmap)
+        _check_trained(logits, config.learning_rate, f"on the public subset of round {r}")
         rel = release(logits, config.aggregation)
         if config.method == "ldp":
           if config.aggregation == "logits":
@@ -753,7 +774,8 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
       timings["revisit"] += time.perf_counter() - t
       if r % config.eval_every == 0 or r == config.rounds:
         t = time.perf_counter()
-        acc_rows.append(_evaluate(groups, data.test, n_parties, vmap, data.num_public_classes))
+        acc_rows.append(_evaluate(groups, data.test, n_parties, vmap, data.num_public_classes,
+                                  config.learning_rate, f"after round {r}"))
         eval_rounds.append(r)
         timings["evaluate"] += time.perf_counter() - t
       info = {"round": r, "mean_accuracy": float(acc_rows[-1][0].mean()), "eval_round": eval_rounds[-1]}

@@ -57,7 +57,12 @@ def fit_representation(key: jax.Array, name: str, public_images: np.ndarray, dim
     opts["num_clusters"] = num_queries
   if progress is not None and name in LEARNED:
     opts["progress"] = progress
-  return representations.fit_representation(key, name, public_images, **opts)
+  try:
+    return representations.fit_representation(key, name, public_images, **opts)
+  except ValueError as e:  # name the setting the caller gave (LabelingConfig.pca_dim, CLI --pca-dim)
+    if "num_components" in opts and "num_components" in str(e):
+      raise ValueError(f"pca_dim={dim} does not fit the {name} representation of D_pub: {e}") from None
+    raise
 
 
 def fit_steps(name: str, encoder: dict | None = None) -> int:

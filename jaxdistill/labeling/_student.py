@@ -151,6 +151,9 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
     state = models.fit(epoch_key, clf, state, images, targets, epochs=1, batch_size=config.batch_size)
     if progress is not None:
       progress(1)
+  if not all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree.leaves(state.params)):
+    raise ValueError(f"Student training diverged (NaN or inf weights after {config.epochs} epochs); lower "
+                     f"learning_rate (now {config.learning_rate:g}).")
   return Student(clf, state, config)
 
 

@@ -371,6 +371,27 @@ def test_bad_input_is_a_one_line_value_error(data3, kw, needle):
   assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("method", ["nfdp", "local"])
+def test_diverged_training_names_the_learning_rate(data3, method):
+  # Adam at 1e30 makes every party's weights NaN. Before, "local" scored the NaN models as predicting class 0
+  # (a silent accuracy) and "nfdp" failed at its first release with "Expected finite logits".
+  with pytest.raises(ValueError, match=r"logits on the test set after the initial training are NaN or inf: "
+                                       r"training diverged\. Lower learning_rate \(CLI: --lr; now 1e\+30\)") as err:
+    run(jax.random.key(0), tiny_config(method=method, learning_rate=1e30), data3)
+  assert "\n" not in str(err.value)
+
+
+def test_ldp_noise_beyond_float32_is_refused_before_training(data3, monkeypatch):
+  def no_training(*args, **kwargs):
+    raise AssertionError("trained before refusing the noise scale")
+  monkeypatch.setattr(fedmd._runner, "_fit_group", no_training)  # pylint: disable=protected-access
+  # Before: a RuntimeWarning (float32 overflow) and "Expected finite released" after training.
+  with pytest.raises(ValueError, match=r"standard deviation of .* \(ldp_clip=1e\+38, ldp_epsilon=1\).*"
+                                       r"lower ldp_clip or raise ldp_epsilon") as err:
+    run(jax.random.key(0), tiny_config(method="ldp", aggregation="logits", ldp_clip=1e38, ldp_epsilon=1.0), data3)
+  assert "\n" not in str(err.value)
+
+
 def test_unknown_partition_and_too_few_records():
   with pytest.raises(ValueError, match="partition"):
     tiny_data(partition="by-writer")

@@ -56,3 +56,18 @@ def test_train_student_names_images_of_the_wrong_rank():
   with pytest.raises(ValueError, match=r"images of shape \[n, H, W, C\]; got shape \(4, 28, 28\)"):
     _student.train_student(jax.random.key(0), labeling.StudentConfig(epochs=1), np.zeros((4, 28, 28), np.float32),
                            np.zeros(4, np.int32), 2)
+
+
+def test_train_student_names_the_learning_rate_when_training_diverges():
+  # Adam at 1e30 turns the weights into NaN; before, the first accuracy raised "Expected finite logits" without
+  # saying why.
+  rng = np.random.default_rng(0)
+  images = rng.random((32, 12, 12, 1), dtype=np.float32)
+  labels = rng.integers(0, 3, 32).astype(np.int32)
+  with pytest.raises(ValueError, match=r"diverged .* after 2 epochs\); lower learning_rate \(now 1e\+30\)") as err:
+    _student.train_student(jax.random.key(0), labeling.StudentConfig(widths=(2, 4), epochs=2, learning_rate=1e30),
+                           images, labels, 3)
+  assert "\n" not in str(err.value)
+  student = _student.train_student(jax.random.key(0), labeling.StudentConfig(widths=(2, 4), epochs=2), images,
+                                   labels, 3)
+  assert np.isfinite(student.logits(images)).all()  # the check does not refuse a sane step size
