@@ -172,7 +172,10 @@ def run(args: argparse.Namespace) -> int:
   from jaxdistill.fedmd._privacy import check_ldp_epsilon  # pylint: disable=import-outside-toplevel
   table_eps = tuple(check_ldp_epsilon("--ldp-table-epsilons", e, allow_zero=True) for e in table_eps)  # before training
   if args.stop_after_round is not None:  # 0 or -5 stopped after round 1 but said "after round -5"
-    _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
+    stop = _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
+    if isinstance(args.rounds, int) and 1 <= args.rounds < stop:  # it ran to the end without a word
+      raise ValueError(f"Expected --stop-after-round={stop} <= --rounds={args.rounds}: a later round is never "
+                       "reached, so the command would not stop.")
   plots = tuple(f"accuracy_per_round_{name}.png" for name in names) + ("accuracy_vs_k.png",)
   # One command at a time per --out; one failing before it writes anything (missing data, a bad run) leaves no
   # empty --out or checkpoint folder.

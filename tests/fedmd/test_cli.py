@@ -107,6 +107,7 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
     (["--k", "x"], "--k"),
     (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
     (["--stop-after-round", "-5"], "--stop-after-round=-5 >= 1"),
+    (["--stop-after-round", "2"], "--stop-after-round=2 <= --rounds=1"),  # ran to the end without a word
     # Widths beyond MAX_WIDTH: a TypeError or an XLA out-of-memory traceback before the check.
     (["--width-multiplier", "1e30"], "width_multiplier=1e+30 to keep every conv width <= 8192"),
     (["--architectures", "100000,4:0.2"], "widths=100000 <= 8192"),
