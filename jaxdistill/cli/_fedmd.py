@@ -201,6 +201,9 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
   # than a party, or a checkpoint left without --resume, used to stop the command after the earlier runs.
   for (_, _, cfg), name in zip(configs, names):
     fedmd.check_config(cfg, data, checkpoint_dir=out / "checkpoints" / name, resume=args.resume)
+  if args.resume and not any((out / "checkpoints" / n / fedmd.CHECKPOINT_NAME).is_file() for n in names):
+    # Resume-or-start, as `label` re-run on its --out: said, since a mistyped --out would otherwise start over quietly.
+    sys.stderr.write(f"jaxdistill: --resume found no checkpoint under {out / 'checkpoints'}; starting from round 0\n")
   key = jax.random.key(args.seed)
   results, stopped, archived = [], False, False
 

@@ -52,12 +52,15 @@ def test_stop_and_resume(tmp_path, capsys):
   out = tmp_path / "run"
   args = TINY[:] + ["--k", "2", "--out", str(out)]
   args[args.index("--rounds") + 1] = "2"
-  assert main(args + ["--stop-after-round", "1"]) == 0
-  assert "--resume" in capsys.readouterr().err
+  # --resume on a fresh --out starts the run, and says so (a mistyped --out used to start over quietly).
+  assert main(args + ["--resume", "--stop-after-round", "1"]) == 0
+  err = capsys.readouterr().err
+  assert "--resume found no checkpoint under" in err and "rerun with --resume" in err
   assert not (out / "report.json").exists()
   assert main(args) == 2  # a checkpoint exists: refuse to release everything again
   assert "resume" in capsys.readouterr().err
   assert main(args + ["--resume"]) == 0
+  assert "found no checkpoint" not in capsys.readouterr().err
   rep = json.loads((out / "report.json").read_text())
   assert rep["runs"][0]["resumed_from_round"] == 1
   assert rep["runs"][0]["accuracy"]["eval_rounds"] == [0, 1, 2]
