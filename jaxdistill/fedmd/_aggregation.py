@@ -50,11 +50,10 @@ def release(logits: Any, mode: str) -> jax.Array:
       class 0 and softmax into NaN rows.
   """
   mode = _validate.choice("aggregation", mode, RELEASE_MODES)
-  z = jnp.asarray(logits, jnp.float32)
-  if z.ndim < 2:
-    raise ValueError(f"Expected logits of shape [..., q, C]; got {z.shape}.")
-  if not isinstance(z, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(z))):
-    raise ValueError(f"Expected finite logits; found NaN or inf in logits of shape {z.shape}.")
+  if np.ndim(logits) < 2:
+    raise ValueError(f"Expected logits of shape [..., q, C]; got {np.shape(logits)}.")
+  # Real numbers only, as clip_rows and aggregate: text parsed, complex lost its imaginary part.
+  z = jnp.asarray(_check_rows("logits", logits), jnp.float32)
   if mode == "argmax":
     return jax.nn.one_hot(jnp.argmax(z, axis=-1), z.shape[-1], dtype=jnp.float32)
   if mode == "softmax":
@@ -105,20 +104,38 @@ def _check_rows(name: str, x: Any) -> Any:
   return x
 
 
+#: Range of clip norms for float32 rows: below MIN_CLIP a clipped row's entries would be subnormal (XLA:CPU
+#: flushes them to 0); above the float32 maximum a clip bounds nothing.
+MIN_CLIP = 1e-30
+MAX_CLIP = float(np.finfo(np.float32).max)
+
+
+def check_clip(name: str, value: Any) -> float:
+  """``value`` as a float in [MIN_CLIP, MAX_CLIP], or a ValueError naming ``name``."""
+  c = _validate.positive(name, value)
+  if not MIN_CLIP <= c <= MAX_CLIP:
+    raise ValueError(f"Expected {name}={c!r} in [{MIN_CLIP:g}, {MAX_CLIP:.4g}]: the released rows are float32.")
+  return c
+
+
 def clip_rows(x: Any, clip: float) -> jax.Array:
   """Scales each row ``[..., C]`` down to L2 norm at most ``clip``.
 
   Raises:
-    ValueError: ``clip <= 0``; a scalar, an empty last axis, or (for
-      concrete input) NaN or inf entries.
+    ValueError: ``clip`` outside [MIN_CLIP, MAX_CLIP]; a scalar, an empty
+      last axis, or (for concrete input) NaN or inf entries.
   """
-  clip = _validate.positive("clip", clip)
+  clip = check_clip("clip", clip)
   x = jnp.asarray(_check_rows("x", x), jnp.float32)
-  # The norm of x / max|x|: squares of entries above ~1.8e19 overflow float32 (the row came back zeroed).
-  big = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
-  scale = jnp.where(big > 0, big, 1.0)
-  norm = scale * jnp.linalg.norm(x / scale, axis=-1, keepdims=True)
-  return x * jnp.minimum(1.0, clip / jnp.maximum(norm, 1e-30))
+  # Scale each row by an exact power of two to max|x| in [0.5, 1) before the norm: squares of entries above
+  # ~1.8e19 overflow float32, and dividing by max|x| itself became a multiply by 1/max|x|, which float32 flushes
+  # to 0 above 2^126, so such rows came back unclipped. A clipped row is then (x / |x|) * clip, never
+  # x * (clip / |x|), whose factor underflowed to 0 for |x| / clip > 2^126.
+  _, e = jnp.frexp(jnp.max(jnp.abs(x), axis=-1, keepdims=True))
+  u = jnp.ldexp(x, -e)
+  n = jnp.linalg.norm(u, axis=-1, keepdims=True)  # in [0.5, sqrt(C)) unless the row is 0
+  too_long = jnp.ldexp(n, e) > clip  # inf when |x| > float32 max: still too long
+  return jnp.where(too_long, u / jnp.where(n > 0, n, 1.0) * jnp.float32(clip), x)
 
 
 def project_to_simplex(y: Any) -> jax.Array:

@@ -9,7 +9,7 @@ from typing import Any
 
 from jaxdistill import _validate
 from jaxdistill.accounting import Relation
-from jaxdistill.fedmd._aggregation import RELEASE_MODES
+from jaxdistill.fedmd._aggregation import RELEASE_MODES, check_clip
 from jaxdistill.fedmd._privacy import check_ldp_epsilon
 from jaxdistill.models import FEDMD_SPECS, CNNSpec
 
@@ -128,7 +128,7 @@ class FedMDConfig:
     s("ldp_epsilon", check_ldp_epsilon("ldp_epsilon", self.ldp_epsilon))
     if self.ldp_delta is not None:
       s("ldp_delta", _validate.open_unit("ldp_delta", self.ldp_delta))
-    s("ldp_clip", _validate.positive("ldp_clip", self.ldp_clip))
+    s("ldp_clip", check_clip("ldp_clip", self.ldp_clip))
     s("relation", Relation.parse(self.relation).value)
     _validate.choice("vmap", self.vmap, VMAP_MODES)
     s("eval_every", _validate.integer("eval_every", self.eval_every, minimum=1))

@@ -40,8 +40,12 @@ from jaxdistill.data import ImageData
 __all__ = ["NfdpSampler", "SampleOracle", "nfdp_sample"]
 
 
+#: Largest party size: the sample's indices are int32.
+_MAX_N = 2**31 - 1
+
+
 def _check(n: Any, k: Any, with_replacement: Any) -> tuple[int, int, bool]:
-  n = _validate.integer("n", n, minimum=1)
+  n = _validate.integer("n", n, minimum=1, maximum=_MAX_N)
   k = _validate.integer("k", k, minimum=1)
   with_replacement = _validate.boolean("with_replacement", with_replacement)
   if not with_replacement and k > n:

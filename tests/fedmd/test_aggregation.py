@@ -140,3 +140,35 @@ def test_release_refuses_non_finite_logits(mode, bad):
     fedmd.release(z, mode)
   assert "\n" not in str(err.value)
   assert fedmd.release(LOGITS, mode).shape == LOGITS.shape  # finite logits still pass
+
+
+@pytest.mark.parametrize("row,clip", [
+    ([1e38, 1e38], 1.0),        # came back unclipped (norm 1.4e38): 1/max|x| flushed to 0 above 2^126
+    ([3e38, -3e38], 10.0),      # norm beyond the float32 maximum
+    ([1e20, 1e20], 1e-20),      # came back zeroed: the factor clip/|x| underflowed
+    ([1e-20, 0.0], 1e-25),
+    ([3.0, 4.0], 1.0),
+])
+def test_clip_rows_bounds_the_norm_at_any_float32_magnitude(row, clip):
+  # The L2 sensitivity of FedMD-LDP's logits releases is 2 * clip: a row longer than clip breaks the guarantee.
+  x = np.array([row], np.float32)
+  got = np.asarray(fedmd.clip_rows(x, clip), np.float64)
+  norm = np.linalg.norm(got)
+  assert norm <= clip * (1 + 1e-6) and norm >= clip * (1 - 1e-6)  # every row here is longer than clip
+  want = np.asarray(row, np.float64) / np.linalg.norm(np.asarray(row, np.float64) / 1e30) / 1e30 * clip
+  np.testing.assert_allclose(got[0], want, rtol=1e-6)  # same direction
+
+
+@pytest.mark.parametrize("clip", [0.0, 1e-31, 1e39, float("inf")])
+def test_clip_outside_the_float32_range_is_refused(clip):
+  with pytest.raises(ValueError, match="clip"):
+    fedmd.clip_rows(np.ones((1, 2), np.float32), clip)
+  with pytest.raises(ValueError, match="ldp_clip"):
+    fedmd.FedMDConfig(method="ldp", aggregation="logits", ldp_clip=clip)
+
+
+@pytest.mark.parametrize("bad", [[["1", "2"]], np.array([[1 + 2j, 0.0]]), [[True, False]]])
+def test_release_refuses_what_is_not_real_numbers(bad):
+  # Text was parsed and complex numbers lost their imaginary part, unlike clip_rows and aggregate.
+  with pytest.raises(ValueError, match="logits to hold real numbers"):
+    fedmd.release(bad, "softmax")

@@ -149,3 +149,13 @@ def test_oracle_restore_validates():
   assert o3.privacy(rounds=5).flat_delta == pytest.approx(0.3)
   with pytest.raises(ValueError, match="n=10"):
     fedmd.SampleOracle(records(9), fedmd.NfdpSampler(10, 3))
+
+
+def test_party_sizes_beyond_int32_indices_are_refused():
+  # jax.random.randint raised an OverflowError on maxval; the indices are int32.
+  with pytest.raises(ValueError, match=r"n=2147483653 <= 2147483647"):
+    fedmd.nfdp_sample(jax.random.key(0), 2**31 + 5, 5, with_replacement=True)
+  with pytest.raises(ValueError, match=r"n=1099511627776"):
+    fedmd.NfdpSampler(2**40, 5, True)
+  idx = np.asarray(fedmd.nfdp_sample(jax.random.key(0), 2**31 - 1, 5, with_replacement=True))
+  assert idx.shape == (5,) and idx.min() >= 0
