@@ -54,6 +54,11 @@ class KMeansResult:
   seed_indices: np.ndarray
 
 
+#: Largest Lloyd iteration cap and k-means++ candidates per seeding step that :func:`kmeans` accepts.
+MAX_ITERATIONS = 100_000
+MAX_TRIALS = 1024
+
+
 @functools.partial(jax.jit, static_argnames=("num_clusters", "num_trials"))
 def _kmeans_pp(key: jax.Array, x: jax.Array, num_clusters: int, num_trials: int) -> jax.Array:
   """Greedy k-means++ seeding (Arthur & Vassilvitskii 2007; greedy trials as in scikit-learn).
@@ -152,8 +157,8 @@ def kmeans(key: jax.Array, features: Any, num_clusters: int, *, max_iterations: 
     key: PRNG key (seeding).
     features: float ``[m, d]`` points, finite.
     num_clusters: s, with ``1 <= s <= m``.
-    max_iterations: Lloyd iteration cap (>= 1).
-    num_trials: candidates per seeding step (>= 1).
+    max_iterations: Lloyd iteration cap, in ``[1, 100_000]``.
+    num_trials: candidates per seeding step, in ``[1, 1024]``.
     block_size: points per distance block.
 
   Returns:
@@ -169,9 +174,11 @@ def kmeans(key: jax.Array, features: Any, num_clusters: int, *, max_iterations: 
   s = _validate.integer("num_clusters", num_clusters, minimum=1)
   if s > m:
     raise ValueError(f"Expected num_clusters={s} <= the number of points m={m}.")
-  max_iterations = _validate.integer("max_iterations", max_iterations, minimum=1)
+  # Caps: the jitted loop keeps a [max_iterations] trace and int32 counters; seeding draws num_trials candidates
+  # per step ([num_trials, m] distances).
+  max_iterations = _validate.integer("max_iterations", max_iterations, minimum=1, maximum=MAX_ITERATIONS)
   trials = 2 + int(math.log(s)) if num_trials is None else num_trials
-  trials = _validate.integer("num_trials", trials, minimum=1)
+  trials = _validate.integer("num_trials", trials, minimum=1, maximum=MAX_TRIALS)
   bs = min(_block_size(block_size), m)
   seeds = _kmeans_pp(key, x, s, trials)
   centres, assignment, dmin, it, converged, history = _lloyd(x, x[seeds], s, max_iterations, bs)

@@ -527,7 +527,7 @@ def balanced_connection(private_features: Any, query_features: Any, k: int, *,
       default ``min(s, max(32, 4k))``; ``k <= L <= s``.
     bandwidth: h > 0 of the similarity; default: the median over queries of
       the squared distance to the nearest other query (public data only).
-    max_moves: cap on edge moves (default ``n * k``).
+    max_moves: cap on edge moves, at most ``2**31 - 1`` (default ``n * k``, capped there).
     block_size: records per block of the candidate search.
 
   Returns:
@@ -544,8 +544,8 @@ def balanced_connection(private_features: Any, query_features: Any, k: int, *,
   L = min(s, max(32, 4 * k)) if num_candidates is None else num_candidates
   L = _validate.integer("num_candidates", L, minimum=k, maximum=s)
   h = _default_bandwidth(q) if bandwidth is None else _validate.positive("bandwidth", bandwidth)
-  moves_cap = n * k if max_moves is None else max_moves
-  moves_cap = _validate.integer("max_moves", moves_cap, minimum=0)
+  moves_cap = min(n * k, 2**31 - 1) if max_moves is None else max_moves
+  moves_cap = _validate.integer("max_moves", moves_cap, minimum=0, maximum=2**31 - 1)  # an int32 loop counter
   bs = min(_block_size(block_size), n)
   cand, dist = nearest_columns(x, q, L, bs)
   sim = 1.0 / (1.0 + dist / h)

@@ -145,3 +145,9 @@ def test_balanced_scores_refuse_buckets_outside_the_queries():
   assert scores.shape == (2,) and scores[0] > 0 and scores[1] > 0  # padding (-1) is skipped
   # Two padding entries in a row are not duplicates.
   assert connection.balanced_scores(np.array([[0, -1, -1]] * 6), x, x[:2], bandwidth=1.0)[1] == 0.0
+
+
+def test_max_moves_beyond_the_int32_counter_is_refused_by_name():
+  x = np.random.default_rng(0).random((20, 3)).astype(np.float32)
+  with pytest.raises(ValueError, match="max_moves=2147483648 <= 2147483647"):  # an OverflowError before
+    connection.balanced_connection(x, x[:4], 1, max_moves=2**31)

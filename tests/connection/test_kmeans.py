@@ -123,3 +123,13 @@ def test_select_queries_rejects_nan_and_bad_shapes(data):
     connection.select_queries(jax.random.key(0), data[:, 0], 3)
   with pytest.raises(ValueError, match="num_clusters=500"):
     connection.kmeans(jax.random.key(0), data, 500)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(max_iterations=2**31), "max_iterations=2147483648 <= 100000"),  # OverflowError inside jax before
+    (dict(num_trials=2**31), "num_trials=2147483648 <= 1024"),             # a JaxRuntimeError before
+])
+def test_kmeans_counts_beyond_their_caps_are_refused_by_name(kw, needle):
+  x = np.random.default_rng(0).random((20, 3)).astype(np.float32)
+  with pytest.raises(ValueError, match=needle):
+    connection.kmeans(jax.random.key(0), x, 3, **kw)
