@@ -58,6 +58,16 @@ __all__ = ["CNNSpec", "FEDMD_SPECS", "FedMDCNN", "forward_flops", "parse_spec"]
 MAX_WIDTH = 8192
 
 
+def _items(name: str, value: Any) -> tuple:
+  """``value`` as a tuple (a list, tuple or 1-D array), or a ValueError naming ``name``."""
+  if isinstance(value, (str, bytes)):
+    raise ValueError(f"Expected {name} to be a sequence of integers; got {value!r}.")
+  try:
+    return tuple(value)
+  except TypeError:
+    raise ValueError(f"Expected {name} to be a sequence of integers; got {value!r}.") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class CNNSpec:
   """One FedMD CNN: conv widths (2 or 3 layers) and dropout rate.
@@ -72,7 +82,8 @@ class CNNSpec:
   dropout: float
 
   def __post_init__(self):
-    widths = tuple(_validate.integer("widths", w, minimum=1, maximum=MAX_WIDTH) for w in self.widths)
+    widths = _items("widths", self.widths)
+    widths = tuple(_validate.integer("widths", w, minimum=1, maximum=MAX_WIDTH) for w in widths)
     if len(widths) not in (2, 3):
       raise ValueError(f"Expected 2 or 3 conv widths; got widths={self.widths!r}.")
     object.__setattr__(self, "widths", widths)
@@ -110,6 +121,8 @@ def parse_spec(text: str) -> CNNSpec:
   Raises:
     ValueError: on malformed text.
   """
+  if not isinstance(text, str):
+    raise ValueError(f"Expected a CNN spec like '128,256:0.2'; got {text!r}.")
   try:
     widths, rate = text.split(":")
     return CNNSpec(tuple(int(w) for w in widths.split(",")), float(rate))
@@ -213,12 +226,15 @@ class FedMDCNN(nnx.Module):
 
   def __init__(self, spec: CNNSpec, num_classes: int, *, input_shape: Sequence[int] = (28, 28, 1),
                l2: float = 1e-3, rngs: nnx.Rngs):
+    if not isinstance(spec, CNNSpec):
+      raise ValueError(f"Expected spec to be a CNNSpec; got {spec!r}.")
     self.spec = spec
     self.num_classes = _validate.integer("num_classes", num_classes, minimum=1)
     self.l2 = _validate.nonnegative("l2", l2)
-    if len(input_shape) != 3:
-      raise ValueError(f"Expected input_shape=(H, W, C); got {tuple(input_shape)!r}.")
-    self.input_shape = tuple(int(s) for s in input_shape)
+    if len(_items("input_shape", input_shape)) != 3:
+      raise ValueError(f"Expected input_shape=(H, W, C); got {input_shape!r}.")
+    # Whole numbers >= 1 (12.7 was truncated to 12; a 0 raised ZeroDivisionError further down).
+    self.input_shape = tuple(_validate.integer("input_shape", s, minimum=1) for s in input_shape)
     sizes = _spatial(spec, self.input_shape)
     self.layout = _layout(spec)
     cin = self.input_shape[2]

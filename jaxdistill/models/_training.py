@@ -253,13 +253,28 @@ def _copy(tree: Any) -> Any:
   return jax.tree.map(jnp.copy, tree)
 
 
+#: Most epochs one call of :func:`fit` / :func:`fit_stacked` runs (their keys are split up front).
+MAX_EPOCHS = 1_000_000
+
+
+def _real(name: str, value: Any) -> np.ndarray:
+  """``value`` as an array of integers or floats (no copy), or a ValueError naming ``name``.
+
+  Text, bools and complex numbers are refused: float32 conversion parsed text and dropped imaginary parts.
+  """
+  arr = np.asarray(value)
+  if arr.dtype.kind not in "fiu":
+    raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype}.")
+  return arr
+
+
 def _check_fit(images: Any, targets: Any, loss: str, batch_size: Any, epochs: Any,
                lead: int) -> tuple[np.ndarray, np.ndarray, str, int, int]:
   loss = _validate.choice("loss", loss, LOSSES)
   batch_size = _validate.integer("batch_size", batch_size, minimum=1)
-  epochs = _validate.integer("epochs", epochs, minimum=0)
-  images = np.asarray(images, np.float32)
-  targets = np.asarray(targets)
+  epochs = _validate.integer("epochs", epochs, minimum=0, maximum=MAX_EPOCHS)
+  images = _real("images", images).astype(np.float32, copy=False)
+  targets = _real("targets", targets)
   if images.ndim != 4 + lead:
     raise ValueError(f"Expected images of rank {4 + lead} ([{'m, ' * lead}n, H, W, C]); "
                      f"got shape {images.shape}.")
@@ -338,7 +353,7 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
     state: its :class:`TrainState`.
     images: ``[n, H, W, C] float32``.
     targets: ``[n] int`` labels or ``[n, C] float32`` soft targets / logits.
-    epochs: E >= 0.
+    epochs: E, in ``[0, 1_000_000]``.
     batch_size: B >= 1 (capped at n).
     loss: one of :data:`LOSSES`.
     size: use only the first ``size`` records (default n).
@@ -392,7 +407,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
     states: stacked :class:`TrainState` (leading axis m).
     images: ``[m, n, H, W, C]`` or, if ``shared``, ``[n, H, W, C]``.
     targets: ``[m, n]`` / ``[m, n, C]`` or, if ``shared``, ``[n]`` / ``[n, C]``.
-    epochs: E >= 0.
+    epochs: E, in ``[0, 1_000_000]``.
     batch_size: B >= 1.
     loss: one of :data:`LOSSES`.
     sizes: ``[m] int`` valid records per model (ragged data padded to n);
@@ -540,7 +555,7 @@ def accuracy(logits: Any, labels: Any) -> float:
     ValueError: on mismatched shapes, empty input (no examples, classes or
       models), NaN or inf logits, or labels outside the logits' classes.
   """
-  logits = np.asarray(logits)
+  logits = _real("logits", logits)
   labels = np.asarray(labels)
   if labels.ndim != 1 or logits.ndim < 2 or logits.shape[-2] != labels.shape[0]:
     raise ValueError(f"Expected logits [..., n, C] and labels [n]; got {logits.shape} and {labels.shape}.")

@@ -62,6 +62,28 @@ def test_bad_specs(text):
     M.parse_spec(text)
 
 
+@pytest.mark.parametrize("make,needle", [
+    (lambda: M.parse_spec(None), "CNN spec like"),                       # AttributeError before
+    (lambda: M.CNNSpec(4, 0.2), "widths to be a sequence of integers"),  # TypeError before
+    (lambda: M.CNNSpec("48", 0.2), "widths to be a sequence of integers"),
+    (lambda: M.FedMDCNN(None, 3, rngs=nnx.Rngs(0)), "spec to be a CNNSpec"),
+    (lambda: M.FedMDCNN(M.CNNSpec((2, 4), 0.2), 3, input_shape=None, rngs=nnx.Rngs(0)), "input_shape"),
+    (lambda: M.FedMDCNN(M.CNNSpec((2, 4), 0.2), 3, input_shape=(12, 12, 0), rngs=nnx.Rngs(0)),
+     r"input_shape=0 >= 1"),                                              # ZeroDivisionError before
+    (lambda: M.FedMDCNN(M.CNNSpec((2, 4), 0.2), 3, input_shape=(12.7, 12, 1), rngs=nnx.Rngs(0)),
+     "input_shape to be an integer, got 12.7"),                           # silently 12 before
+])
+def test_bad_model_arguments_name_the_parameter(make, needle):
+  with pytest.raises(ValueError, match=needle):
+    make()
+
+
+def test_widths_and_input_shape_may_be_arrays():
+  assert M.CNNSpec(np.array([4, 8]), 0.2) == M.CNNSpec((4, 8), 0.2)
+  m = M.FedMDCNN(M.CNNSpec((2, 4), 0.2), 3, input_shape=np.array([12, 12, 1]), rngs=nnx.Rngs(0))
+  assert m.input_shape == (12, 12, 1) and all(type(s) is int for s in m.input_shape)
+
+
 def test_dropout_keeps_each_unit_with_probability_one_minus_rate():
   spec = M.CNNSpec((4, 8), 0.3)
   m = M.FedMDCNN(spec, 16, rngs=nnx.Rngs(params=0))

@@ -132,6 +132,7 @@ def test_predict_chunks_and_proba():
     (dict(epochs=-1), "epochs"),
     (dict(size=0), "size"),
     (dict(size=99), "size"),
+    (dict(epochs=2**63), r"epochs=9223372036854775808 <= 1000000"),  # a TypeError inside threefry before
 ])
 def test_bad_input_names_the_parameter(kwargs, needle):
   x, y = toy(16)
@@ -250,3 +251,18 @@ def test_unstack_state_validates_the_index():
                         ("1", "index"), (True, "index"), (None, "index")]:
     with pytest.raises(ValueError, match=needle):
       M.unstack_state(stacked, index)
+
+
+def test_fit_and_accuracy_refuse_what_is_not_real_numbers():
+  # float32 conversion parsed text and dropped imaginary parts; accuracy raised a TypeError on text logits.
+  x, y = toy(16)
+  clf, st = make()
+  for bad, needle in ((x.astype(np.complex64), "images to hold real numbers"),
+                      (x.astype(str), "images to hold real numbers"),
+                      (x > 0.5, "images to hold real numbers")):
+    with pytest.raises(ValueError, match=needle):
+      M.fit(jax.random.key(0), clf, st, bad, y, epochs=1, batch_size=4)
+  with pytest.raises(ValueError, match="targets to hold real numbers"):
+    M.fit(jax.random.key(0), clf, st, x, y.astype(str), epochs=1, batch_size=4)
+  with pytest.raises(ValueError, match="logits to hold real numbers"):
+    M.accuracy(np.array([["1", "0"]]), np.array([0]))
