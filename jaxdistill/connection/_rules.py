@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from typing import Any, Mapping
 
 import jax
@@ -576,9 +577,12 @@ def connect(rule: str, private_features: Any, query_features: Any, k: int, **opt
   :func:`balanced_connection`.
   """
   rule = _validate.choice("rule", rule, RULES)
-  if rule == "reverse-knn":
-    return reverse_knn_connection(private_features, query_features, k, **options)
-  if rule == "knn-labeling":
-    return knn_labeling(private_features, query_features, k, **options)
-  objective = "max-min" if rule == "balanced-max-min" else "harmonic"
-  return balanced_connection(private_features, query_features, k, objective=objective, **options)
+  target = {"reverse-knn": reverse_knn_connection, "knn-labeling": knn_labeling}.get(rule, balanced_connection)
+  accepted = set(inspect.signature(target).parameters) - {"private_features", "query_features", "k", "objective"}
+  unknown = sorted(set(options) - accepted)
+  if unknown:  # a TypeError from the rule's signature before (the objective comes from the rule's name)
+    raise ValueError(f"Expected options of rule={rule!r} among {sorted(accepted)}; got {unknown}.")
+  if target is balanced_connection:
+    objective = "max-min" if rule == "balanced-max-min" else "harmonic"
+    return balanced_connection(private_features, query_features, k, objective=objective, **options)
+  return target(private_features, query_features, k, **options)

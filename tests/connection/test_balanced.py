@@ -151,3 +151,14 @@ def test_max_moves_beyond_the_int32_counter_is_refused_by_name():
   x = np.random.default_rng(0).random((20, 3)).astype(np.float32)
   with pytest.raises(ValueError, match="max_moves=2147483648 <= 2147483647"):  # an OverflowError before
     connection.balanced_connection(x, x[:4], 1, max_moves=2**31)
+
+
+def test_connect_names_options_the_rule_does_not_take():
+  # A TypeError from the rule's signature before; the balanced rules take their objective from the rule's name.
+  x = np.random.default_rng(0).random((20, 3)).astype(np.float32)
+  for rule, bad in (("reverse-knn", "objective"), ("knn-labeling", "max_moves"), ("balanced-harmonic", "objective")):
+    with pytest.raises(ValueError, match=rf"options of rule='{rule}' among .*; got \['{bad}'\]"):
+      connection.connect(rule, x, x[:4], 1, **{bad: 1})
+  got = connection.connect("balanced-max-min", x, x[:4], 1, max_moves=0)
+  want = connection.connect("reverse-knn", x, x[:4], 1)
+  np.testing.assert_array_equal(got.buckets, want.buckets)  # no moves: the reverse 1-NN start
