@@ -109,6 +109,9 @@ class BudgetPlan:
 
 #: Largest ``count`` of :func:`compose_pairs_epsilon` (its PLD takes about 1 s and 0.6 GiB there).
 MAX_PAIRS_COUNT = 10_000
+#: Largest per-mechanism ``epsilon`` of :func:`compose_pairs_epsilon`: its PLD evaluates e^epsilon, which
+#: overflows float64 near 709.
+MAX_PAIRS_EPSILON = 700.0
 
 
 @functools.lru_cache(maxsize=128)
@@ -132,7 +135,8 @@ def compose_pairs_epsilon(epsilon: Any, delta: Any, count: Any, target_delta: An
   No epsilon' brings delta_T below 1 - (1 - delta)^T: a ``target_delta``
   under that floor gives ``inf``, and ``target_delta = 1`` gives 0.
 
-  ``count`` is at most 10,000 (``MAX_PAIRS_COUNT``): the composed PLD's
+  ``epsilon`` is at most 700 (``MAX_PAIRS_EPSILON``; e^epsilon overflows
+  float64 near 709) and ``count`` at most 10,000 (``MAX_PAIRS_COUNT``): the composed PLD's
   support grows linearly in T, and at T = 10^6 it needs about 29 GiB. The
   planner calls this with T = the number of iterations.
 
@@ -141,6 +145,9 @@ def compose_pairs_epsilon(epsilon: Any, delta: Any, count: Any, target_delta: An
     Privacy", ICML 2015, Theorem 3.3 (https://arxiv.org/abs/1311.0776).
   """
   eps = _validate.nonnegative("epsilon", epsilon)
+  if eps > MAX_PAIRS_EPSILON:  # an OverflowError inside the PLD before
+    raise ValueError(f"Expected epsilon={eps!r} <= {MAX_PAIRS_EPSILON:g}: the composition's PLD evaluates "
+                     "e^epsilon, which overflows float64 near 709.")
   d = _validate.probability("delta", delta)
   t = _validate.integer("count", count, minimum=1, maximum=MAX_PAIRS_COUNT)
   td = _validate.probability("target_delta", target_delta)
@@ -211,8 +218,9 @@ def plan_budget(mechanism: str, epsilon: Any, delta: Any, iterations: Any, *, k:
   from jaxdistill.labeling._config import CENTRAL_NOISES, MECHANISMS  # pylint: disable=import-outside-toplevel
   mech = _validate.choice("mechanism", mechanism, MECHANISMS)
   t = _validate.integer("iterations", iterations, minimum=1)
-  k = _validate.integer("k", k, minimum=1)
-  r = _validate.integer("r", r, minimum=1)
+  # The sensitivity 2kr is divided into floats: a k or r beyond 2^31 - 1 (more edges than any run holds) overflowed.
+  k = _validate.integer("k", k, minimum=1, maximum=2**31 - 1)
+  r = _validate.integer("r", r, minimum=1, maximum=2**31 - 1)
   noise = _validate.choice("central_noise", central_noise, CENTRAL_NOISES)
   if mech == "none":
     return BudgetPlan("none", math.inf, 0.0, t, math.inf, 0.0, math.inf, 0.0, "none")
@@ -226,4 +234,7 @@ def plan_budget(mechanism: str, epsilon: Any, delta: Any, iterations: Any, *, k:
     return BudgetPlan(mech, eps, 0.0, t, eps / t, 0.0, eps, 0.0, "pure-sum")
   if d <= 0:
     raise ValueError(f"Expected delta={d!r} > 0 for mechanism={mech}.")
+  if t > 1 and eps > MAX_PAIRS_EPSILON:  # the split searches per-iteration epsilons up to eps
+    raise ValueError(f"Expected epsilon={eps!r} <= {MAX_PAIRS_EPSILON:g} for mechanism={mech} over "
+                     f"iterations={t}: the composition's PLD evaluates e^epsilon, which overflows float64 near 709.")
   return _shuffle_plan(mech, eps, d, t)

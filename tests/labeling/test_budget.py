@@ -145,6 +145,8 @@ def test_none_is_not_private():
     (("central", 1.0, 0.0, 0), "iterations"),
     (("shuffle-single", 1.0, 0.0, 1), "delta"),
     (("bogus", 1.0, 0.0, 1), "mechanism"),
+    # OverflowError (math range error) inside the composition's PLD before.
+    (("shuffle-single", 1e30, 1e-6, 3), r"epsilon=1e\+30 <= 700 for mechanism=shuffle-single over iterations=3"),
 ])
 def test_bad_budget_arguments(args, match):
   with pytest.raises(ValueError, match=match):
@@ -157,6 +159,16 @@ def test_compose_pairs_count_is_bounded():
     labeling.compose_pairs_epsilon(0.1, 1e-9, 10_001, 1e-6)
   with pytest.raises(ValueError, match="epsilon"):
     labeling.compose_pairs_epsilon("0.1", 1e-9, 2, 1e-6)
+  with pytest.raises(ValueError, match=r"epsilon=800.0 <= 700"):  # an OverflowError before
+    labeling.compose_pairs_epsilon(800, 1e-6, 2, 1e-5)
+  assert labeling.compose_pairs_epsilon(700, 1e-6, 2, 1e-5) <= 1400  # basic composition bounds it at the cap
+
+
+def test_huge_out_degree_is_refused_by_name():
+  # "int too large to convert to float" before: the sensitivity 2kr is divided into floats.
+  for kw, needle in ((dict(k=2**31), "k=2147483648 <= 2147483647"), (dict(k=1, r=10**400), "r=1000")):
+    with pytest.raises(ValueError, match=needle):
+      labeling.plan_budget("central", 1.0, 0.0, 1, **kw)
 
 
 @pytest.mark.parametrize("delta,t,target", [(1.0, 2, 0.5), (1.0, 3, 0.999), (0.999999, 3, 0.9), (0.7, 2, 0.9),
