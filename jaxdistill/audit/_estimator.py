@@ -103,10 +103,22 @@ def _broadcast(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
                      f"{arr.shape}.") from None
 
 
+def _pow2_scale(top: np.ndarray) -> np.ndarray:
+  """Per entry the power of two 2^e with 2^e <= top < 2^(e + 1) (1/2 where top = 0).
+
+  Dividing by it is exact in the normal range and maps [-top, top] into (-2, 2), so sums of m
+  scaled values cannot overflow; 2^e <= top keeps the scale itself finite.
+  """
+  _, e = np.frexp(top)
+  return np.ldexp(1.0, e - 1)
+
+
 def _replicates(estimates: Any, variance: Any) -> tuple[np.ndarray, np.ndarray]:
   x = _validate.real_array("estimates", estimates)
   if x.ndim < 1 or x.shape[0] < 2:
     raise ValueError(f"Expected estimates [m, ...] with m >= 2 replicates; got shape {x.shape}.")
+  if x.size == 0:
+    raise ValueError(f"Expected at least one entry in estimates [m, ...]; got shape {x.shape}.")
   if not np.all(np.isfinite(x)):
     raise ValueError("Expected finite estimates; found NaN or inf.")
   var = _broadcast("variance", variance, x.shape[1:])
@@ -129,7 +141,7 @@ def check_unbiased(estimates: Any, truth: Any, variance: Any, *, alpha: float) -
     more than ``z_{alpha/(2J)}`` standard errors from the truth.
 
   Raises:
-    ValueError: fewer than 2 replicates, non-finite values, variance <= 0.
+    ValueError: fewer than 2 replicates, no entries, non-finite values, variance <= 0.
   """
   a = _validate.open_unit("alpha", alpha)
   x, var = _replicates(estimates, variance)
@@ -137,7 +149,13 @@ def check_unbiased(estimates: Any, truth: Any, variance: Any, *, alpha: float) -
   truth = _broadcast("truth", truth, x.shape[1:])
   if not np.all(np.isfinite(truth)):
     raise ValueError("Expected a finite truth for every entry.")
-  z = (x.mean(axis=0) - truth) / np.sqrt(var / m)
+  # mean - truth = R (mean(x / R) - truth / R) for the power of two R with max(|x|, |truth|) < 2 R: exact
+  # where the plain form is finite, and no overflow where it was not (the mean of four 1e308 was inf).
+  r = _pow2_scale(np.maximum(np.max(np.abs(x), axis=0), np.abs(truth)))
+  se = np.sqrt(var / m)
+  se = np.where(se > 0, se, np.sqrt(var) / np.sqrt(m))  # var / m underflows only for subnormal var
+  with np.errstate(over="ignore", under="ignore"):
+    z = ((x / r).mean(axis=0) - truth / r) * r / se  # +-inf only for a deviation beyond float64
   crit = float(stats.norm.isf(a / (2 * max(z.size, 1))))
   worst = np.unravel_index(int(np.argmax(np.abs(z))), z.shape) if z.ndim else ()
   p = float(2 * stats.norm.sf(abs(float(z[worst]))))
@@ -162,7 +180,9 @@ def check_variance(estimates: Any, variance: Any, *, alpha: float,
     An :class:`EstimatorCheck`.
 
   Raises:
-    ValueError: bad arguments (``method`` names itself).
+    ValueError: bad arguments (``method`` names itself); for ``method="kurtosis"``, an entry whose
+      replicates are all equal (s^2 = 0: the kurtosis estimate is 0/0). The chi-square test rejects
+      such an entry (statistic 0, p-value 0).
   """
   a = _validate.open_unit("alpha", alpha)
   method = _validate.choice("method", method, ("chi2", "kurtosis"))
@@ -172,23 +192,34 @@ def check_variance(estimates: Any, variance: Any, *, alpha: float,
     raise ValueError(f"Expected at least {MIN_KURTOSIS_REPLICATES} replicates for method='kurtosis' (its sample "
                      f"kurtosis and normal limit need them); got {m}. Use method='chi2' or more replicates.")
   j = max(int(np.prod(x.shape[1:])), 1)
-  # In units of the claimed standard deviation: s2 is then ~1 and its fourth moments neither
-  # overflow nor underflow whatever the data's scale (1e-100 or 1e100 gave NaN kurtoses).
-  x = x / np.sqrt(var)
-  s2 = x.var(axis=0, ddof=1)
-  var = np.ones_like(s2)
+  constant = np.all(x == x[:1], axis=0)
+  if method == "kurtosis" and np.any(constant):
+    bad = tuple(int(i) for i in np.argwhere(np.atleast_1d(constant))[0]) if constant.ndim else ()
+    raise ValueError(f"Expected estimates with a nonzero sample variance for method='kurtosis' (its kurtosis "
+                     f"estimate is 0/0); entry {bad} has all {m} replicates equal to {float(x[(0,) + bad])!r}. "
+                     f"Use method='chi2'.")
+  # Deviations c = x - mean in units of powers of two R (of max |x|) and C (of max |c / R|): w = c / (R C)
+  # lies in (-2, 2) with max |w| >= 1, so neither s^2 = (R C)^2 sum(w^2) / (m - 1) nor the kurtosis
+  # mean(w^4) / (sum(w^2) / (m - 1))^2 overflows or underflows in between (1e-100, 1e100 or 1e300 data
+  # gave NaN); s^2 / sigma^2 itself may be 0 or inf, and its log is taken in parts.
+  r = _pow2_scale(np.max(np.abs(x), axis=0))
+  c = x / r - (x / r).mean(axis=0)
+  cs = _pow2_scale(np.max(np.abs(c), axis=0))
+  w = np.where(constant, 0.0, c / cs)
+  ss = np.sum(w**2, axis=0) / (m - 1)  # s^2 / (R C)^2
   if method == "chi2":
-    stat = (m - 1) * s2 / var
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # 0 * inf is replaced by 0
+      stat = np.where(constant, 0.0, (m - 1) * ss * ((r * cs) / np.sqrt(var))**2)  # (m - 1) s^2 / sigma^2
     lo = float(stats.chi2.ppf(a / (2 * j), m - 1))
     hi = float(stats.chi2.isf(a / (2 * j), m - 1))
     cdf = stats.chi2.cdf(stat, m - 1)
     p_all = 2 * np.minimum(cdf, 1 - cdf)
     test = "chi2-variance"
   else:
-    centred = x - x.mean(axis=0)
-    kurt = np.mean(centred**4, axis=0) / np.maximum(s2, 1e-300)**2
+    kurt = np.mean(w**4, axis=0) / ss**2
+    log_ratio = np.log(ss) + 2 * (np.log(r) + np.log(cs)) - np.log(var)  # ln(s^2 / sigma^2), finite
     # Var[s^2] / sigma^4 = (kappa - (m - 3) / (m - 1)) / m exactly; (kappa - 1) / m is its large-m limit.
-    stat = np.log(np.maximum(s2, 1e-300) / var) / np.sqrt(np.maximum(kurt - (m - 3) / (m - 1), 1e-12) / m)
+    stat = log_ratio / np.sqrt(np.maximum(kurt - (m - 3) / (m - 1), 1e-12) / m)
     hi = float(stats.norm.isf(a / (2 * j)))
     lo = -hi
     p_all = 2 * stats.norm.sf(np.abs(stat))

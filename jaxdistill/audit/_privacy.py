@@ -92,7 +92,7 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
       with ``batched=True``, ``(keys [m], x) -> outputs`` (any Python code,
       e.g. a host-side NumPy release).
     x: the input (any pytree), the same for every sample.
-    num_samples: number of samples >= 1.
+    num_samples: number of samples, in ``[1, 2**32]`` (sample keys fold in a uint32).
     statistic: ``output -> scalar`` (jittable; with ``batched=True`` it maps
       the batch of outputs to ``[m]``). Default: the output itself, which must
       then be a scalar.
@@ -113,7 +113,8 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
       NaN statistics.
   """
   key = _validate.prng_key("key", key)
-  num = _validate.integer("num_samples", num_samples, minimum=1)
+  # Sample j's key folds in j as a uint32: beyond 2^32 samples the keys (and the samples) would repeat.
+  num = _validate.integer("num_samples", num_samples, minimum=1, maximum=2**32)
   batch = min(_validate.integer("batch_size", batch_size, minimum=1), num)
   stat = _identity if statistic is None else statistic
   parts = []

@@ -125,3 +125,47 @@ def test_variance_check_does_not_depend_on_the_scale(scale, method):
 def test_bad_arguments(call, needle):
   with pytest.raises(ValueError, match=needle):
     call()
+
+
+@pytest.mark.parametrize("method", ["chi2", "kurtosis"])
+def test_empty_entries_are_refused(method):
+  # Shape (m, 0) has no entries: it raised NumPy's "argmax of an empty sequence".
+  with pytest.raises(ValueError, match=r"estimates.*\(5, 0\)"):
+    audit.check_unbiased(np.zeros((5, 0)), 0.0, 1.0, alpha=ALPHA)
+  with pytest.raises(ValueError, match=r"estimates.*\(100, 0\)"):
+    audit.check_variance(np.zeros((100, 0)), 1.0, alpha=ALPHA, method=method)
+
+
+def test_kurtosis_test_refuses_constant_replicates():
+  # A constant sample has s^2 = 0 and a kurtosis 0 / 0: the statistic and p-value were NaN. The
+  # chi-square test (normal model, where s^2 = 0 has probability 0) rejects it with p = 0.
+  x = np.zeros((100, 3))
+  x[:, 0] = np.random.default_rng(4).normal(size=100)
+  with pytest.raises(ValueError, match=r"estimates.*entry \(1,\)"):
+    audit.check_variance(x, 1.0, alpha=ALPHA, method="kurtosis")
+  chi2 = audit.check_variance(x, 1.0, alpha=ALPHA)
+  assert not chi2.passed and chi2.worst_p_value == 0.0 and np.all(np.isfinite(chi2.statistic))
+  chi2 = audit.check_variance(np.full(100, 1e308), 1e-10, alpha=ALPHA)  # 0 * (1e308 / 1e-5)^2 must not be NaN
+  assert not chi2.passed and chi2.statistic == 0.0 and chi2.worst_p_value == 0.0
+
+
+@pytest.mark.parametrize("method", ["chi2", "kurtosis"])
+def test_variance_check_statistic_is_never_nan_at_extreme_ranges(method):
+  # Tiny deviations (1e-170 sd: s^2 underflows) reject; huge values far off the claimed variance reject
+  # (s^2 / sigma^2 overflows) instead of returning NaN. Both are > 1e100 sd off: no false failure.
+  rng = np.random.default_rng(5)
+  for x, var in ((1e-170 * rng.normal(size=(200, 2)), 1.0), (1e300 * rng.normal(size=(200, 2)), 1e-10)):
+    v = audit.check_variance(x, var, alpha=ALPHA, method=method)
+    assert not v.passed and not np.any(np.isnan(v.statistic)) and v.worst_p_value == 0.0
+
+
+def test_unbiased_check_does_not_overflow_near_the_largest_float():
+  # The mean of four 1e308 overflowed to inf, failing an estimator that is exactly right.
+  # Deterministic (no noise); the shifted case is 1e308 standard errors off: no false failure.
+  u = audit.check_unbiased(np.full(4, 1e308), 1e308, 1.0, alpha=ALPHA)
+  assert u.passed and u.statistic == 0.0 and u.worst_p_value == 1.0
+  # Each column sums 1.5e308 + 1.5e308 first (overflow); means 0 and 1e307, se = sqrt(1e300 / 4) = 5e149.
+  x = np.array([1.5e308, 1.5e308, -1.5e308, -1.5e308])[:, None] + [0.0, 1e307]
+  u = audit.check_unbiased(x, [0.0, 0.0], 1e300, alpha=ALPHA)
+  np.testing.assert_allclose(u.statistic, [0.0, 1e307 / 5e149], rtol=1e-12)
+  assert not u.passed and u.worst_entry == (1,)

@@ -276,6 +276,83 @@ def test_clopper_pearson_closed_forms_and_exact_coverage():
     assert pk[hi < p].sum() <= a + 1e-12
 
 
+def _binomial_tail_root(k, n, a, upper):
+  """Reference Clopper-Pearson bound, independent of SciPy: mpmath at 60 digits.
+
+  Lower: p with P[Bin(n, p) >= k] = a; upper: p with P[Bin(n, p) <= k] = a. The tail is the pmf sum
+  over j < k (or j <= k), each term from the previous one by the ratio (n - j + 1) / j * p / (1 - p).
+  """
+  import mpmath  # pylint: disable=import-outside-toplevel  (a dependency of dp-accounting)
+  ctx = mpmath.mp.clone()
+  ctx.dps = 60
+  n = ctx.mpf(n)
+
+  def cdf(p, last):  # P[Bin(n, p) <= last]
+    term = ctx.exp(n * ctx.log1p(-p))
+    total = term
+    for j in range(1, last + 1):
+      term *= (n - j + 1) / j * p / (1 - p)
+      total += term
+    return total
+
+  def excess(p):  # increasing in p for the lower bound, decreasing for the upper
+    return cdf(p, k) - a if upper else (1 - cdf(p, k - 1)) - a
+
+  lo, hi = ctx.mpf(0), ctx.mpf(k) / n
+  if upper:
+    lo, hi = ctx.mpf(k) / n, min(1 - ctx.mpf("1e-40"), ctx.mpf(k + 10) / n * 20)
+  # Illinois (regula falsi keeping a bracket [a, b] with a sign change) to a relative 1e-20.
+  a_, b_, fa, fb = lo, hi, excess(lo), excess(hi)
+  assert fa * fb < 0
+  for _ in range(300):
+    c = b_ - fb * (b_ - a_) / (fb - fa)
+    fc = excess(c)
+    if fc * fb < 0:
+      a_, fa = b_, fb
+    else:
+      fa /= 2
+    b_, fb = c, fc
+    if abs(b_ - a_) <= ctx.mpf("1e-20") * b_:
+      break
+  root = b_
+  # Self-check: the excess changes sign within a relative 1e-12 of the root, so it is the root to 1e-12.
+  assert excess(root * (1 - ctx.mpf("1e-12"))) * excess(root * (1 + ctx.mpf("1e-12"))) < 0
+  return float(root)
+
+
+@pytest.mark.parametrize("k,n", [(1000, 1e9), (1000, 2e8), (1000, 1e12), (1, 1e12), (7, 30), (40, 1e15),
+                                 (3, 2.0**53)])
+def test_clopper_pearson_matches_the_binomial_tail_equation_for_large_n(k, n):
+  # SciPy's beta.ppf lost the root here: lower(1000, 1e9, 0.05) was 1.9e-6 > k/n = 1e-6 > upper, and
+  # lower(1000, 1e12) was 15 k/n; an inflated lower bound is a false privacy alarm. Deterministic.
+  for a in (0.05, 1e-6):
+    lo, hi = audit.clopper_pearson_lower(k, n, a), audit.clopper_pearson_upper(k, n, a)
+    assert 0 < lo <= k / n <= hi < 1
+    assert lo == pytest.approx(_binomial_tail_root(k, n, a, upper=False), rel=1e-9, abs=0)
+    assert hi == pytest.approx(_binomial_tail_root(k, n, a, upper=True), rel=1e-9, abs=0)
+
+
+def test_clopper_pearson_is_finite_and_brackets_the_rate_on_random_inputs():
+  # Real-valued counts up to 2^53 trials (log-uniform), alpha in [1e-12, 0.5]: the bounds must be finite and
+  # lie either side of k / n (true for alpha <= 1/2, as the median of Bin(n, k / n) is k). Deterministic.
+  rng = np.random.default_rng(3)
+  n = np.floor(10.0**rng.uniform(0, np.log10(2.0**53), 400))
+  k = np.concatenate([np.floor(n[:200] * 10.0**rng.uniform(-16, 0, 200)), n[200:] * rng.uniform(size=200)])
+  for a in (0.5, 0.05, 1e-12):
+    lo, hi = audit.clopper_pearson_lower(k, n, a), audit.clopper_pearson_upper(k, n, a)
+    assert np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))
+    assert np.all((0 <= lo) & (lo <= k / n) & (k / n <= hi) & (hi <= 1))
+
+
+@pytest.mark.parametrize("bound", [audit.clopper_pearson_lower, audit.clopper_pearson_upper])
+def test_clopper_pearson_refuses_trials_beyond_float64_counts(bound):
+  # upper(1e30, 1e308) was NaN: SciPy's incomplete beta gives NaN for such parameters, and counts above 2^53
+  # are not exact in float64.
+  for successes, trials in ((1e30, 1e308), (1.0, 2.0**53 * 2)):
+    with pytest.raises(ValueError, match="trials"):
+      bound(successes, trials, 0.05)
+
+
 @pytest.mark.parametrize("bound", [audit.clopper_pearson_lower, audit.clopper_pearson_upper])
 def test_clopper_pearson_bad_arguments_name_themselves(bound):
   for alpha in (0.0, 1.0, None, "0.1", math.nan):
@@ -309,6 +386,14 @@ def test_statistic_must_be_one_scalar_per_sample():
                            statistic=lambda m: m[1])
   with pytest.raises(ValueError, match="NaN"):
     audit.sample_statistic(jax.random.key(0), lambda k, x: x * jnp.nan, jnp.float32(1), 10)
+
+
+def test_more_samples_than_uint32_keys_are_refused():
+  # Sample j's key folds in j as a uint32: sample 2^32 would have repeated sample 0's key.
+  def never(k, x):
+    raise AssertionError("sampled before the count was checked")
+  with pytest.raises(ValueError, match="num_samples=4294967297 <= 4294967296"):
+    audit.sample_statistic(jax.random.key(0), never, jnp.float32(1), 2**32 + 1)
 
 
 def test_samples_do_not_depend_on_batch_size():
