@@ -77,14 +77,46 @@ def _check(name: str, x: Any, *, low: float | None = None, low_open: bool = True
   return x
 
 
-def _run(kernel: Callable[..., jax.Array], *args: Any) -> Any:
-  """Runs ``kernel`` traced (as is) or concretely in float64 on the host."""
+def _run(kernel: Callable[..., jax.Array], fallback: Callable[..., np.ndarray], names: tuple[str, ...],
+         *args: Any, suspect: Callable[..., np.ndarray] | None = None) -> Any:
+  """Runs ``kernel`` traced (as is) or concretely in float64 on the host.
+
+  Concretely, entries where the kernel's direct formula overflows or divides
+  inf by inf (a huge ratio m / beta, alpha^2, e^{...}; XLA on the CPU also
+  flushes subnormal inputs such as beta = 1e-320 to 0) are recomputed with
+  ``fallback``, the same bound rearranged in log space in NumPy float64, as
+  are entries flagged by ``suspect`` (an intermediate that overflows while
+  the result stays finite). Other entries keep the kernel's value bitwise. A
+  result that still does not fit in float64 (the true value overflows) raises
+  ``ValueError`` naming the arguments, as do arrays that do not broadcast.
+  """
   if any(_traced(a) for a in args):
     return kernel(*args)
+  host = [np.asarray(a, np.float64) for a in args]
+  try:
+    shape = np.broadcast_shapes(*(h.shape for h in host))
+  except ValueError:
+    got = ", ".join(f"{n} {h.shape}" for n, h in zip(names, host))
+    raise ValueError(f"Expected {', '.join(names)} to broadcast to one shape; got shapes {got}.") from None
   with jax.enable_x64(True):
     out = kernel(*(jnp.asarray(a, jnp.float64) for a in args))
     out = np.asarray(out, dtype=np.float64)
+  redo = ~np.isfinite(out)
+  with np.errstate(all="ignore"):
+    if suspect is not None:
+      redo = redo | np.broadcast_to(suspect(*host), shape)
+    if redo.any():
+      out = np.where(redo, np.asarray(fallback(*np.broadcast_arrays(*host)), np.float64), out)
+  if not np.isfinite(out).all():
+    idx = np.unravel_index(int(np.argmax(~np.isfinite(out).reshape(-1))), shape) if shape else ()
+    at = ", ".join(f"{n}={float(np.broadcast_to(h, shape)[idx])!r}" for n, h in zip(names, host))
+    raise ValueError(f"Expected arguments whose bound fits in float64; it overflows at {at}.")
   return float(out) if out.ndim == 0 else out
+
+
+def _log2m(m):
+  """ln(2m) without overflowing 2m (NumPy)."""
+  return np.log(2.0) + np.log(m)
 
 
 # --- Laplace ------------------------------------------------------------------------
@@ -100,6 +132,19 @@ def _laplace_beta(scale, alpha, m):
 
 def _laplace_labeling(gap, scale, num_labels):
   return jnp.where(gap > 0, jnp.minimum(1.0, num_labels * jnp.exp(-gap / (2.0 * scale))), 1.0)
+
+
+# Log-space forms (NumPy, host), used where the direct kernels overflow; see _run.
+def _laplace_alpha_log(scale, beta, m):
+  return scale * (np.log(m) - np.log(beta))
+
+
+def _laplace_beta_log(scale, alpha, m):
+  return np.minimum(1.0, np.exp(np.log(m) - alpha / scale))
+
+
+def _laplace_labeling_log(gap, scale, num_labels):
+  return np.where(gap > 0, np.minimum(1.0, np.exp(np.log(num_labels) - gap / scale / 2.0)), 1.0)
 
 
 def laplace_alpha(scale: Any, beta: Any, *, num_entries: Any = 1) -> Any:
@@ -128,7 +173,8 @@ def laplace_alpha(scale: Any, beta: Any, *, num_entries: Any = 1) -> Any:
   _check("scale", scale, low=0)
   _check("beta", beta, low=0, high=1)
   _check("num_entries", num_entries, low=1, low_open=False, integer=True)
-  return _run(_laplace_alpha, scale, beta, num_entries)
+  return _run(_laplace_alpha, _laplace_alpha_log, ("scale", "beta", "num_entries"), scale, beta,
+              num_entries)
 
 
 def laplace_beta(scale: Any, alpha: Any, *, num_entries: Any = 1) -> Any:
@@ -136,7 +182,7 @@ def laplace_beta(scale: Any, alpha: Any, *, num_entries: Any = 1) -> Any:
   _check("scale", scale, low=0)
   _check("alpha", alpha, low=0, low_open=False)
   _check("num_entries", num_entries, low=1, low_open=False, integer=True)
-  return _run(_laplace_beta, scale, alpha, num_entries)
+  return _run(_laplace_beta, _laplace_beta_log, ("scale", "alpha", "num_entries"), scale, alpha, num_entries)
 
 
 def laplace_labeling_error(gap: Any, scale: Any, *, num_labels: Any) -> Any:
@@ -155,7 +201,8 @@ def laplace_labeling_error(gap: Any, scale: Any, *, num_labels: Any) -> Any:
   _check("gap", gap)
   _check("scale", scale, low=0)
   _check("num_labels", num_labels, low=1, low_open=False, integer=True)
-  return _run(_laplace_labeling, gap, scale, num_labels)
+  return _run(_laplace_labeling, _laplace_labeling_log, ("gap", "scale", "num_labels"), gap, scale,
+              num_labels)
 
 
 # --- discrete Laplace ---------------------------------------------------------------
@@ -180,6 +227,25 @@ def _dlap_labeling(gap, a, num_labels):
   return jnp.where(half >= 1, jnp.minimum(1.0, num_labels * _dlap_tail(a, half)), 1.0)
 
 
+def _dlap_log_tail(a, m):
+  """ln Pr[|Z| >= m] (NumPy): ln 2 - a m - ln(1 + e^{-a})."""
+  return np.log(2.0) - a * m - np.log1p(np.exp(-a))
+
+
+def _dlap_alpha_log(a, beta, m):
+  need = np.ceil((_log2m(m) - np.log(beta) - np.log1p(np.exp(-a))) / a)
+  return np.maximum(need, 1.0) - 1.0
+
+
+def _dlap_beta_log(a, alpha, m):
+  return np.minimum(1.0, np.exp(np.log(m) + _dlap_log_tail(a, np.floor(alpha) + 1.0)))
+
+
+def _dlap_labeling_log(gap, a, num_labels):
+  half = np.ceil(gap / 2.0)
+  return np.where(half >= 1, np.minimum(1.0, np.exp(np.log(num_labels) + _dlap_log_tail(a, half))), 1.0)
+
+
 def discrete_laplace_alpha(parameter: Any, beta: Any, *, num_entries: Any = 1) -> Any:
   """Proposition 1 from the exact discrete-Laplace tail: the least integer alpha.
 
@@ -201,7 +267,7 @@ def discrete_laplace_alpha(parameter: Any, beta: Any, *, num_entries: Any = 1) -
   _check("parameter", parameter, low=0)
   _check("beta", beta, low=0, high=1)
   _check("num_entries", num_entries, low=1, low_open=False, integer=True)
-  return _run(_dlap_alpha, parameter, beta, num_entries)
+  return _run(_dlap_alpha, _dlap_alpha_log, ("parameter", "beta", "num_entries"), parameter, beta, num_entries)
 
 
 def discrete_laplace_beta(parameter: Any, alpha: Any, *, num_entries: Any = 1) -> Any:
@@ -209,7 +275,7 @@ def discrete_laplace_beta(parameter: Any, alpha: Any, *, num_entries: Any = 1) -
   _check("parameter", parameter, low=0)
   _check("alpha", alpha, low=0, low_open=False)
   _check("num_entries", num_entries, low=1, low_open=False, integer=True)
-  return _run(_dlap_beta, parameter, alpha, num_entries)
+  return _run(_dlap_beta, _dlap_beta_log, ("parameter", "alpha", "num_entries"), parameter, alpha, num_entries)
 
 
 def discrete_laplace_labeling_error(gap: Any, parameter: Any, *, num_labels: Any) -> Any:
@@ -229,7 +295,8 @@ def discrete_laplace_labeling_error(gap: Any, parameter: Any, *, num_labels: Any
   _check("gap", gap)
   _check("parameter", parameter, low=0)
   _check("num_labels", num_labels, low=1, low_open=False, integer=True)
-  return _run(_dlap_labeling, gap, parameter, num_labels)
+  return _run(_dlap_labeling, _dlap_labeling_log, ("gap", "parameter", "num_labels"), gap, parameter,
+              num_labels)
 
 
 # --- Collision (Theorem 2) ----------------------------------------------------------
@@ -258,10 +325,44 @@ def _collision_labeling(gap, p, q, n, num_labels):
   return jnp.where(gap > 0, _collision_beta(jnp.maximum(gap, 0.0) / 2.0, p, q, n, num_labels), 1.0)
 
 
+# In units of hits, t = alpha (p - q): V + M alpha/3 = (n w + c t/3) / (p - q)^2 with w = max(p(1-p), q(1-q))
+# and c = max(p, 1 - q), so nothing is divided by (p - q)^2 (which underflows) and alpha^2 is never formed.
+def _collision_alpha_log(beta, p, q, n, m):
+  log_term = _log2m(m) - np.log(beta)
+  w = np.maximum(p * (1.0 - p), q * (1.0 - q))
+  h = log_term * np.maximum(p, 1.0 - q) / 3.0
+  return (h + np.hypot(h, np.sqrt(2.0 * log_term * w) * np.sqrt(n))) / (p - q)
+
+
+def _collision_beta_log(alpha, p, q, n, m):
+  t = alpha * (p - q)
+  w = np.maximum(p * (1.0 - p), q * (1.0 - q))
+  exponent = t * (t / (n * w + np.maximum(p, 1.0 - q) * t / 3.0)) / 2.0  # c >= 1/2: t / (...) <= 6
+  return np.minimum(1.0, np.exp(_log2m(m) - exponent))
+
+
+def _collision_labeling_log(gap, p, q, n, num_labels):
+  return np.where(gap > 0, _collision_beta_log(np.maximum(gap, 0.0) / 2.0, p, q, n, num_labels), 1.0)
+
+
+def _collision_suspect(x, p, q, n, m):
+  """Where the direct Bernstein exponent may be wrong yet finite: x^2, V or 2m overflow, (p - q)^2 underflows."""
+  gap2 = (p - q) ** 2
+  v = n * np.maximum(p * (1.0 - p), q * (1.0 - q)) / gap2
+  return ~np.isfinite(x * x) | ~np.isfinite(v) | (gap2 < np.finfo(np.float64).tiny) | ~np.isfinite(2.0 * m)
+
+
 def _check_rates(p: Any, q: Any) -> None:
   _check("p", p, low=0, high=1)
   _check("q", q, low=0, high=1)
-  if not (_traced(p) or _traced(q)) and np.any(np.asarray(p) <= np.asarray(q)):
+  if _traced(p) or _traced(q):
+    return
+  try:
+    smaller = np.asarray(p, np.float64) <= np.asarray(q, np.float64)
+  except ValueError:
+    raise ValueError(f"Expected p and q to broadcast to one shape; got shapes {np.shape(p)} and "
+                     f"{np.shape(q)}.") from None
+  if np.any(smaller):
     raise ValueError(f"Expected p={p!r} > q={q!r}.")
 
 
@@ -292,7 +393,8 @@ def collision_alpha(beta: Any, *, p: Any, q: Any, num_clients: Any, num_entries:
   _check_rates(p, q)
   _check("num_clients", num_clients, low=1, low_open=False, integer=True)
   _check("num_entries", num_entries, low=1, low_open=False, integer=True)
-  return _run(_collision_alpha, beta, p, q, num_clients, num_entries)
+  return _run(_collision_alpha, _collision_alpha_log, ("beta", "p", "q", "num_clients", "num_entries"), beta, p, q,
+              num_clients, num_entries)
 
 
 def collision_beta(alpha: Any, *, p: Any, q: Any, num_clients: Any, num_entries: Any = 1) -> Any:
@@ -301,7 +403,8 @@ def collision_beta(alpha: Any, *, p: Any, q: Any, num_clients: Any, num_entries:
   _check_rates(p, q)
   _check("num_clients", num_clients, low=1, low_open=False, integer=True)
   _check("num_entries", num_entries, low=1, low_open=False, integer=True)
-  return _run(_collision_beta, alpha, p, q, num_clients, num_entries)
+  return _run(_collision_beta, _collision_beta_log, ("alpha", "p", "q", "num_clients", "num_entries"), alpha, p, q,
+              num_clients, num_entries, suspect=_collision_suspect)
 
 
 def collision_labeling_error(gap: Any, *, p: Any, q: Any, num_clients: Any, num_labels: Any) -> Any:
@@ -317,5 +420,6 @@ def collision_labeling_error(gap: Any, *, p: Any, q: Any, num_clients: Any, num_
   _check_rates(p, q)
   _check("num_clients", num_clients, low=1, low_open=False, integer=True)
   _check("num_labels", num_labels, low=1, low_open=False, integer=True)
-  return _run(_collision_labeling, gap, p, q, num_clients, num_labels)
+  return _run(_collision_labeling, _collision_labeling_log, ("gap", "p", "q", "num_clients", "num_labels"), gap, p,
+              q, num_clients, num_labels, suspect=_collision_suspect)
 

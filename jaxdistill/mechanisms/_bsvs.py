@@ -62,6 +62,9 @@ class BsvsShape:
     y = _validate.integer("num_labels", self.num_labels, minimum=1)
     k = _validate.integer("k", self.k, minimum=1)
     r = _validate.integer("r", self.r, minimum=1)
+    # Keep the validated Python ints: a whole float (4.0) or a NumPy integer would otherwise reach array shapes.
+    for name, value in (("num_buckets", s), ("num_labels", y), ("k", k), ("r", r)):
+      object.__setattr__(self, name, value)
     if k > s:
       raise ValueError(f"Expected k={k} <= num_buckets={s}.")
     if r > y:

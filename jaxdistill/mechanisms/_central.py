@@ -65,8 +65,49 @@ def host_uniform(key: jax.Array, shape: tuple[int, ...]) -> np.ndarray:
   return (mantissa.astype(np.float64) + 0.5) / float(1 << 53)
 
 
+#: Largest |count| :func:`_counts` accepts: A plus discrete-Laplace noise (|G1 - G2| < 2^62) stays in int64.
+_MAX_COUNT = 2**62
+
+
+def _server_key(key: Any) -> jax.Array:
+  """``key`` as a typed PRNG key or an array ``[*batch]`` of them, or ``ValueError`` naming ``key``.
+
+  Typed keys pass unchanged (any batch shape); legacy ``jax.random.PRNGKey``
+  data is wrapped as elsewhere in the library (:func:`_validate.prng_key`):
+  ``uint32 [2]`` is one key, ``uint32 [m, 2]`` a batch of m.
+  """
+  dtype = getattr(key, "dtype", None)
+  if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+    return key
+  return _validate.prng_key("key", key, batched=np.ndim(key) >= 2)
+
+
 def _counts(stats: Any, shape: BsvsShape) -> np.ndarray:
-  return np.asarray(stats, dtype=np.int64).reshape(shape.num_buckets, shape.num_labels)
+  """The summed statistics A as int64 ``[s, |Y|]``, or ``ValueError`` naming ``stats``.
+
+  A is a count of clients' votes: a NaN, an infinity or a fraction (once silently cast to -2^63 or
+  truncated) cannot be one, nor a value whose sum with the noise would overflow int64.
+  """
+  try:
+    arr = None if isinstance(stats, (str, bytes, bool, np.bool_)) else np.asarray(stats)
+  except (TypeError, ValueError):
+    arr = None
+  if arr is not None and arr.dtype.kind in "iu":
+    big = (arr >= _MAX_COUNT) | (arr <= -_MAX_COUNT)
+    if big.any():
+      raise ValueError(f"Expected stats to hold counts with |A| < 2^62; found {int(arr[big].reshape(-1)[0])}.")
+    out = arr.astype(np.int64)
+  else:
+    f = _validate.real_array("stats", stats)
+    bad = ~np.isfinite(f) | (f != np.round(f)) | (np.abs(f) >= _MAX_COUNT)
+    if bad.any():
+      raise ValueError(f"Expected stats to hold integer counts (finite, whole, |A| < 2^62): found "
+                       f"{float(f[bad].reshape(-1)[0])!r}.")
+    out = f.astype(np.int64)
+  if out.size != shape.d:
+    raise ValueError(f"Expected stats with s*|Y| = {shape.num_buckets}*{shape.num_labels} = {shape.d} entries; got "
+                     f"shape {out.shape}.")
+  return out.reshape(shape.num_buckets, shape.num_labels)
 
 
 class _Central(BsvsMechanism):
@@ -186,7 +227,7 @@ class CentralLaplace(_Central):
 
     ``key`` may be an array of keys ``[*batch]`` (one independent draw each).
     """
-    u = host_uniform(key, (2, self.shape.num_buckets, self.shape.num_labels))
+    u = host_uniform(_server_key(key), (2, self.shape.num_buckets, self.shape.num_labels))
     return self.scale * (np.log(u[..., 1, :, :]) - np.log(u[..., 0, :, :]))
 
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
@@ -295,7 +336,7 @@ class CentralDiscreteLaplace(_Central):
 
   def noise(self, key: jax.Array) -> np.ndarray:
     """int64 ``[*batch, s, |Y|]`` i.i.d. discrete Laplace(a) noise (batch: an array of keys)."""
-    u = host_uniform(key, (2, self.shape.num_buckets, self.shape.num_labels))
+    u = host_uniform(_server_key(key), (2, self.shape.num_buckets, self.shape.num_labels))
     g = np.floor(-np.log(u) / self.parameter).astype(np.int64)
     return g[..., 0, :, :] - g[..., 1, :, :]
 

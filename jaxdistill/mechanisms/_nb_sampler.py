@@ -70,6 +70,28 @@ _TAIL = decimal.Decimal(2) ** -100  # truncated tails fold into the last outcome
 _THRESHOLD_ERROR = 2.0**-96  # |round(2^96 S) / 2^96 - S| (+ 50-digit error), per threshold
 _MAX_EVENTS = 1 << 16
 _MAX_TABLE = 1 << 22
+#: Smallest p the public sampler takes. The tables compute ln(1 - p) from 1 - p rounded to 50 digits (an
+#: error of 5e-51), relative error 5e-51 / p <= 5e-31 < 2^-100 for p >= 1e-20; below, the Logarithmic
+#: table's mass no longer reaches 1 - 2^-100 reliably (a "table too large" error or, when 1 - p rounds to 1,
+#: a division by zero).
+MIN_PROB = 1e-20
+
+
+def _logarithmic_length(p: float) -> float:
+  """About how many entries the Logarithmic(p) table needs for a 2^-100 tail (p in (0, 1))."""
+  # Pr[L > K] <= p^{K+1} / ((K+1)(1-p) ln(1/(1-p))).
+  return (-100 * math.log(2) + math.log1p(-p) + math.log(-math.log1p(-p))) / math.log(p)
+
+
+def _check_prob(name: str, p: float) -> None:
+  """Raises ``ValueError`` naming ``name`` unless the tables support p: MIN_PROB <= p, table <= _MAX_TABLE."""
+  if p < MIN_PROB:
+    raise ValueError(f"Expected {name}={p!r} >= {MIN_PROB:g}: the 50-digit tables resolve ln(1 - p) to 2^-100 "
+                     f"only from there.")
+  approx_len = _logarithmic_length(p)
+  if approx_len > _MAX_TABLE:
+    raise ValueError(f"Expected {name}={p!r} further from 1 (Logarithmic table of ~{approx_len:.3g} "
+                     f"entries exceeds {_MAX_TABLE}).")
 
 
 def _ctx() -> decimal.Context:
@@ -157,12 +179,14 @@ def compound_poisson_tables(shapes: tuple[float, ...], probs: tuple[float, ...],
     mark_pmf, stream_of, size_of = [], [], []
     for s, (ls, p) in enumerate(zip(lam, probs)):
       # Table length needed for a 2^-100 tail: Pr[L > K] <= p^{K+1} / ((K+1)(1-p) ln(1/(1-p))).
-      approx_len = (-100 * math.log(2) + math.log1p(-p) + math.log(-math.log1p(-p))) / math.log(p)
+      approx_len = _logarithmic_length(p)
       if approx_len > _MAX_TABLE:
         raise ValueError(f"Expected probs[{s}]={p} further from 1 (Logarithmic table of ~{approx_len:.3g} "
                          f"entries exceeds {_MAX_TABLE}).")
       dp = D(p)
       log_norm = -(1 - dp).ln()
+      if log_norm == 0:  # 1 - p rounds to 1 in 50 digits: the divisions below would be 0 / 0
+        raise ValueError(f"Expected probs[{s}]={p} >= {MIN_PROB:g} (1 - p rounds to 1 in the 50-digit tables).")
       weight = ls / total
       term = dp / log_norm  # Pr[L = 1]
       mass = D(0)
@@ -177,6 +201,9 @@ def compound_poisson_tables(shapes: tuple[float, ...], probs: tuple[float, ...],
         term = term * dp * j / (j + 1)
         j += 1
         if len(mark_pmf) > _MAX_TABLE:
+          if p < 0.5:  # the table is long because ln(1 - p) is too coarse, not because p is near 1
+            raise ValueError(f"Expected probs[{s}]={p} >= {MIN_PROB:g} (Logarithmic table too large: "
+                             f"ln(1 - p) is too coarse in 50 digits).")
           raise ValueError(f"Expected probs[{s}]={p} further from 1 (Logarithmic table too large).")
     tail_l = max(D(0), 1 - sum(mark_pmf))
     cum = D(0)
@@ -355,15 +382,16 @@ def sample_negative_binomial(key: jax.Array, r: Any, p: Any, shape: Any = ()) ->
   Args:
     key: PRNG key.
     r: shape > 0.
-    p: in (0, 1).
+    p: in [``MIN_PROB`` = 1e-20, 1), and not so close to 1 that the
+      Logarithmic table exceeds 2^22 entries (about 1 - p >= 2e-5).
     shape: output shape (a tuple of ints).
 
   Returns:
     int32 array of ``shape``.
 
   Raises:
-    ValueError: on bad arguments, or if r ln(1/(1-p)) is so large that a
-      draw needs more than 2^16 Poisson events.
+    ValueError: on bad arguments, p outside the range above, or if
+      r ln(1/(1-p)) is so large that a draw needs more than 2^16 Poisson events.
 
   >>> x = sample_negative_binomial(jax.random.key(0), 1e-6, 0.5, (4,))
   >>> x.shape, x.dtype
@@ -376,8 +404,17 @@ def sample_negative_binomial(key: jax.Array, r: Any, p: Any, shape: Any = ()) ->
     shape = tuple(_validate.integer("shape", s, minimum=0) for s in (shape if isinstance(shape, tuple) else tuple(shape)))
   except TypeError:
     raise ValueError(f"Expected shape to be a tuple of non-negative ints; got {shape!r}.") from None
-  tables = compound_poisson_tables((r,), (p,), 1)
-  return _sample_jit(key, tables, shape)
+  return _sample_jit(key, _public_tables(r, p), shape)
+
+
+def _public_tables(r: float, p: float) -> CompoundPoissonTables:
+  """The one-stream tables of checked r and p; errors name r and p, not the tables' ``probs[0]``."""
+  _check_prob("p", p)
+  try:
+    return compound_poisson_tables((r,), (p,), 1)
+  except ValueError as err:
+    raise ValueError(f"Expected r={r!r} and p={p!r} within the sampler's range: "
+                     f"{_validate.first_line(err)}") from None
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -391,4 +428,4 @@ def total_variation_bound(r: Any, p: Any) -> float:
   """tau of one :func:`sample_negative_binomial` draw: its TV distance to NB(r, p)."""
   r = _validate.positive("r", r)
   p = _validate.open_unit("p", p)
-  return compound_poisson_tables((r,), (p,), 1).tv_bound
+  return _public_tables(r, p).tv_bound

@@ -48,11 +48,15 @@ __all__ = ["dyadic_ceil", "uniform_words", "bernoulli_dyadic", "uniform_below", 
 
 
 def dyadic_ceil(prob: float, bits: int) -> int:
-  """The integer t = ceil(prob * 2^bits): Pr[u < t] = t / 2^bits >= prob for u uniform on b bits."""
+  """The integer t = ceil(prob * 2^bits): Pr[u < t] = t / 2^bits >= prob for u uniform on b bits.
+
+  Raises:
+    ValueError: ``bits`` not 16 or 32; ``prob`` outside [0, 1], NaN, or not a
+      real number (a bool, a string, None).
+  """
   if bits not in (16, 32):
     raise ValueError(f"Expected bits in (16, 32); got {bits!r}.")
-  if not 0.0 <= prob <= 1.0:
-    raise ValueError(f"Expected prob={prob!r} in [0, 1].")
+  _validate.probability("prob", prob)  # checks only: t is computed from prob as given
   return min(int(math.ceil(prob * 2**bits)), 2**bits)
 
 
@@ -63,6 +67,8 @@ def uniform_words(key: jax.Array, num_words: int) -> jax.Array:
   output words (words 2i and 2i + 1), so a shorter stream is a prefix of a
   longer one; other key implementations fall back to ``jax.random.bits``.
   """
+  # The checks read only static metadata (dtype, shape), so they cost nothing under jit or vmap.
+  key = _validate.prng_key("key", key)
   num_words = _validate.integer("num_words", num_words, minimum=0, maximum=2**32 - 2)
   data = jax.random.key_data(key)
   if data.shape != (2,) or data.dtype != jnp.uint32:
@@ -84,9 +90,10 @@ def bernoulli_dyadic(key: jax.Array, threshold: int, bits: int, num: int) -> jax
     num: number of draws.
 
   Raises:
-    ValueError: ``bits`` not 16 or 32, ``threshold`` not an integer in
-      [0, 2^bits], or ``num`` < 0.
+    ValueError: ``key`` not a PRNG key, ``bits`` not 16 or 32, ``threshold``
+      not an integer in [0, 2^bits], or ``num`` < 0.
   """
+  key = _validate.prng_key("key", key)
   if bits not in (16, 32):
     raise ValueError(f"Expected bits in (16, 32); got {bits!r}.")
   threshold = _validate.integer("threshold", threshold, minimum=0, maximum=2**bits)
@@ -169,6 +176,7 @@ def uniform_below(key: jax.Array, bound: int, num: int) -> jax.Array:
     bound: static Python int in [1, 2^31 - 1].
     num: static number of values (>= 0).
   """
+  key = _validate.prng_key("key", key)
   bound = _validate.integer("bound", bound, minimum=1, maximum=2**31 - 1)
   num = _validate.integer("num", num, minimum=0)
   return _uniform_below(key, bound, num, uniform_plan(bound, num))
@@ -212,9 +220,10 @@ def uniform_index(key: jax.Array, bound: jax.Array) -> jax.Array:
   ``lax.while_loop`` draws more from ``fold_in(key, 2^31 + 1), ...`` if needed.
 
   Raises:
-    ValueError: a concrete (not traced) ``bound`` outside [1, 2^31 - 1]; a
-      traced one is the caller's to keep in range.
+    ValueError: ``key`` not a PRNG key; a concrete (not traced) ``bound``
+      outside [1, 2^31 - 1] (a traced one is the caller's to keep in range).
   """
+  key = _validate.prng_key("key", key)
   if not isinstance(bound, jax.core.Tracer):
     bounds = np.asarray(bound)
     if (bounds.dtype.kind not in "iu" or bounds.size == 0 or bounds.min() < 1

@@ -71,11 +71,12 @@ class ContrastiveConfig:
   output: str = "projection"
 
   def __post_init__(self):
+    # The validated Python ints are kept: a whole float (2.0) would otherwise reach layer and array shapes.
     for name in ("width", "feature_dim", "projection_dim", "steps", "num_neighbours"):
-      _validate.integer(name, getattr(self, name), minimum=1)
+      object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1))
     # One anchor leaves NT-Xent only its positive: the loss is 0 and nothing trains.
-    _validate.integer("batch_size", self.batch_size, minimum=2)
-    _validate.integer("max_shift", self.max_shift, minimum=0)
+    object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=2))
+    object.__setattr__(self, "max_shift", _validate.integer("max_shift", self.max_shift, minimum=0))
     _validate.positive("learning_rate", self.learning_rate)
     _validate.nonnegative("weight_decay", self.weight_decay)
     if _validate.positive("temperature", self.temperature) < MIN_TEMPERATURE:

@@ -83,9 +83,10 @@ class ScanConfig:
   contrastive: ContrastiveConfig = dataclasses.field(default_factory=ContrastiveConfig)
 
   def __post_init__(self):
-    _validate.integer("num_clusters", self.num_clusters, minimum=2)
+    # The validated Python ints are kept: a whole float (3.0) would otherwise reach layer and array shapes.
+    object.__setattr__(self, "num_clusters", _validate.integer("num_clusters", self.num_clusters, minimum=2))
     for name in ("steps", "batch_size", "num_neighbours", "num_heads"):
-      _validate.integer(name, getattr(self, name), minimum=1)
+      object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1))
     _validate.positive("learning_rate", self.learning_rate)
     _validate.nonnegative("weight_decay", self.weight_decay)
     _validate.nonnegative("entropy_weight", self.entropy_weight)

@@ -219,3 +219,71 @@ def test_bad_input():
     M.laplace_labeling_error(math.nan, 1.0, num_labels=3)
   with pytest.raises(ValueError, match="num_labels"):
     M.discrete_laplace_labeling_error(3.0, 1.0, num_labels=0)
+
+
+def _mp_bound(name, *args, **kw):
+  """The docstring formulas evaluated in 50-digit mpmath (independent of the float64 kernels)."""
+  import mpmath as mp  # pylint: disable=import-outside-toplevel
+  mp.mp.dps = 50
+  f = mp.mpf
+  if name == "laplace_alpha":
+    scale, beta = map(f, args)
+    return scale * mp.log(f(kw.get("num_entries", 1)) / beta)
+  if name == "laplace_beta":
+    scale, alpha = map(f, args)
+    return min(f(1), f(kw.get("num_entries", 1)) * mp.exp(-alpha / scale))
+  if name == "discrete_laplace_alpha":  # least integer alpha >= 0 with m 2 e^{-a(alpha + 1)} / (1 + e^{-a}) <= beta
+    a, beta = map(f, args)
+    m = f(kw.get("num_entries", 1))
+    return max(mp.ceil(mp.log(2 * m / (beta * (1 + mp.exp(-a)))) / a), 1) - 1
+  x = f(args[0])
+  p, q, n, m = f(kw["p"]), f(kw["q"]), f(kw["num_clients"]), f(kw.get("num_entries", kw.get("num_labels", 1)))
+  v = n * max(p * (1 - p), q * (1 - q)) / (p - q) ** 2
+  b = max(p, 1 - q) / (p - q)
+  if name == "collision_alpha":
+    log_term = mp.log(2 * m / x)
+    return log_term * b / 3 + mp.sqrt((log_term * b / 3) ** 2 + 2 * log_term * v)
+  if name == "collision_labeling_error":
+    x = x / 2
+  return min(f(1), 2 * m * mp.exp(-x**2 / (2 * (v + b * x / 3))))
+
+
+@pytest.mark.parametrize("name,args,kw", [
+    ("laplace_alpha", (1.0, 1e-320), {}),  # m / beta overflowed: inf instead of about 737
+    ("laplace_alpha", (2.0, 0.5), {"num_entries": 1e308}),
+    ("laplace_beta", (1e-320, 0.0), {}),  # 0 / 0 once XLA flushed the subnormal scale
+    ("discrete_laplace_alpha", (0.5, 1e-320), {}),
+    ("collision_alpha", (1e-320,), {"p": 0.5, "q": 0.25, "num_clients": 10}),
+    ("collision_alpha", (0.1,), {"p": 2e-300, "q": 1e-300, "num_clients": 1}),  # (p - q)^2 underflows
+    ("collision_beta", (1e308,), {"p": 0.5, "q": 0.25, "num_clients": 10}),  # inf / inf: NaN
+    ("collision_beta", (1e300,), {"p": 2e-300, "q": 1e-300, "num_clients": 1}),
+    ("collision_labeling_error", (2e300,), {"p": 2e-300, "q": 1e-300, "num_clients": 1, "num_labels": 1}),
+])
+def test_bounds_at_extremes_match_the_formula_in_high_precision(name, args, kw):
+  got = getattr(M, name)(*args, **kw)
+  want = float(_mp_bound(name, *args, **kw))
+  assert math.isfinite(got)
+  assert got == pytest.approx(want, rel=1e-12, abs=0.0), (got, want)
+
+
+def test_bounds_at_extremes_keep_ordinary_entries_of_an_array():
+  # Only the overflowing entry is recomputed; its neighbours keep the kernel's value bitwise.
+  betas = np.array([0.1, 1e-320, 0.5])
+  got = M.laplace_alpha(2.0, betas, num_entries=3)
+  assert got[0] == M.laplace_alpha(2.0, 0.1, num_entries=3) and got[2] == M.laplace_alpha(2.0, 0.5, num_entries=3)
+  assert got[1] == pytest.approx(float(_mp_bound("laplace_alpha", 2.0, 1e-320, num_entries=3)), rel=1e-12)
+
+
+def test_bounds_that_overflow_float64_or_mismatch_in_shape_are_refused():
+  with pytest.raises(ValueError, match=r"scale=1e\+308"):
+    M.laplace_alpha(1e308, 0.1)  # b ln(1/beta) = 2.3e308: inf
+  with pytest.raises(ValueError, match=r"parameter=1e-320"):
+    M.discrete_laplace_alpha(1e-320, 0.1)
+  with pytest.raises(ValueError, match="scale, beta"):
+    M.laplace_alpha(np.ones(2), np.full(3, 0.5))  # was a JAX TypeError
+  with pytest.raises(ValueError, match="alpha, p"):
+    M.collision_beta(np.ones(2), p=np.full(3, 0.5), q=0.25, num_clients=10)
+  with pytest.raises(ValueError, match="p and q"):
+    M.collision_alpha(0.1, p=np.full(3, 0.5), q=np.full(2, 0.25), num_clients=10)
+  with pytest.raises(ValueError, match="gap, parameter"):
+    M.discrete_laplace_labeling_error(np.ones(2), np.full(3, 0.5), num_labels=2)

@@ -150,3 +150,21 @@ def test_repeated_in_rows_matches_a_set_count_on_numpy_and_jax():
   assert isinstance(got_np, np.ndarray)
   np.testing.assert_array_equal(got_np, want)
   np.testing.assert_array_equal(np.asarray(jax.jit(repeated_in_rows)(jax.numpy.asarray(a))), want)
+
+
+def test_shape_keeps_whole_float_sizes_as_ints():
+  # BsvsShape(4.0, 3, 2) passed validation but kept 4.0, which reached array shapes: central noise,
+  # randomized response and synthetic workloads raised a JAX TypeError. The sizes are now Python ints.
+  shape = M.BsvsShape(4.0, np.int64(3), 2.0, np.float32(1.0))
+  ref = M.BsvsShape(4, 3, 2, 1)
+  assert shape == ref and hash(shape) == hash(ref)
+  assert all(type(v) is int for v in (shape.num_buckets, shape.num_labels, shape.k, shape.r, shape.d, shape.c))
+  key = jax.random.key(0)
+  np.testing.assert_array_equal(M.CentralLaplace(shape, 1.0).noise(key), M.CentralLaplace(ref, 1.0).noise(key))
+  b, lab = jax.numpy.array([0, 2]), jax.numpy.array([1])
+  np.testing.assert_array_equal(M.RandomizedResponse(shape, 1.0).randomize(key, b, lab),
+                                M.RandomizedResponse(ref, 1.0).randomize(key, b, lab))
+  w = M.synthetic_workload(key, num_clients=5.0, num_buckets=4.0, num_labels=3.0, k=2.0).materialize()
+  w_ref = M.synthetic_workload(key, num_clients=5, num_buckets=4, num_labels=3, k=2).materialize()
+  np.testing.assert_array_equal(w.buckets, w_ref.buckets)
+  np.testing.assert_array_equal(w.labels, w_ref.labels)

@@ -337,3 +337,37 @@ def test_tiny_epsilon_inside_the_limits_still_works():
   lap = M.CentralLaplace(shape, 2e-120)  # b = 1e120 <= 2^400
   np.testing.assert_allclose(lap.entry_variance(None, 10), 2e240, rtol=1e-12)
   assert np.all(np.isfinite(lap.estimate(jax.random.key(0), np.zeros(4, np.int64), 10)))
+
+
+@pytest.mark.parametrize("cls", MECHANISMS)
+def test_estimate_accepts_legacy_keys_like_the_rest_of_the_library(cls):
+  # host_uniform read jax.random.PRNGKey(0)'s raw uint32 [2] as a batch of two keys: a TypeError. It is
+  # wrapped as _validate.prng_key does (the same numbers as the typed key), a [m, 2] batch as m keys.
+  mech = cls(M.BsvsShape(4, 3, 1), 1.0)
+  counts = np.arange(12, dtype=np.int64)
+  typed = mech.estimate(jax.random.key(7), counts, 5)
+  np.testing.assert_array_equal(mech.estimate(jax.random.PRNGKey(7), counts, 5), typed)
+  batch = jax.random.split(jax.random.key(7), 3)
+  np.testing.assert_array_equal(mech.estimate(jax.random.key_data(batch), counts, 5),
+                                mech.estimate(batch, counts, 5))
+  for bad in (0, None, "key", np.zeros(2, np.float32)):
+    with pytest.raises(ValueError, match="key"):
+      mech.estimate(bad, counts, 5)
+    with pytest.raises(ValueError, match="key"):
+      mech.noise(bad)
+
+
+@pytest.mark.parametrize("cls", MECHANISMS)
+def test_estimate_refuses_stats_no_counts_could_give(cls):
+  # NaN stats were cast to -2^63 (an estimate of -9.2e18 everywhere) and 0.7 truncated to 0, silently.
+  mech = cls(M.BsvsShape(4, 3, 1), 1.0)
+  key = jax.random.key(0)
+  for bad in (np.full(12, np.nan), np.full(12, np.inf), np.full(12, 0.7), np.full(12, 1e30),
+              np.full(12, 2**62, np.int64), np.zeros(11), "12", [True] * 12):
+    with pytest.raises(ValueError, match="stats"):
+      mech.estimate(key, bad, 5)
+  # Whole floats, lists and any integer dtype are the same counts.
+  ref = mech.estimate(key, np.arange(12, dtype=np.int64), 5)
+  for same in (np.arange(12.0), list(range(12)), np.arange(12, dtype=np.int32).reshape(4, 3),
+               jnp.arange(12, dtype=jnp.int32)):
+    np.testing.assert_array_equal(mech.estimate(key, same, 5), ref)

@@ -1,5 +1,7 @@
 """Dyadic Bernoulli sampling: exact probabilities, both threefry words, vmap invariance."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -183,3 +185,29 @@ def test_fallback_keys_are_not_words_of_the_first_draw():
 def test_sampling_helpers_reject_bad_arguments(call, match):
   with pytest.raises(ValueError, match=match):
     call(jax.random.key(0))
+
+
+@pytest.mark.parametrize("call", [
+    lambda k: M.uniform_words(k, 4),
+    lambda k: M.uniform_below(k, 3, 4),
+    lambda k: M.uniform_index(k, 3),
+    lambda k: M.bernoulli_dyadic(k, 5, 16, 4)])
+def test_sampling_helpers_name_a_bad_key(call):
+  # key=0 or None raised a JAX TypeError; legacy PRNGKey data is wrapped (the same numbers as the typed key).
+  for bad in (0, None, "key", np.zeros(2, np.float32)):
+    with pytest.raises(ValueError, match="key"):
+      call(bad)
+  np.testing.assert_array_equal(np.asarray(call(jax.random.PRNGKey(4))), np.asarray(call(jax.random.key(4))))
+
+
+def test_dyadic_ceil_refuses_what_is_not_a_probability():
+  # "0.5" and None raised TypeError, and True was read as 1.0 (65536), silently.
+  for bad in ("0.5", None, True, np.bool_(False), math.nan, -0.1, 1.5):
+    with pytest.raises(ValueError, match="prob"):
+      M.dyadic_ceil(bad, 16)
+  for bad_bits in (True, 8, "16", None):
+    with pytest.raises(ValueError, match="bits"):
+      M.dyadic_ceil(0.5, bad_bits)
+  # Valid probabilities of any real type give ceil(prob * 2^bits) as before (exact: 2^bits scales exactly).
+  assert M.dyadic_ceil(np.float32(0.3), 16) == math.ceil(float(np.float32(0.3)) * 2**16)
+  assert M.dyadic_ceil(0, 32) == 0 and M.dyadic_ceil(1, 32) == 2**32

@@ -690,3 +690,25 @@ def test_wrapped_int32_message_counts_are_refused():
     mech.estimate(None, counts, 100)
   counts[2, 0] = 7
   assert mech.estimate(None, counts, 100)[1, 0] == 7.0  # row 1, label 0 = entry 2
+
+
+def test_sampler_names_p_outside_its_supported_range():
+  # p = 1e-300 raised decimal.InvalidOperation (1 - p rounds to 1 in 50 digits: 0 / 0); p = 1e-30 said
+  # "probs[0] ... further from 1" after seconds of table building. The range is [1e-20, 1 - ~2e-5].
+  key = jax.random.key(0)
+  for p in (1e-300, 1e-30, 1e-21):
+    for call in (lambda: M.sample_negative_binomial(key, 1.0, p, (2,)), lambda: nbs.total_variation_bound(1.0, p)):
+      with pytest.raises(ValueError, match=r"p=.* >= 1e-20") as err:
+        call()
+      assert "probs" not in str(err.value)
+  with pytest.raises(ValueError, match=r"p=0\.99999 further from 1") as err:
+    M.sample_negative_binomial(key, 1.0, 0.99999, (2,))
+  assert "probs" not in str(err.value)
+  with pytest.raises(ValueError, match=r"r=1000000\.0 and p=0\.5"):  # too many events per draw
+    M.sample_negative_binomial(key, 1e6, 0.5, (2,))
+  # The internal tables (also used by ShuffleMultiMessage) refuse such p with a ValueError too.
+  with pytest.raises(ValueError, match=r"probs\[0\]=1e-300 >= 1e-20"):
+    nbs.compound_poisson_tables((1.0,), (1e-300,), 1)
+  # At the edge of the range the sampler works; with r p ~ 1e-20 it returns zeros.
+  assert np.asarray(M.sample_negative_binomial(key, 1.0, 1e-20, (3,))).tolist() == [0, 0, 0]
+  assert nbs.total_variation_bound(1.0, 1e-20) < 1e-27

@@ -156,6 +156,30 @@ def test_contrastive_training_survives_a_blank_image(mnist):
   np.testing.assert_array_equal(unit_rows(z)[2], 0.0)
 
 
+def test_configs_keep_whole_float_sizes_as_ints(mnist):
+  # Whole floats pass validation; they used to be kept as floats and reached layer and array shapes
+  # (a JAX TypeError inside fit_contrastive). Now they are stored as ints: the same fit as with ints.
+  x = mnist.images[:32]
+  ints = dict(width=4, feature_dim=16, projection_dim=8, steps=2, batch_size=16, num_neighbours=1, max_shift=1)
+  floats = {name: float(v) for name, v in ints.items()}
+  cfg_f = R.ContrastiveConfig(**floats)
+  cfg_i = R.ContrastiveConfig(**ints)
+  assert cfg_f == cfg_i and hash(cfg_f) == hash(cfg_i)
+  assert all(type(getattr(cfg_f, name)) is int for name in ints)
+  a = R.fit_contrastive(jax.random.key(0), x, cfg_f)
+  b = R.fit_contrastive(jax.random.key(0), x, cfg_i)
+  for u, v in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
+    np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+  scan_ints = dict(num_clusters=3, steps=2, batch_size=16, num_neighbours=2, num_heads=2)
+  scan_f = R.ScanConfig(**{name: float(v) for name, v in scan_ints.items()}, contrastive=cfg_f)
+  scan_i = R.ScanConfig(**scan_ints, contrastive=cfg_i)
+  assert scan_f == scan_i and all(type(getattr(scan_f, name)) is int for name in scan_ints)
+  s1 = R.fit_scan(jax.random.key(0), x, scan_f)
+  s2 = R.fit_scan(jax.random.key(0), x, scan_i)
+  for u, v in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
+    np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+
+
 SMALL_CONTRASTIVE = R.ContrastiveConfig(width=8, feature_dim=64, projection_dim=32, steps=120, batch_size=64)
 
 
