@@ -355,7 +355,7 @@ def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, nu
 
   Args:
     key: PRNG key.
-    num_clients: n.
+    num_clients: n, at most ``2**31 - 1`` (the aggregate's counts are int32).
     num_buckets: s.
     num_labels: |Y|.
     k: buckets per client (exactly k).
@@ -365,7 +365,9 @@ def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, nu
   """
   key = _validate.prng_key("key", key)
   shape = BsvsShape(num_buckets, num_labels, k, r)
-  n = _validate.integer("num_clients", num_clients, minimum=1)
+  # Client i's draw folds in i (uint32) and the aggregate counts are int32: beyond 2^31 - 1 clients the counts
+  # would wrap (and past 2^32 the clients repeat).
+  n = _validate.integer("num_clients", num_clients, minimum=1, maximum=_MAX_DOMAIN)
   purity = _validate.probability("purity", purity)
   zipf = _validate.nonnegative("zipf", zipf)
   return SyntheticWorkload(key, shape, n, purity, zipf)

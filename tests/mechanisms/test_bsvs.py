@@ -168,3 +168,9 @@ def test_shape_keeps_whole_float_sizes_as_ints():
   w_ref = M.synthetic_workload(key, num_clients=5, num_buckets=4, num_labels=3, k=2).materialize()
   np.testing.assert_array_equal(w.buckets, w_ref.buckets)
   np.testing.assert_array_equal(w.labels, w_ref.labels)
+
+
+def test_synthetic_workload_refuses_more_clients_than_int32_counts_hold():
+  # The aggregate is int32 and client i folds in i as a uint32: 2^31 clients wrapped silently before.
+  with pytest.raises(ValueError, match="num_clients=2147483648 <= 2147483647"):
+    M.synthetic_workload(jax.random.key(0), num_clients=2**31, num_buckets=4, num_labels=3, k=1)
