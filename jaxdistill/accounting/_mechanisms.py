@@ -55,6 +55,10 @@ __all__ = [
     "calibrate",
     "MAX_GRID_POINTS",
     "MAX_RR_EPSILON0",
+    "MAX_GRID_INTERVAL",
+    "MAX_COUNT",
+    "MAX_DISCRETE_SENSITIVITY",
+    "GAUSSIAN_SCALE_RANGE",
 ]
 
 #: Largest PLD grid built (float64: 8 bytes a point, a few copies during FFT).
@@ -63,7 +67,30 @@ MAX_GRID_POINTS = 20_000_000
 #: Largest local epsilon of randomized response: e^eps0 overflows float64 from about 709.8.
 MAX_RR_EPSILON0 = 700.0
 
+#: Coarsest PLD grid step (in nats of privacy loss). dp-accounting's connect-the-dots PLD divides by
+#: e^step - 1, which overflows float64 from a step of about 709.8 (an OverflowError, seen with
+#: ``value_discretization_interval=1e30`` and with Laplace sensitivity/scale = 1e10, whose grid cap
+#: coarsens the step to 1000). Steps up to 700 were checked to give valid upper bounds; 100 leaves margin.
+#: The step used is the larger of the requested one and (loss range) / ``MAX_GRID_POINTS``, so an
+#: account whose single-release loss is this large (Laplace sensitivity/scale, discrete-Laplace
+#: a * sensitivity, or Gaussian (Delta/sigma)^2 / 2 beyond about 1e9 nats, in total over T) is refused.
+MAX_GRID_INTERVAL = 100.0
+
+#: Most self-composed releases T (T * loss must stay a float; larger T leaves the grid range anyway).
+MAX_COUNT = 10**12
+
+#: Largest discrete-Laplace sensitivity: dp-accounting enumerates every integer outcome in a window
+#: about as wide as the sensitivity (10^7 took 2.4 GB and 25 s; 2^40 a MemoryError; 2^63 an OverflowError).
+MAX_DISCRETE_SENSITIVITY = 10**6
+
+#: Range of the Gaussian's sigma and sensitivity. dp-accounting squares them: sigma = 1e300 overflowed
+#: (an OverflowError) and sigma = sensitivity = 1e-300 underflowed to a NaN.
+GAUSSIAN_SCALE_RANGE = (1e-100, 1e100)
+
 _MECHANISMS = ("laplace", "discrete-laplace", "gaussian", "randomized-response")
+
+#: Exceptions dp-accounting raises for parameters outside its numerical range; re-raised as ValueError.
+_DP_ACCOUNTING_ERRORS = (OverflowError, IndexError, ZeroDivisionError, FloatingPointError, MemoryError, ValueError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +107,20 @@ class MechanismAccount:
     relation: the neighbouring relation.
     count: number of self-composed releases T.
     num_buckets: K for randomized response, else None.
-    value_discretization_interval: requested PLD grid step.
+    value_discretization_interval: requested PLD grid step, in (0, ``MAX_GRID_INTERVAL``].
+
+  Raises:
+    ValueError: at construction, for an unknown mechanism, a parameter or
+      sensitivity that is not a finite number > 0, a relation that is not a
+      :class:`Relation` (or its string value), and the ranges where
+      dp-accounting's PLD breaks down: a grid step (after coarsening, see
+      :meth:`grid_interval`) above ``MAX_GRID_INTERVAL``, count above
+      ``MAX_COUNT``, a Gaussian sigma or sensitivity outside
+      ``GAUSSIAN_SCALE_RANGE``, a discrete-Laplace sensitivity that is not an
+      integer in [1, ``MAX_DISCRETE_SENSITIVITY``], and for randomized
+      response a relation other than replace-one, a sensitivity other than 1,
+      num_buckets not an integer >= 2, or an eps0 above ``MAX_RR_EPSILON0`` or
+      so small that the keep probability rounds to uniform.
   """
 
   mechanism: str
@@ -90,6 +130,55 @@ class MechanismAccount:
   count: int = 1
   num_buckets: int | None = None
   value_discretization_interval: float = 1e-4
+
+  def __post_init__(self):
+    mech = _validate.choice("mechanism", self.mechanism, _MECHANISMS)
+    rr = mech == "randomized-response"
+    pname = {"laplace": "scale", "discrete-laplace": "parameter", "gaussian": "sigma"}.get(mech, "epsilon0")
+    param = _validate.positive(pname, self.parameter)
+    if mech == "discrete-laplace":
+      sens = _validate.integer("sensitivity", self.sensitivity, minimum=1, maximum=MAX_DISCRETE_SENSITIVITY)
+    else:
+      sens = _validate.positive("sensitivity", self.sensitivity)
+    rel = Relation.parse(self.relation)
+    count = _validate.integer("count", self.count, minimum=1, maximum=MAX_COUNT)
+    vdi = _check_vdi(self.value_discretization_interval)
+    buckets = self.num_buckets
+    if rr:
+      if rel is not Relation.REPLACE_ONE:
+        raise ValueError(f"Expected relation=replace-one for randomized response (a local randomizer); "
+                         f"got {rel.value}.")
+      if sens != 1.0:
+        raise ValueError(f"Expected sensitivity=1 for randomized response; got sensitivity={sens!r}.")
+      buckets = _validate.integer("num_buckets", buckets, minimum=2, maximum=MAX_COUNT)
+      if param > MAX_RR_EPSILON0:
+        raise ValueError(f"Expected epsilon0={param!r} <= {MAX_RR_EPSILON0:g} (e^eps0 overflows float64 from "
+                         "~709.8).")
+      if not _rr_noise(param, buckets) < 1.0:
+        raise ValueError(f"Expected epsilon0={param!r} large enough that randomized response over "
+                         f"num_buckets={buckets} keeps its input more often than uniform in float64 "
+                         f"(K/(e^eps0 + K - 1) < 1; about eps0 > K * 1.1e-16).")
+    elif buckets is not None:
+      raise ValueError(f"Expected num_buckets=None for the {mech} mechanism; got {buckets!r}.")
+    if mech == "gaussian":
+      low, high = GAUSSIAN_SCALE_RANGE
+      for name, value in (("sigma", param), ("sensitivity", sens)):
+        if not low <= value <= high:
+          raise ValueError(f"Expected {name}={value!r} in [{low:g}, {high:g}] for the Gaussian mechanism "
+                           "(dp-accounting squares it).")
+    object.__setattr__(self, "mechanism", mech)
+    object.__setattr__(self, "parameter", param)
+    object.__setattr__(self, "sensitivity", sens)
+    object.__setattr__(self, "relation", rel)
+    object.__setattr__(self, "count", count)
+    object.__setattr__(self, "num_buckets", buckets)
+    object.__setattr__(self, "value_discretization_interval", vdi)
+    step = self.grid_interval()
+    if not step <= MAX_GRID_INTERVAL:  # also NaN / inf from an overflowing loss
+      raise ValueError(
+          f"Expected a privacy loss small enough for a PLD grid step <= {MAX_GRID_INTERVAL:g}; the {mech} "
+          f"mechanism with {pname}={param!r}, sensitivity={sens!r}, count={count} has single-release loss "
+          f"{self._max_loss():.3g} and needs a step of {step:.3g}. Use more noise or fewer releases.")
 
   # -- privacy loss of one release -------------------------------------------------
   def _max_loss(self) -> float:
@@ -121,7 +210,13 @@ class MechanismAccount:
 
   def pld(self) -> pld_lib.PrivacyLossDistribution:
     """The T-fold privacy loss distribution (pessimistic)."""
-    return _cached_pld(self)
+    try:
+      return _cached_pld(self)
+    except _DP_ACCOUNTING_ERRORS as err:  # belt and braces: the ranges checked at construction should hold
+      raise ValueError(
+          f"dp-accounting could not build the PLD of the {self.mechanism} mechanism with "
+          f"parameter={self.parameter!r}, sensitivity={self.sensitivity!r}, count={self.count}, grid step "
+          f"{self.grid_interval():.3g} ({_validate.describe_error(err, limit=120)}).") from None
 
   def dp_event(self) -> dpe.DpEvent:
     """The dp-accounting event of the T-fold mechanism.
@@ -232,10 +327,18 @@ def _cached_pld(acct: MechanismAccount) -> pld_lib.PrivacyLossDistribution:
   return single if acct.count == 1 else single.self_compose(acct.count)
 
 
+def _check_vdi(vdi: Any) -> float:
+  vdi = _validate.positive("value_discretization_interval", vdi)
+  if vdi > MAX_GRID_INTERVAL:
+    raise ValueError(f"Expected value_discretization_interval={vdi!r} <= {MAX_GRID_INTERVAL:g} (dp-accounting's "
+                     "PLD overflows from a step of about 709.8).")
+  return vdi
+
+
 def _common(relation: Any, count: Any, vdi: Any) -> tuple[Relation, int, float]:
   rel = Relation.parse(relation)
-  count = _validate.integer("count", count, minimum=1)
-  vdi = _validate.positive("value_discretization_interval", vdi)
+  count = _validate.integer("count", count, minimum=1, maximum=MAX_COUNT)
+  vdi = _check_vdi(vdi)
   return rel, count, vdi
 
 
@@ -276,7 +379,7 @@ def discrete_laplace(parameter: Any, *, sensitivity: Any, relation: Any, count: 
     value_discretization_interval: PLD grid step.
   """
   rel, count, vdi = _common(relation, count, value_discretization_interval)
-  sens = _validate.integer("sensitivity", sensitivity, minimum=1)
+  sens = _validate.integer("sensitivity", sensitivity, minimum=1, maximum=MAX_DISCRETE_SENSITIVITY)
   return MechanismAccount("discrete-laplace", _validate.positive("parameter", parameter), sens,
                           rel, count, None, vdi)
 
@@ -402,7 +505,11 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
   elif mech == "discrete-laplace":
     safe = eps / (count * sens)
   elif mech == "gaussian":
-    safe = 1.05 * math.sqrt(count) * sens * dp_accounting.get_sigma_gaussian(eps, delta)
+    try:
+      safe = 1.05 * math.sqrt(count) * sens * dp_accounting.get_sigma_gaussian(eps, delta)
+    except _DP_ACCOUNTING_ERRORS as err:
+      raise ValueError(f"Could not calibrate the Gaussian at target_epsilon={eps!r}, target_delta={delta!r}: "
+                       f"dp-accounting's analytic sigma fails ({_validate.describe_error(err, limit=80)}).") from None
   else:
     safe = eps / count
 
@@ -412,12 +519,25 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
                      f"count={count} (eps0 is at most {cap:g}).")
 
   def ok(x: float) -> bool:
-    acct = _factory(mech, x, sens, rel, count, num_buckets, vdi)
+    try:
+      acct = _factory(mech, x, sens, rel, count, num_buckets, vdi)
+    except ValueError:
+      # Outside the range the accounting supports (see MechanismAccount): never verified, so never returned.
+      # The calls on ``safe`` below go through ``start`` instead, which names the target.
+      return False
     return acct.epsilon(delta) <= eps
+
+  def start(x: float) -> MechanismAccount:
+    try:
+      return _factory(mech, x, sens, rel, count, num_buckets, vdi)
+    except ValueError as err:
+      raise ValueError(f"Could not calibrate {mech} at target_epsilon={eps!r}, target_delta={delta!r}, "
+                       f"count={count}: its starting noise {x!r} is outside what the accounting supports "
+                       f"({_validate.first_line(err)})") from None
 
   # Floating point may put T * (pure loss) an ulp above eps: step the pure-DP end towards more noise.
   for _ in range(8):
-    if mech == "gaussian" or _factory(mech, safe, sens, rel, count, num_buckets, vdi).pure_epsilon() <= eps:
+    if start(safe).pure_epsilon() <= eps or mech == "gaussian":
       break
     safe = math.nextafter(safe, math.inf if increasing else 0.0)
 

@@ -96,6 +96,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
 from jaxdistill import _validate
+from jaxdistill.accounting._mechanisms import MAX_GRID_POINTS
 from jaxdistill.accounting._relation import PrivacyStatement, Relation
 from jaxdistill.accounting._shuffle import _MAX_EPS0
 
@@ -121,6 +122,15 @@ MAX_CALIBRATION_EPSILON = _MAX_EPS0
 #: over outcomes in Python: 1.4e5 outcomes (target eps = 1e-3) take about 95 s to calibrate, 1.4e6
 #: (eps = 1e-4) more than 5 minutes and several GiB, and eps = 1e-6 exhausted 24 GiB of memory.
 MAX_VIEW_OUTCOMES = 2**18
+#: Largest k, r (each), num_clients, d and c: counts that must become float64 (Python ints past ~1.8e308
+#: cannot, an OverflowError); 10^18 is far beyond any domain or client count the protocol is run with.
+MAX_COUNT = 10**18
+#: Largest k r (unit shifts per record, each direction): the accounting self-composes the view's PLD
+#: k r times, so this bounds its work (k and r are each at most ``MAX_COUNT``).
+MAX_SHIFTS = 10**6
+#: Smallest relative precision ``rtol`` of the calibrated rho: float64 resolves relative steps of
+#: 2^-52 ~ 2.2e-16 (rtol = 1e-17 looped forever once the bracket's ends were adjacent floats).
+MIN_RTOL = 1e-15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +179,19 @@ class MultiMessageNoise:
 
 
 def _shifts(k: Any, r: Any) -> int:
-  return _validate.integer("k", k, minimum=1) * _validate.integer("r", r, minimum=1)
+  """k r, each of k and r an integer in [1, ``MAX_COUNT``] and their product at most ``MAX_SHIFTS``."""
+  k = _validate.integer("k", k, minimum=1, maximum=MAX_COUNT)
+  r = _validate.integer("r", r, minimum=1, maximum=MAX_COUNT)
+  if k * r > MAX_SHIFTS:
+    raise ValueError(f"Expected k * r = {k} * {r} = {k * r} <= {MAX_SHIFTS}: the accounting composes that many "
+                     "unit shifts per record.")
+  return k * r
+
+
+def _check_noise(noise: Any) -> "MultiMessageNoise":
+  if not isinstance(noise, MultiMessageNoise):
+    raise ValueError(f"Expected noise to be a MultiMessageNoise; got {type(noise).__name__} {noise!r:.80}.")
+  return noise
 
 
 def _geometric_window(a: float, tail_mass: float) -> int:
@@ -194,6 +216,29 @@ def min_calibration_epsilon(*, k: Any = 1, r: Any = 1, dlap_fraction: Any = 0.5)
   return 2.0 * shifts * a / fraction
 
 
+def _check_flood_mean(noise: MultiMessageNoise, tail_mass: float) -> None:
+  """Refuses a flooding F ~ NB(rho, p') whose mean rho p'/(1-p') alone exceeds ``MAX_VIEW_OUTCOMES``.
+
+  The truncation window holds all but ``tail_mass`` of F, so it is at least the mean; such a view would be
+  refused anyway, and SciPy's ``nbinom.isf`` never returns at rho = 1e25 (p' = 1/2), so check first.
+  """
+  mean = noise.rho * noise.p_flood / (1.0 - noise.p_flood)
+  if not mean < MAX_VIEW_OUTCOMES:
+    raise ValueError(f"Expected noise={noise} whose view fits in {MAX_VIEW_OUTCOMES} outcomes at tail mass "
+                     f"{tail_mass:g}; its flooding alone has mean rho*p_flood/(1-p_flood) = {mean:.3g} "
+                     f"(rho={noise.rho!r}). Use a smaller rho or p_flood.")
+
+
+def _check_grid(p0: dict, p1: dict, vdi: float) -> None:
+  """Refuses a grid step so fine that the composed PLD's array (2 x loss range / step) exceeds MAX_GRID_POINTS."""
+  losses = [p1[o] - p0[o] for o in p0 if o in p1 and math.isfinite(p0[o]) and math.isfinite(p1[o])]
+  width = max(losses) - min(losses) if losses else 0.0
+  if 2.0 * width / vdi > MAX_GRID_POINTS:
+    raise ValueError(f"Expected value_discretization_interval={vdi!r} >= {2.0 * width / MAX_GRID_POINTS:.3g}: the "
+                     f"view's privacy loss spans {width:.3g} nats, and a finer step needs more than "
+                     f"{MAX_GRID_POINTS} grid points.")
+
+
 def _h_log_pmf(noise: MultiMessageNoise, tail_mass: float) -> tuple[np.ndarray, float]:
   """log Pr[H = m] for m = 0..M and Pr[H > M], H = F + G', G' ~ Geom(p^2).
 
@@ -202,6 +247,7 @@ def _h_log_pmf(noise: MultiMessageNoise, tail_mass: float) -> tuple[np.ndarray, 
   = Pr[F > M] + p^2 Pr[H = M] / (1 - p^2).
   """
   p, rho, pf = noise.p, noise.rho, noise.p_flood
+  _check_flood_mean(noise, tail_mass)
   f_dist = stats.nbinom(rho, 1.0 - pf)  # scipy: pmf C(k+rho-1,k) (1-pf)^rho pf^k
   m_g = _geometric_window(noise.dlap_a, tail_mass)
   m_f = f_dist.isf(tail_mass / 2)
@@ -285,6 +331,7 @@ def _cached_pld(noise: MultiMessageNoise, shifts: int, vdi: float, tail_mass: fl
     p0, p1 = _reduced_log_pmfs(noise, tail_mass)
   else:
     p0, p1 = _lattice_log_pmfs(noise, lattice_size)
+  _check_grid(p0, p1, vdi)
   # dp-accounting: privacy loss ln(upper/lower) under ``upper``.
   up = pld_lib.from_two_probability_mass_functions(p1, p0, pessimistic_estimate=True,
                                                    value_discretization_interval=vdi, symmetric=False)
@@ -302,7 +349,7 @@ def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
 
   Args:
     noise: the central noise parameters.
-    k: buckets per record.
+    k: buckets per record (k r <= ``MAX_SHIFTS``).
     r: labels per record.
     value_discretization_interval: dp-accounting grid step.
     tail_mass: mass moved onto pessimistic tail outcomes (reduced view only).
@@ -314,8 +361,7 @@ def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
     A ``PrivacyLossDistribution`` whose ``get_delta_for_epsilon`` and
     ``get_epsilon_for_delta`` are upper bounds for the protocol.
   """
-  if not isinstance(noise, MultiMessageNoise):
-    raise ValueError(f"Expected noise to be a MultiMessageNoise; got {type(noise)}.")
+  _check_noise(noise)
   shifts = _shifts(k, r)
   vdi = _validate.positive("value_discretization_interval", value_discretization_interval)
   tail = _validate.open_unit("tail_mass", tail_mass)
@@ -350,13 +396,14 @@ def multi_message_expected_messages(noise: MultiMessageNoise, *, num_clients: An
 
   Args:
     noise: central noise parameters.
-    num_clients: n.
-    d: flattened domain size s|Y|.
-    c: real messages per client (kr for a full client).
+    num_clients: n, in [1, ``MAX_COUNT``].
+    d: flattened domain size s|Y|, in [1, ``MAX_COUNT``].
+    c: real messages per client (kr for a full client), in [0, ``MAX_COUNT``].
   """
-  n = _validate.integer("num_clients", num_clients, minimum=1)
-  d = _validate.integer("d", d, minimum=1)
-  c = _validate.integer("c", c, minimum=0)
+  noise = _check_noise(noise)
+  n = _validate.integer("num_clients", num_clients, minimum=1, maximum=MAX_COUNT)
+  d = _validate.integer("d", d, minimum=1, maximum=MAX_COUNT)
+  c = _validate.integer("c", c, minimum=0, maximum=MAX_COUNT)
   p, rho, pf = noise.p, noise.rho, noise.p_flood
   return c + 2.0 * d * p / (n * (1.0 - p)) + 2.0 * d * rho * pf / (n * (1.0 - pf))
 
@@ -382,6 +429,8 @@ def _least_rho(p: float, pf: float, eps: float, delta: float, shifts: int, vdi: 
       hi, lo = lo, lo / 2.0
   while hi / lo > 1.0 + rtol:
     mid = math.sqrt(lo * hi)
+    if mid in (lo, hi):  # adjacent floats: no finer bracket exists
+      break
     if ok(mid):
       hi = mid
     else:
@@ -437,12 +486,12 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
   Args:
     target_epsilon: in [:func:`min_calibration_epsilon`, 60].
     target_delta: in (0, 1).
-    k: buckets per record.
+    k: buckets per record (k r <= ``MAX_SHIFTS``).
     r: labels per record.
     dlap_fraction: share of epsilon spent on the discrete Laplace part, in
       (0, 1). Larger means less estimation noise and more flooding.
     flood_multipliers: positive multipliers of (1 - f) eps / (2kr) tried for b.
-    rtol: relative precision of rho.
+    rtol: relative precision of rho, >= ``MIN_RTOL`` = 1e-15.
     value_discretization_interval: dp-accounting grid step.
 
   Returns:
@@ -479,6 +528,8 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
   if not mults:
     raise ValueError("Expected at least one flood multiplier.")
   rtol = _validate.positive("rtol", rtol)
+  if rtol < MIN_RTOL:
+    raise ValueError(f"Expected rtol={rtol!r} >= {MIN_RTOL:g}: float64 cannot resolve a finer relative step.")
   vdi = _validate.positive("value_discretization_interval", value_discretization_interval)
   return _calibrate(eps, delta, shifts, fraction, mults, rtol, vdi)
 

@@ -56,12 +56,18 @@ __all__ = [
     "nfdp_inclusion_probability",
     "nfdp_privacy",
     "NfdpPrivacy",
+    "MAX_COUNT",
 ]
+
+#: Largest n, k and rounds taken. They are counts of records and draws; beyond 10^18 k/n and 1/n fall
+#: towards float64's underflow (n = 10^400 gave delta = 3/n = 0.0, a false claim of no privacy loss) and
+#: Python ints past ~1.8e308 cannot become floats at all.
+MAX_COUNT = 10**18
 
 
 def _check_nk(n: Any, k: Any, with_replacement: Any, relation: Relation) -> tuple[int, int, bool]:
-  n = _validate.integer("n", n, minimum=1)
-  k = _validate.integer("k", k, minimum=1)
+  n = _validate.integer("n", n, minimum=1, maximum=MAX_COUNT)
+  k = _validate.integer("k", k, minimum=1, maximum=MAX_COUNT)
   with_replacement = _validate.boolean("with_replacement", with_replacement)
   if not with_replacement and k > n:
     raise ValueError(f"Expected k={k} <= n={n} for sampling without replacement.")
@@ -84,8 +90,8 @@ def nfdp_paper_guarantee(n: int, k: int, *, with_replacement: bool = False) -> t
   flat at delta = k/n (WOR) or 1 - (1 - 1/n)^k (WR).
 
   Args:
-    n: number of records the party holds (>= 1).
-    k: sample size (>= 1; <= n without replacement).
+    n: number of records the party holds (1 <= n <= ``MAX_COUNT`` = 10^18).
+    k: sample size (1 <= k <= ``MAX_COUNT``; <= n without replacement).
     with_replacement: Theorem 2 if True, else Theorem 1.
 
   Returns:
@@ -104,7 +110,8 @@ def nfdp_paper_guarantee(n: int, k: int, *, with_replacement: bool = False) -> t
     eps = k * math.log1p(1.0 / n)
     delta = -math.expm1(k * math.log1p(-1.0 / n)) if n > 1 else 1.0
   else:
-    eps = math.log((n + 1) / (n + 1 - k))
+    # ln((n+1)/(n+1-k)) = log1p(k/(n+1-k)): the ratio itself rounds to 1.0 for n >~ 1e16 (eps = 0).
+    eps = math.log1p(k / (n + 1 - k))
     delta = k / n
   return float(eps), float(delta)
 
@@ -173,6 +180,22 @@ class NfdpPrivacy:
   records_exposed: float
   warnings: tuple[PrivacyWarning, ...]
 
+  def __post_init__(self):
+    # Built by :func:`nfdp_privacy`; checked here too so that a hand-built report cannot claim delta = 2
+    # or a negative epsilon (deltas are probabilities in [0, 1], the paper's epsilon is >= 0).
+    object.__setattr__(self, "n", _validate.integer("n", self.n, minimum=1, maximum=MAX_COUNT))
+    object.__setattr__(self, "k", _validate.integer("k", self.k, minimum=1, maximum=MAX_COUNT))
+    object.__setattr__(self, "with_replacement", _validate.boolean("with_replacement", self.with_replacement))
+    object.__setattr__(self, "relation", Relation.parse(self.relation))
+    object.__setattr__(self, "rounds", _validate.integer("rounds", self.rounds, minimum=1, maximum=MAX_COUNT))
+    object.__setattr__(self, "resample_each_round",
+                       _validate.boolean("resample_each_round", self.resample_each_round))
+    object.__setattr__(self, "paper_epsilon", _validate.nonnegative("paper_epsilon", self.paper_epsilon))
+    for name in ("paper_delta", "inclusion_probability", "flat_delta"):
+      object.__setattr__(self, name, _validate.probability(name, getattr(self, name)))
+    object.__setattr__(self, "records_exposed", _validate.nonnegative("records_exposed", self.records_exposed))
+    object.__setattr__(self, "warnings", tuple(self.warnings))
+
   @property
   def one_over_n(self) -> float:
     return 1.0 / self.n
@@ -213,10 +236,15 @@ class NfdpPrivacy:
 
     ``from_privacy_parameters(0, p)`` puts mass p at +inf and 1 - p at loss 0,
     which is exactly the privacy loss distribution of NFDP.
+
+    Args:
+      value_discretization_interval: the PLD's grid step, a finite float > 0
+        (the flat profile sits on losses 0 and +inf, so any such step is exact).
     """
+    vdi = _validate.positive("value_discretization_interval", value_discretization_interval)
     return pld_lib.from_privacy_parameters(
         pld_common.DifferentialPrivacyParameters(epsilon=0.0, delta=self.flat_delta),
-        value_discretization_interval=value_discretization_interval)
+        value_discretization_interval=vdi)
 
   def to_dict(self, epsilon: Any = None) -> dict[str, Any]:
     eps = self.paper_epsilon if epsilon is None else _validate.nonnegative("epsilon", epsilon)
@@ -262,11 +290,11 @@ def nfdp_privacy(n: int, k: int, *, with_replacement: bool = False,
     delta)-DP for any finite eps (the profile is tight; see module doc).
 
   Args:
-    n: the party's dataset size (>= 1).
-    k: sample size (>= 1; <= n WOR, <= n - 1 WOR under remove/add-remove).
+    n: the party's dataset size (1 <= n <= ``MAX_COUNT`` = 10^18).
+    k: sample size (1 <= k <= ``MAX_COUNT``; <= n WOR, <= n - 1 WOR under remove/add-remove).
     with_replacement: WR if True.
     relation: neighbouring relation (default add/remove, the paper's).
-    rounds: R >= 1.
+    rounds: 1 <= R <= ``MAX_COUNT``.
     resample_each_round: whether a fresh sample is drawn every round.
 
   Returns:
@@ -282,7 +310,7 @@ def nfdp_privacy(n: int, k: int, *, with_replacement: bool = False,
   """
   rel = Relation.parse(relation)
   n, k, with_replacement = _check_nk(n, k, with_replacement, rel)
-  rounds = _validate.integer("rounds", rounds, minimum=1)
+  rounds = _validate.integer("rounds", rounds, minimum=1, maximum=MAX_COUNT)
   resample_each_round = _validate.boolean("resample_each_round", resample_each_round)
   paper_eps, paper_delta = nfdp_paper_guarantee(n, k, with_replacement=with_replacement)
   p = nfdp_inclusion_probability(n, k, with_replacement=with_replacement, relation=rel)

@@ -9,6 +9,8 @@ from typing import Any, Mapping
 
 import dp_accounting
 
+from jaxdistill import _validate
+
 __all__ = ["Relation", "PrivacyWarning", "PrivacyStatement"]
 
 
@@ -105,6 +107,13 @@ class PrivacyStatement:
   method: str = "exact"
   parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   warnings: tuple[PrivacyWarning, ...] = ()
+
+  def __post_init__(self):
+    # epsilon >= 0 (inf: no finite epsilon), delta a probability in [0, 1]; the relation may be given
+    # as its string value and is stored as a Relation (``to_dict`` reads ``relation.value``).
+    object.__setattr__(self, "relation", Relation.parse(self.relation))
+    _validate.nonnegative("epsilon", self.epsilon, allow_inf=True)
+    _validate.probability("delta", self.delta)
 
   def to_dict(self) -> dict[str, Any]:
     return {

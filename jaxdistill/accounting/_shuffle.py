@@ -71,6 +71,16 @@ _MIN_EPS0 = 1e-9
 MAX_NUMERIC_N = 10**12
 #: Largest n at all (n is a count of messages; 2^63 and beyond broke NumPy's integer conversions).
 MAX_N = 10**18
+#: Smallest relative bisection tolerance ``tol``: float64 resolves relative steps of 2^-52 ~ 2.2e-16, so a
+#: finer tolerance can never be met (tol = 1e-17 looped forever once lo and hi were adjacent floats).
+MIN_TOL = 1e-15
+
+
+def _check_tol(value: Any) -> float:
+  out = _validate.positive("tol", value)
+  if out < MIN_TOL:
+    raise ValueError(f"Expected tol={out!r} >= {MIN_TOL:g}: float64 cannot resolve a finer relative step.")
+  return out
 
 
 def _check_eps0_cap(name: str, value: float) -> float:
@@ -256,6 +266,8 @@ def _numeric_epsilon(eps0: float, n: int, delta: float, tol: float) -> float:
     hi = eps0  # eps0 is always valid: clone_delta(eps0) == 0.
   while hi - lo > tol * max(hi, 1e-12):
     mid = 0.5 * (lo + hi)
+    if mid in (lo, hi):  # adjacent floats: no finer bracket exists
+      break
     if clone_delta(mid, eps0, n) <= delta:
       hi = mid
     else:
@@ -306,7 +318,7 @@ def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
     method: ``numeric`` (tighter; clone reduction) or ``closed-form``.
     on_invalid: for ``closed-form`` outside its validity range: ``raise``
       (default) or ``numeric`` (fall back explicitly; recorded in the result).
-    tol: relative bisection tolerance for ``numeric``.
+    tol: relative bisection tolerance for ``numeric``, >= ``MIN_TOL`` = 1e-15.
 
   Returns:
     A :class:`ShuffleAmplification`.
@@ -319,7 +331,7 @@ def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
   _check_eps0_cap("eps0", eps0)
   method = _validate.choice("method", method, _METHODS)
   on_invalid = _validate.choice("on_invalid", on_invalid, ("raise", "numeric"))
-  tol = _validate.positive("tol", tol)
+  tol = _check_tol(tol)
   if method == "closed-form":
     if eps0 <= _eps0_max(n, delta) or on_invalid == "raise":
       return ShuffleAmplification(eps0, n, delta, fmt_closed_form_epsilon(eps0, n, delta), "closed-form")
@@ -342,7 +354,7 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
     n: number of messages.
     delta: central delta in (0, 1).
     method: ``numeric`` or ``closed-form``.
-    tol: relative tolerance on eps0.
+    tol: relative tolerance on eps0, >= ``MIN_TOL`` = 1e-15.
 
   Returns:
     A :class:`ShuffleAmplification` whose ``eps0`` is the answer and whose
@@ -357,7 +369,7 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
   n = _validate.integer("n", n, minimum=1, maximum=MAX_N)
   delta = _validate.open_unit("delta", delta)
   method = _validate.choice("method", method, _METHODS)
-  tol = _validate.positive("tol", tol)
+  tol = _check_tol(tol)
   if method == "numeric":
     _check_numeric_n(n)
 
@@ -389,6 +401,8 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
         return ShuffleAmplification(lo, n, delta, min(forward(lo), target), method)
     while hi - lo > tol * lo:
       mid = 0.5 * (lo + hi)
+      if mid in (lo, hi):  # adjacent floats: no finer bracket exists
+        break
       if meets(mid):
         lo = mid
       else:
@@ -399,6 +413,8 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
     return ShuffleAmplification(lo, n, delta, min(achieved, target), method)
   while hi - lo > tol * max(lo, 1e-9):
     mid = 0.5 * (lo + hi)
+    if mid in (lo, hi):  # adjacent floats: no finer bracket exists
+      break
     if forward(mid) <= target:
       lo = mid
     else:

@@ -293,3 +293,86 @@ def test_tiny_noise_gives_the_pure_epsilon_and_a_delta_of_at_most_one():
   assert wide.pld().get_delta_for_epsilon(1.0) > 1.0
   d = wide.delta(1.0)
   assert 1.0 - 1e-9 <= d <= 1.0  # exact: 1 - e^{(1 - 1000)/2}
+
+
+@pytest.mark.parametrize("args,name", [
+    (("laplace", -1.0, 1.0), "scale"),  # returned pure_epsilon() = -1.0
+    (("laplace", 1.0, 0.0), "sensitivity"),
+    (("gaussian", float("nan"), 1.0), "sigma"),
+    (("foo", 1.0, 1.0), "mechanism"),  # was silently accounted as randomized response
+    (("discrete-laplace", 1.0, 1.5), "sensitivity"),
+    (("randomized-response", 1.0, 2.0), "sensitivity"),
+])
+def test_mechanism_account_validates_its_fields(args, name):
+  with pytest.raises(ValueError, match=name):
+    accounting.MechanismAccount(*args, accounting.Relation.REPLACE_ONE, 1,
+                                2 if args[0] == "randomized-response" else None)
+
+
+def test_mechanism_account_relation_and_buckets_are_checked():
+  # A string relation was kept as a string and broke .statement().to_dict() with an AttributeError.
+  acct = accounting.MechanismAccount("laplace", 1.0, 1.0, "replace-one")
+  assert acct.relation is accounting.Relation.REPLACE_ONE
+  assert acct.statement(delta=0.1).to_dict()["relation"] == "replace-one"
+  assert acct == accounting.laplace(1.0, sensitivity=1.0, relation="replace-one")
+  with pytest.raises(ValueError, match="relation"):
+    accounting.MechanismAccount("laplace", 1.0, 1.0, "swap")
+  with pytest.raises(ValueError, match="relation"):
+    accounting.MechanismAccount("randomized-response", 1.0, 1.0, "add-remove", 1, 2)
+  with pytest.raises(ValueError, match="num_buckets"):
+    accounting.MechanismAccount("randomized-response", 1.0, 1.0, "replace-one", 1, None)
+  with pytest.raises(ValueError, match="count"):
+    accounting.MechanismAccount("laplace", 1.0, 1.0, "replace-one", 0)
+
+
+@pytest.mark.parametrize("call,needle", [
+    # OverflowError: a grid step of 1e293 (the grid cap coarsens it) overflows e^step - 1.
+    (lambda: accounting.laplace(1e-300, sensitivity=1, relation="replace-one"), "scale=1e-300"),
+    # IndexError in dp-accounting's tail truncation.
+    (lambda: accounting.laplace(1, sensitivity=1e308, relation="replace-one", count=10), r"sensitivity=1e\+308"),
+    # OverflowError (sigma**2), then "cannot convert float NaN to integer".
+    (lambda: accounting.gaussian(1e300, sensitivity=1, relation="replace-one"), r"sigma=1e\+300"),
+    (lambda: accounting.gaussian(1e-300, sensitivity=1, relation="replace-one"), "sigma=1e-300"),
+    (lambda: accounting.gaussian(1e-300, sensitivity=1e-300, relation="replace-one"), "sigma=1e-300"),
+    (lambda: accounting.gaussian(1, sensitivity=1, relation="replace-one", value_discretization_interval=1e30),
+     "value_discretization_interval=1e\\+30"),
+    # OverflowError (C long), and a MemoryError from 2^40 on.
+    (lambda: accounting.discrete_laplace(1.0, sensitivity=2**63, relation="replace-one"), "sensitivity=922"),
+    (lambda: accounting.discrete_laplace(1e-15, sensitivity=2**40, relation="replace-one"), "sensitivity=109"),
+    # dp-accounting's "Noise parameter must be strictly between 0 and 1", naming no parameter.
+    (lambda: accounting.randomized_response(1e-300, num_buckets=2), "epsilon0=1e-300"),
+    (lambda: accounting.laplace(1, sensitivity=1, relation="replace-one", count=10**400), "count="),
+    # OverflowError from the Gaussian's starting point, and a NaN inside dp-accounting's analytic sigma.
+    (lambda: accounting.calibrate("gaussian", target_epsilon=1e30, target_delta=1e-5, relation="replace-one"),
+     "target_epsilon=1e\\+30"),
+    (lambda: accounting.calibrate("gaussian", target_epsilon=1e300, target_delta=1e-5, relation="replace-one"),
+     "target_epsilon=1e\\+300"),
+    (lambda: accounting.calibrate("laplace", target_epsilon=1e30, target_delta=1e-5, relation="replace-one"),
+     "target_epsilon=1e\\+30"),
+])
+def test_extremes_dp_accounting_cannot_evaluate_are_clear_errors(call, needle):
+  with pytest.raises(ValueError, match=needle):
+    acct = call()
+    acct.epsilon(1e-5)
+
+
+def test_steps_up_to_the_grid_interval_cap_are_valid_upper_bounds():
+  # A coarse grid is pessimistic: never below the exact Laplace profile, and capped at the pure epsilon.
+  acct = accounting.laplace(1.0, sensitivity=1.0, relation="replace-one",
+                            value_discretization_interval=accounting.MAX_GRID_INTERVAL)
+  assert acct.epsilon(1e-5) <= acct.pure_epsilon() == 1.0
+  assert laplace_delta(0.5, 1.0) <= acct.delta(0.5) <= 1.0
+
+
+def test_privacy_statement_validates_epsilon_delta_and_relation():
+  rel = accounting.Relation.REPLACE_ONE
+  with pytest.raises(ValueError, match="epsilon"):
+    accounting.PrivacyStatement("x", rel, epsilon=-1.0, delta=0.1)
+  with pytest.raises(ValueError, match="delta"):
+    accounting.PrivacyStatement("x", rel, epsilon=1.0, delta=2.0)
+  with pytest.raises(ValueError, match="delta"):
+    accounting.PrivacyStatement("x", rel, epsilon=1.0, delta=float("nan"))
+  with pytest.raises(ValueError, match="relation"):
+    accounting.PrivacyStatement("x", "swap", epsilon=1.0, delta=0.1)
+  st_ = accounting.PrivacyStatement("x", "add-remove", epsilon=math.inf, delta=1.0)
+  assert st_.relation is accounting.Relation.ADD_OR_REMOVE and st_.to_dict()["epsilon"] == "inf"

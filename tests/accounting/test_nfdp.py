@@ -117,3 +117,49 @@ def test_with_replacement_must_be_a_bool(fn):
   # A truthy string must not silently switch to Theorem 2's sampler.
   with pytest.raises(ValueError, match="with_replacement"):
     fn(300, 3, with_replacement="no")
+
+
+@pytest.mark.parametrize("n,k", [(10**400, 3), (10**19, 3)])
+def test_n_beyond_the_cap_is_refused_not_reported_as_delta_zero(n, k):
+  # n = 10^400 returned (0.0, 0.0): k/n underflowed, a false claim that no record is exposed.
+  for fn in (accounting.nfdp_paper_guarantee, accounting.nfdp_inclusion_probability, accounting.nfdp_privacy):
+    with pytest.raises(ValueError, match=r"n=\d+ <= 1000000000000000000"):
+      fn(n, k)
+
+
+def test_largest_n_gives_a_positive_delta_and_epsilon():
+  n, k = 10**18, 3
+  eps, delta = accounting.nfdp_paper_guarantee(n, k)
+  assert delta == pytest.approx(3e-18, rel=1e-12, abs=0)
+  # ln((n+1)/(n+1-k)) = k/(n+1-k) - ...; the ratio itself rounds to 1 in float64.
+  assert eps == pytest.approx(k / (n + 1 - k), rel=1e-12, abs=0)
+  assert accounting.nfdp_privacy(n, k).flat_delta == pytest.approx(3e-18, rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: accounting.nfdp_paper_guarantee(10, 10**400, with_replacement=True), "k"),
+    (lambda: accounting.nfdp_privacy(10, 10**400, with_replacement=True), "k"),
+    (lambda: accounting.nfdp_privacy(10, 3, rounds=10**400, resample_each_round=True), "rounds"),
+])
+def test_huge_integers_are_refused_by_name(call, name):
+  # These raised OverflowError("int too large to convert to float").
+  with pytest.raises(ValueError, match=rf"{name}=\d+ <= 1000000000000000000"):
+    call()
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, "x", float("nan"), float("inf")])
+def test_to_pld_grid_step_is_validated(bad):
+  # 0.0 raised ZeroDivisionError, "x" TypeError, NaN an unnamed ValueError, -1.0 was accepted.
+  with pytest.raises(ValueError, match="value_discretization_interval"):
+    accounting.nfdp_privacy(10, 3).to_pld(bad)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("flat_delta", 2.0), ("paper_delta", -0.1), ("inclusion_probability", float("nan")),
+    ("paper_epsilon", -1.0), ("n", 0), ("rounds", 2.5), ("relation", "swap"), ("with_replacement", "no")])
+def test_hand_built_report_is_validated(field, value):
+  good = accounting.nfdp_privacy(10, 3)
+  fields = {f: getattr(good, f) for f in good.__dataclass_fields__}
+  accounting.NfdpPrivacy(**fields)  # the report nfdp_privacy builds passes
+  with pytest.raises(ValueError, match=field):
+    accounting.NfdpPrivacy(**{**fields, field: value})

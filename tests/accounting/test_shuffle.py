@@ -217,3 +217,24 @@ def test_large_target_inside_the_range_is_met(target):
   amp = accounting.shuffle_local_epsilon(target, n, delta)
   assert target <= amp.eps0 <= 60.0 and amp.epsilon <= target
   assert accounting.clone_delta(target, amp.eps0, n) <= delta
+
+
+@pytest.mark.parametrize("call", [
+    lambda: accounting.shuffle_local_epsilon(0.1, 10**9, 1e-6, tol=1e-17, method="closed-form"),
+    lambda: accounting.shuffle_local_epsilon(0.5, 10**5, 1e-6, tol=1e-17),
+    lambda: accounting.shuffle_epsilon(4.0, 10**5, 1e-6, tol=1e-300),
+    lambda: accounting.shuffle_epsilon(4.0, 10**5, 1e-6, tol=1e-17, method="closed-form", on_invalid="numeric"),
+])
+def test_tolerance_below_float64_resolution_is_refused(call):
+  # Once lo and hi were adjacent floats the bisection's midpoint never moved: these looped forever.
+  with pytest.raises(ValueError, match=r"tol=\S+ >= 1e-15"):
+    call()
+
+
+@pytest.mark.parametrize("method", ["closed-form", "numeric"])
+def test_finest_tolerance_terminates_and_meets_the_target(method):
+  amp = accounting.shuffle_local_epsilon(0.5, 10**5, 1e-6, tol=1e-15, method=method)
+  coarse = accounting.shuffle_local_epsilon(0.5, 10**5, 1e-6, tol=1e-4, method=method)
+  assert amp.epsilon <= 0.5 and amp.eps0 == pytest.approx(coarse.eps0, rel=2e-4)
+  assert accounting.shuffle_epsilon(4.0, 10**5, 1e-6, tol=1e-15).epsilon == pytest.approx(
+      accounting.shuffle_epsilon(4.0, 10**5, 1e-6).epsilon, rel=2e-4)

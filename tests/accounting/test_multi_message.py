@@ -1,0 +1,72 @@
+"""Input checks of the multi-message shuffle accounting (its numbers: tests/mechanisms/test_shuffle_multi.py)."""
+
+import math
+
+import pytest
+
+from jaxdistill import accounting
+
+NOISE = accounting.MultiMessageNoise(0.5, 1.0, 0.5)
+
+
+def test_rtol_below_float64_resolution_is_refused():
+  # Once the rho bracket's ends were adjacent floats the bisection never ended.
+  with pytest.raises(ValueError, match=r"rtol=1e-17 >= 1e-15"):
+    accounting.calibrate_multi_message(1.0, 1e-6, rtol=1e-17, flood_multipliers=(1.0,))
+
+
+def test_finest_rtol_terminates_and_meets_the_target():
+  noise = accounting.calibrate_multi_message(1.0, 1e-6, rtol=1e-15, flood_multipliers=(1.0,))
+  coarse = accounting.calibrate_multi_message(1.0, 1e-6, flood_multipliers=(1.0,))
+  assert noise.rho == pytest.approx(coarse.rho, rel=2e-3)
+  assert accounting.multi_message_delta(noise, 1.0) <= 1e-6
+
+
+@pytest.mark.parametrize("rho", [1e25, 1e30, 1e300])
+def test_flooding_beyond_the_view_cap_is_refused_before_scipy(rho):
+  # SciPy's nbinom.isf never returned for these (the flooding's mean alone is rho).
+  noise = accounting.MultiMessageNoise(0.5, rho, 0.5)
+  with pytest.raises(ValueError, match=r"outcomes at tail mass.*rho="):
+    accounting.multi_message_delta(noise, 1.0)
+  with pytest.raises(ValueError, match=r"rho="):
+    accounting.multi_message_epsilon(noise, 1e-6)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: accounting.multi_message_expected_messages(NOISE, num_clients=1, d=10**400, c=1), "d"),
+    (lambda: accounting.multi_message_expected_messages(NOISE, num_clients=10**400, d=10, c=1), "num_clients"),
+    (lambda: accounting.multi_message_expected_messages(NOISE, num_clients=1, d=10, c=10**400), "c"),
+    (lambda: accounting.min_calibration_epsilon(k=10**400), "k"),
+    (lambda: accounting.min_calibration_epsilon(r=10**400), "r"),
+])
+def test_huge_integers_are_refused_by_name(call, name):
+  # These raised OverflowError("int too large to convert to float").
+  with pytest.raises(ValueError, match=rf"\b{name}=\d+ <= 1000000000000000000"):
+    call()
+
+
+def test_largest_counts_are_still_computed():
+  d = 10**18
+  got = accounting.multi_message_expected_messages(NOISE, num_clients=1, d=d, c=0)
+  assert got == pytest.approx(2.0 * d * 0.5 / 0.5 + 2.0 * d * 1.0 * 0.5 / 0.5, rel=1e-12)
+
+
+def test_noise_must_be_a_multi_message_noise():
+  # None raised AttributeError.
+  with pytest.raises(ValueError, match="noise"):
+    accounting.multi_message_expected_messages(None, num_clients=1, d=10, c=1)
+  with pytest.raises(ValueError, match="noise"):
+    accounting.multi_message_delta(None, 1.0)
+
+
+@pytest.mark.parametrize("vdi", [1e-300, 1e-12])
+def test_grid_step_too_fine_for_the_grid_cap_is_refused(vdi):
+  # 1e-300 raised MemoryError inside dp-accounting.
+  with pytest.raises(ValueError, match=rf"value_discretization_interval={vdi!r} >= "):
+    accounting.multi_message_delta(NOISE, 1.0, value_discretization_interval=vdi)
+
+
+def test_fine_grid_step_inside_the_cap_still_works():
+  coarse = accounting.multi_message_delta(NOISE, 1.0)
+  fine = accounting.multi_message_delta(NOISE, 1.0, value_discretization_interval=1e-6)
+  assert 0 < fine <= coarse + 1e-12 and math.isclose(fine, coarse, rel_tol=1e-3)
