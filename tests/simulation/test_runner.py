@@ -214,7 +214,11 @@ def test_rejects_bad_chunk_size_and_too_many_clients():
   w = M.synthetic_workload(jax.random.key(0), num_clients=10, num_buckets=2, num_labels=2, k=1)
   with pytest.raises(ValueError, match="chunk_size=0"):
     simulation.simulate(jax.random.key(0), mech, w, chunk_size=0)
-  huge = M.synthetic_workload(jax.random.key(0), num_clients=2**31, num_buckets=2, num_labels=2, k=1)
+  # More clients than int32 counts hold: refused when the workload is built (simulate refused it before).
+  with pytest.raises(ValueError, match="num_clients=2147483648 <= 2147483647"):
+    M.synthetic_workload(jax.random.key(0), num_clients=2**31, num_buckets=2, num_labels=2, k=1)
+  # simulate checks any workload itself (a SyntheticWorkload built directly skips the factory's check).
+  huge = M.SyntheticWorkload(jax.random.key(0), M.BsvsShape(2, 2, 1), 2**31, 0.8, 1.0)
   with pytest.raises(ValueError, match="num_clients"):
     simulation.simulate(jax.random.key(0), mech, huge)
 
