@@ -95,11 +95,17 @@ def _check_rows(name: str, x: Any) -> Any:
   """Concrete ``[..., C]`` input must be finite with C >= 1 (tracers pass through unchecked)."""
   if isinstance(x, jax.core.Tracer):
     return x
-  with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused just below
-    x = _validate.real_array(name, x).astype(np.float32)  # refuses text such as "1"
+  if isinstance(x, jax.Array):  # the runner's per-round arrays: checked on the device, no host copy
+    if x.dtype == jnp.bool_ or not (jnp.issubdtype(x.dtype, jnp.integer) or jnp.issubdtype(x.dtype, jnp.floating)):
+      raise ValueError(f"Expected {name} to hold real numbers; got dtype {x.dtype}.")
+    x = x.astype(jnp.float32)
+  else:
+    with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused just below
+      x = _validate.real_array(name, x).astype(np.float32)  # refuses text such as "1"
   if x.ndim == 0 or x.shape[-1] == 0:
     raise ValueError(f"Expected {name} of shape [..., C] with C >= 1; got shape {x.shape}.")
-  if not np.isfinite(x).all():
+  xp = jnp if isinstance(x, jax.Array) else np
+  if not bool(xp.all(xp.isfinite(x))):
     raise ValueError(f"Expected finite {name}; found NaN or inf.")
   return x
 

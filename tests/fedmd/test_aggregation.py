@@ -3,6 +3,7 @@
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -167,7 +168,8 @@ def test_clip_outside_the_float32_range_is_refused(clip):
     fedmd.FedMDConfig(method="ldp", aggregation="logits", ldp_clip=clip)
 
 
-@pytest.mark.parametrize("bad", [[["1", "2"]], np.array([[1 + 2j, 0.0]]), [[True, False]]])
+@pytest.mark.parametrize("bad", [[["1", "2"]], np.array([[1 + 2j, 0.0]]), [[True, False]],
+                                 jnp.array([[True, False]]), jnp.array([[1 + 2j, 0.0]])])  # device arrays too
 def test_release_refuses_what_is_not_real_numbers(bad):
   # Text was parsed and complex numbers lost their imaginary part, unlike clip_rows and aggregate.
   with pytest.raises(ValueError, match="logits to hold real numbers"):
