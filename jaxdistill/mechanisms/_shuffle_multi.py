@@ -54,6 +54,7 @@ from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism, check_clients_fit
 from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, check_shape, client_entries, entry_histogram
 from jaxdistill.mechanisms._nb_sampler import (
+    MIN_PROB,
     CompoundPoissonTables,
     compound_poisson_event_counts,
     compound_poisson_event_marks,
@@ -141,6 +142,10 @@ class ShuffleMultiMessage(BsvsMechanism):
       object.__setattr__(self, "noise", calibrate(delta))
     elif not isinstance(self.noise, MultiMessageNoise):
       raise ValueError(f"Expected noise to be a MultiMessageNoise or None; got {type(self.noise)}.")
+    for name, prob in (("p", self.noise.p), ("p_flood", self.noise.p_flood)):
+      if prob < MIN_PROB:  # not a num_clients problem: the message below would mislead
+        raise ValueError(f"Expected noise.{name}={prob!r} >= {MIN_PROB:g}: the sampler's 50-digit tables resolve "
+                         f"ln(1 - p) only from there.")
     try:
       self.tables()  # fail here, not inside a jit trace
     except ValueError as err:

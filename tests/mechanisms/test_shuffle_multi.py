@@ -712,3 +712,13 @@ def test_sampler_names_p_outside_its_supported_range():
   # At the edge of the range the sampler works; with r p ~ 1e-20 it returns zeros.
   assert np.asarray(M.sample_negative_binomial(key, 1.0, 1e-20, (3,))).tolist() == [0, 0, 0]
   assert nbs.total_variation_bound(1.0, 1e-20) < 1e-27
+
+
+def test_a_user_noise_below_the_sampler_range_is_named_not_blamed_on_num_clients():
+  # A tiny p_flood (or p) was reported as "Expected more num_clients ..." after the tables failed.
+  shape = M.BsvsShape(2, 2, 1)
+  for field, noise in (("p_flood", accounting.MultiMessageNoise(TINY.p, TINY.rho, 1e-30)),
+                       ("p", accounting.MultiMessageNoise(1e-30, TINY.rho, TINY.p_flood))):
+    with pytest.raises(ValueError, match=rf"noise\.{field}=1e-30 >= 1e-20") as err:
+      M.ShuffleMultiMessage(shape, 2.0, 0.99, 100, noise=noise)
+    assert "num_clients" not in str(err.value)
