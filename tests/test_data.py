@@ -60,6 +60,7 @@ def test_idx_round_trip_and_errors(tmp_path):
     ("cut-gzip", "cannot be read .EOFError"),
     ("cut-header", "header of a 3-dimensional IDX file is cut short"),
     ("cut-body", r"header says \(6, 28, 28\) but holds"),
+    ("flipped-gzip", r"cannot be read \(error: Error -3"),  # zlib.error escaped as a traceback
 ])
 def test_damaged_idx_files_are_one_line_errors(tmp_path, damage, match):
   imgs = np.random.default_rng(0).integers(0, 256, (6, 28, 28))
@@ -67,8 +68,13 @@ def test_damaged_idx_files_are_one_line_errors(tmp_path, damage, match):
   write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.arange(6) % 3)
   path = tmp_path / "train-images-idx3-ubyte.gz"
   raw = gzip.decompress(path.read_bytes())
+  if damage == "flipped-gzip":  # a compressible body, then bytes flipped inside its deflate stream
+    raw = raw[:16] + (np.arange(6 * 28 * 28) % 7).astype(np.uint8).tobytes()
+    flipped = bytearray(gzip.compress(raw))
+    flipped[12:22] = bytes(b ^ 0xFF for b in flipped[12:22])
   path.write_bytes({"not-gzip": raw[:100], "cut-gzip": path.read_bytes()[:200],
-                    "cut-header": gzip.compress(raw[:9]), "cut-body": gzip.compress(raw[:-7])}[damage])
+                    "cut-header": gzip.compress(raw[:9]), "cut-body": gzip.compress(raw[:-7]),
+                    "flipped-gzip": bytes(flipped) if damage == "flipped-gzip" else b""}[damage])
   with pytest.raises(ValueError, match=match) as err:
     data.load_idx_dir(tmp_path, "train")
   assert "train-images-idx3-ubyte.gz" in str(err.value) and "\n" not in str(err.value)
@@ -141,6 +147,34 @@ def test_idx_splits_share_one_class_count(tmp_path):
   write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", np.array([0, 1, 2, 3]))
   train, test = data.load_dataset("idx", tmp_path)
   assert train.num_classes == test.num_classes == 10
+
+
+def test_a_label_outside_a_named_data_sets_classes_is_refused_not_a_new_class(tmp_path):
+  # One corrupt label byte (200) gave Fashion-MNIST 201 classes: a 201-way vote and student head, silently.
+  labels = np.arange(10)
+  for part in ("train", "t10k"):
+    write_idx(tmp_path / f"{part}-images-idx3-ubyte.gz", np.zeros((10, 28, 28)))
+    write_idx(tmp_path / f"{part}-labels-idx1-ubyte.gz", labels)
+  train, test = data.load_dataset("fashion-mnist", tmp_path)
+  assert train.num_classes == test.num_classes == 10
+  write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", np.where(labels == 3, 200, labels))
+  for name in ("fashion-mnist", "mnist"):
+    with pytest.raises(ValueError, match=r"1 test label\(s\) outside data set '(fashion-)?mnist''s 10 classes "
+                                         r"\(largest 200\)") as err:
+      data.load_dataset(name, tmp_path)
+    assert "\n" not in str(err.value)
+  assert data.load_dataset("idx", tmp_path)[1].num_classes == 201  # unnamed IDX data: its labels decide
+  # A named data set keeps its class count when a split lacks the top class.
+  write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels % 5)
+  assert data.load_dataset("mnist", tmp_path)[1].num_classes == 10
+
+
+def test_idx_images_with_a_channel_axis_name_the_dimensions(tmp_path):
+  write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((4, 28, 28, 1)))
+  write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.arange(4))
+  with pytest.raises(ValueError, match=r"expected train images of shape \[N, H, W\] \(an IDX3 file\); got "
+                                       r"\(4, 28, 28, 1\)"):
+    data.load_idx_dir(tmp_path, "train")
 
 
 def test_public_data_api_refuses_bad_types_in_one_line(tmp_path):

@@ -29,6 +29,7 @@ import gzip
 import os
 import pathlib
 import struct
+import zlib
 from typing import Any
 
 import numpy as np
@@ -132,7 +133,8 @@ def _read_idx(path: pathlib.Path) -> np.ndarray:
   try:
     with _open(path) as f:
       data = f.read()
-  except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError; a cut gzip stream is an EOFError
+  # gzip.BadGzipFile is an OSError, a cut gzip stream an EOFError, flipped bytes in it a zlib.error
+  except (OSError, EOFError, zlib.error) as err:
     raise ValueError(f"{path} cannot be read ({type(err).__name__}: {err}); is the download complete?") from None
   if len(data) < 4:
     raise ValueError(f"{path} is not an IDX file (too short).")
@@ -158,9 +160,28 @@ def _existing_dir(name: str, value: Any) -> pathlib.Path:
   return d
 
 
-def _same_classes(train: ImageData, test: ImageData) -> tuple[ImageData, ImageData]:
-  """Both splits with the larger class count: a test split lacking the top class must not shrink it."""
-  c = max(train.num_classes, test.num_classes)
+# Class counts of the named IDX data sets (EMNIST letters labels a..z as 1..26, leaving class 0 empty).
+_KNOWN_CLASSES = {"fashion-mnist": 10, "mnist": 10, "emnist-balanced": 47, "emnist-byclass": 62,
+                  "emnist-bymerge": 47, "emnist-digits": 10, "emnist-letters": 27, "emnist-mnist": 10}
+
+
+def _same_classes(train: ImageData, test: ImageData, dataset: str = "idx",
+                  directory: pathlib.Path | None = None) -> tuple[ImageData, ImageData]:
+  """Both splits with one class count: the data set's own where it is known, else the larger of the two.
+
+  A test split lacking the top class must not shrink it; a corrupt label byte beyond a known data set's
+  classes must not add empty ones (one byte 200 would give Fashion-MNIST 201 classes and the student a
+  201-way head), so it is refused.
+  """
+  c = _KNOWN_CLASSES.get(dataset)
+  if c is None:
+    c = max(train.num_classes, test.num_classes)
+  for split, part in (("train", train), ("test", test)):
+    if part.num_classes > c:
+      bad = int(np.sum(part.labels >= c))
+      raise ValueError(f"{directory}: {bad} {split} label(s) outside data set {dataset!r}'s {c} classes "
+                       f"(largest {int(part.labels.max())}); the label file is corrupt or belongs to another data "
+                       "set (load other IDX data as dataset 'idx').")
   return dataclasses.replace(train, num_classes=c), dataclasses.replace(test, num_classes=c)
 
 
@@ -195,8 +216,10 @@ def load_idx_dir(directory: Any, split: str = "train", *, prefix: str = "", tran
   parts = ("train",) if split == "train" else ("t10k", "test")
   images = _read_idx(_find(d, tuple(f"{prefix}{p}-images-idx3-ubyte" for p in parts)))
   labels = _read_idx(_find(d, tuple(f"{prefix}{p}-labels-idx1-ubyte" for p in parts))).astype(np.int32)
-  if images.ndim != 3 or images.shape[0] != labels.shape[0]:
-    raise ValueError(f"{d}: images {images.shape} and labels {labels.shape} do not match.")
+  if images.ndim != 3:
+    raise ValueError(f"{d}: expected {split} images of shape [N, H, W] (an IDX3 file); got {images.shape}.")
+  if labels.ndim != 1 or images.shape[0] != labels.shape[0]:
+    raise ValueError(f"{d}: {split} images {images.shape} and labels {labels.shape} do not match.")
   if transpose:
     images = np.ascontiguousarray(images.transpose(0, 2, 1))  # [N, W, H] as stored -> upright [N, H, W]
   name = f"idx:{d.name}" if not prefix else f"idx:{d.name}/{prefix.rstrip('-_')}"
@@ -308,7 +331,8 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
 
   Raises:
     ValueError: unknown name, missing or nonexistent ``data_dir`` (or one
-      given for ``mnist-embedded``), or missing data.
+      given for ``mnist-embedded``), missing or malformed data, or labels
+      outside a named data set's classes (10 for Fashion-MNIST and MNIST).
   """
   if not isinstance(name, str):
     raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {name!r}.")
@@ -322,19 +346,19 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
     if d is None:
       raise ValueError("Fashion-MNIST not found: pass --data-dir, set JAXDISTILL_FASHION_MNIST, or "
                        "apt-get install dataset-fashion-mnist.")
-    return _same_classes(load_idx_dir(d, "train"), load_idx_dir(d, "test"))
+    return _same_classes(load_idx_dir(d, "train"), load_idx_dir(d, "test"), name, d)
   if name in ("mnist", "idx"):
     if not data_dir:
       raise ValueError(f"Data set {name!r} needs data_dir (a folder of IDX files).")
     d = _existing_dir("data_dir", data_dir)
-    return _same_classes(load_idx_dir(d, "train"), load_idx_dir(d, "test"))
+    return _same_classes(load_idx_dir(d, "train"), load_idx_dir(d, "test"), name, d)
   if name in DATASETS and name.startswith("emnist-"):
     if not data_dir:
       raise ValueError(f"Data set {name!r} needs data_dir (a folder holding the EMNIST release's IDX files, "
                        f"{name}-train-images-idx3-ubyte.gz ...).")
     d = _existing_dir("data_dir", data_dir)
     return _same_classes(load_idx_dir(d, "train", prefix=name + "-", transpose=True),
-                         load_idx_dir(d, "test", prefix=name + "-", transpose=True))
+                         load_idx_dir(d, "test", prefix=name + "-", transpose=True), name, d)
   if name.startswith("tfds:"):
     tf_name = name.split(":", 1)[1]
     return load_tfds(tf_name, "train", data_dir=data_dir), load_tfds(tf_name, "test", data_dir=data_dir)
