@@ -62,6 +62,7 @@ from jaxdistill import _validate
 __all__ = [
     "Classifier",
     "TrainState",
+    "DivergedError",
     "LOSSES",
     "create",
     "stack_states",
@@ -75,6 +76,28 @@ __all__ = [
 ]
 
 LOSSES = ("cross_entropy", "mae", "mse")
+
+#: Largest ``|target|`` that :func:`fit` accepts for ``loss="mse"``: far beyond any logit, far below the
+#: float32 overflow of the squared errors (near 1.8e19).
+MAX_MSE_TARGET = 1e15
+
+
+class DivergedError(ValueError):
+  """Training left NaN or inf parameters or batch statistics (raised by :func:`fit` / :func:`fit_stacked`).
+
+  A ``ValueError`` like every other bad setting. A caller that chose the
+  optimiser from its own settings (a ``learning_rate`` in its config) can
+  catch this one and name them.
+
+  Attributes:
+    epochs: the epochs the failing call ran.
+    models: the diverged models' indices in the stack (:func:`fit_stacked`); ``()`` for :func:`fit`.
+  """
+
+  def __init__(self, message: str, *, epochs: int, models: tuple[int, ...] = ()):
+    super().__init__(message)
+    self.epochs = epochs
+    self.models = models
 
 
 @flax.struct.dataclass
@@ -257,6 +280,56 @@ def _copy(tree: Any) -> Any:
 MAX_EPOCHS = 1_000_000
 
 
+def _check_model(clf: Any, state: Any, state_name: str = "state") -> None:
+  """ValueError unless ``clf`` is a :class:`Classifier` and ``state`` a :class:`TrainState` (from :func:`create`)."""
+  if not isinstance(clf, Classifier):
+    raise ValueError(f"Expected clf to be a Classifier (from models.create); got {type(clf).__name__}.")
+  if not isinstance(state, TrainState):
+    raise ValueError(f"Expected {state_name} to be a TrainState (from models.create); got {type(state).__name__}.")
+
+
+@functools.partial(jax.jit, static_argnames=("lead",))
+def _finite(state: TrainState, *, lead: int) -> jax.Array:
+  """Whether every float parameter and batch statistic is finite: ``[]`` bool, or ``[m]`` per model (``lead=1``)."""
+  leaves = [a for a in jax.tree.leaves((state.params, state.rest)) if jnp.issubdtype(a.dtype, jnp.inexact)]
+  per_leaf = [jnp.all(jnp.isfinite(a).reshape(a.shape[:lead] + (-1,)), axis=-1) for a in leaves]
+  shape = jnp.shape(state.step)[:lead]
+  return jnp.stack(per_leaf).all(axis=0) if per_leaf else jnp.ones(shape, bool)
+
+
+def _learning_rate(state: TrainState, index: int | None) -> str:
+  """`` (now X)`` when the optimiser's state records its learning rate (``optax.inject_hyperparams``), else ``""``."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(state.opt_state)[0]:
+    if path and getattr(path[-1], "key", None) == "learning_rate":
+      value = np.asarray(leaf if index is None else leaf[index])
+      if value.size == 1:
+        return f" (now {float(value):g})"
+  return ""
+
+
+def _check_trained(before: TrainState, after: TrainState, epochs: int, loss: str, stacked: bool) -> None:
+  """DivergedError if training left NaN or inf parameters / batch statistics (one device sync).
+
+  ``before`` is the caller's state; models that were already non-finite before training get a plain ValueError.
+  """
+  ok = np.asarray(_finite(after, lead=int(stacked)))
+  if ok.all():
+    return
+  bad = tuple(int(i) for i in np.flatnonzero(~ok.reshape(-1)))
+  was = ~np.asarray(_finite(before, lead=int(stacked))).reshape(-1)
+  if was[list(bad)].any():
+    name = "states" if stacked else "state"
+    which = f" (models {[i for i in bad if was[i]]})" if stacked else ""
+    raise ValueError(f"Expected {name} with finite parameters and batch statistics{which}; found NaN or inf "
+                     "before training.")
+  who = f"Training of models {list(bad)} of {ok.size}" if stacked else "Training"
+  hint = " or check the targets (finite, moderate scale)" if loss != "cross_entropy" else ""
+  rate = _learning_rate(after, bad[0] if stacked else None)
+  raise DivergedError(f"{who} diverged (NaN or inf parameters or batch statistics after {epochs} "
+                      f"epoch{'s' * (epochs != 1)}); lower the learning rate of clf.tx{rate}{hint}.",
+                      epochs=epochs, models=bad if stacked else ())
+
+
 def _real(name: str, value: Any) -> np.ndarray:
   """``value`` as an array of integers or floats (no copy), or a ValueError naming ``name``.
 
@@ -337,6 +410,10 @@ def _check_values(clf: Classifier, state: TrainState, images: np.ndarray, target
                      f"{targets.shape}.")
   if not np.isfinite(y).all():
     raise ValueError("Expected finite targets; found NaN or inf.")
+  if loss == "mse" and y.size and np.abs(y).max() > MAX_MSE_TARGET:
+    # Larger targets overflow the squared errors in float32: the parameters would turn NaN.
+    raise ValueError(f"Expected targets for loss='mse' within +-{MAX_MSE_TARGET:g} (logits); found |targets| up to "
+                     f"{np.abs(y).max():.3g}.")
   if loss == "cross_entropy" and y.size and (y.min() < 0 or np.abs(y.sum(-1) - 1.0).max() > 1e-3):
     raise ValueError("Expected soft targets for loss='cross_entropy' to be probability rows (nonnegative, "
                      f"summing to 1); found entries down to {y.min():.3g} and row sums in "
@@ -362,13 +439,18 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
     The trained state.
 
   Raises:
-    ValueError: on bad shapes, an unknown loss or a bad size; images the
-      model does not accept or with NaN/inf pixels; labels outside the
-      model's classes; soft targets of another width, non-finite, or (for
-      ``cross_entropy``) not probability rows. Only the records that train
-      (the first ``size``) are checked.
+    ValueError: ``clf`` / ``state`` not from :func:`create`; bad shapes, an
+      unknown loss or a bad size; images the model does not accept or with
+      NaN/inf pixels; labels outside the model's classes; soft targets of
+      another width, non-finite, (for ``cross_entropy``) not probability
+      rows, or (for ``mse``) beyond +-:data:`MAX_MSE_TARGET`. Only the
+      records that train (the first ``size``) are checked. A ``state`` with
+      NaN or inf parameters is refused after training (it cannot recover).
+    DivergedError: a ``ValueError``: training left NaN or inf parameters or
+      batch statistics (too large a learning rate), checked once per call.
   """
   key = _validate.prng_key("key", key)
+  _check_model(clf, state)
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs, 0)
   n = images.shape[0]
   size = n if size is None else _validate.integer("size", size, minimum=1, maximum=n)
@@ -376,14 +458,15 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
   if epochs == 0:
     return state
   b = min(batch_size, n)
-  state = _copy(state)
+  trained = _copy(state)
   for ekey in jax.random.split(key, epochs):
     order, weight, skeys = _plan_jit(ekey, jnp.int32(size), n=n, b=b)
     order, weight, skeys = np.asarray(order), np.asarray(weight), np.asarray(jax.random.key_data(skeys))
     # A Python loop over jitted steps (see the module docstring, "Execution").
     for s in range(order.shape[0]):
-      state = _step_jit(state, images[order[s]], targets[order[s]], weight[s], skeys[s], clf=clf, loss=loss)
-  return state
+      trained = _step_jit(trained, images[order[s]], targets[order[s]], weight[s], skeys[s], clf=clf, loss=loss)
+  _check_trained(state, trained, epochs, loss, stacked=False)
+  return trained
 
 
 def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: Any, targets: Any, *,
@@ -420,8 +503,10 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
   Raises:
     ValueError: as :func:`fit` (model i's rows past ``sizes[i]`` are padding
       and are not checked); mismatched m, sizes or keys.
+    DivergedError: as :func:`fit`; its ``models`` lists the diverged models.
   """
   keys = _validate.prng_key("keys", keys, batched=True)
+  _check_model(clf, states, "states")
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs,
                                                          0 if shared else 1)
   m = _stacked_count(states)
@@ -446,7 +531,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
     return states
   b = min(batch_size, n)
   sizes = jnp.asarray(sizes, jnp.int32)
-  states = _copy(states)
+  trained = _copy(states)
   # Model i's epoch keys are split(keys[i], epochs), exactly as in fit().
   ekeys = jax.vmap(lambda k: jax.random.split(k, epochs))(keys)
   rows = np.arange(m)[:, None]
@@ -457,8 +542,9 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
       idx = order[:, s]
       x = images[idx] if shared else images[rows, idx]
       y = targets[idx] if shared else targets[rows, idx]
-      states = _step_stacked_jit(states, x, y, weight[:, s], skeys[:, s], clf=clf, loss=loss)
-  return states
+      trained = _step_stacked_jit(trained, x, y, weight[:, s], skeys[:, s], clf=clf, loss=loss)
+  _check_trained(states, trained, epochs, loss, stacked=True)
+  return trained
 
 
 @functools.partial(jax.jit, static_argnames=("clf",))
@@ -499,6 +585,7 @@ def predict_logits(clf: Classifier, state: TrainState, images: Any, *, chunk: in
   Raises:
     ValueError: images of another rank or shape than the model takes, or NaN/inf pixels.
   """
+  _check_model(clf, state)
   images = jnp.asarray(images, jnp.float32)
   if images.ndim != 4 or images.shape[0] < 1:
     raise ValueError(f"Expected images of shape [n >= 1, H, W, C]; got {images.shape}.")
@@ -521,6 +608,7 @@ def predict_logits_stacked(clf: Classifier, states: TrainState, images: Any, *, 
     shared: whether all models see the same images.
     chunk: images per forward pass.
   """
+  _check_model(clf, states, "states")
   images = jnp.asarray(images, jnp.float32)
   if images.ndim != (4 if shared else 5):
     raise ValueError(f"Expected images of rank {4 if shared else 5}; got shape {images.shape}.")

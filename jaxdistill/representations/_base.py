@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxdistill import _validate
 
-__all__ = ["Representation", "as_images", "public_images", "register", "unit_rows"]
+__all__ = ["Representation", "as_images", "check_trained", "public_images", "register", "unit_rows"]
 
 
 def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -150,3 +150,39 @@ def unit_rows(z: jax.Array) -> jax.Array:
   nonzero = jnp.sum(z * z, axis=1, keepdims=True) > 0
   safe = jnp.where(nonzero, z, 1.0)
   return jnp.where(nonzero, safe / jnp.maximum(jnp.linalg.norm(safe, axis=1, keepdims=True), 1e-12), 0.0)
+
+
+@jax.jit
+def _all_finite(tree: Any) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(tree) if jnp.issubdtype(a.dtype, jnp.inexact)]
+  return jnp.stack(leaves).all() if leaves else jnp.bool_(True)
+
+
+def check_trained(what: str, params: Any, steps: int, learning_rate: float, weight_decay: float, *,
+                  prefix: str = "", finite: bool = True) -> None:
+  """Raises a ValueError naming the step size if training left NaN or inf parameters (one device sync).
+
+  Args:
+    what: the training stage, for the message (``"Contrastive"``).
+    params: the trained parameters (pytree).
+    steps: optimisation steps run.
+    learning_rate: the AdamW peak learning rate used.
+    weight_decay: the AdamW weight decay used.
+    prefix: how the caller reaches these settings (``"contrastive."`` inside a ScanConfig).
+    finite: False if the caller already found a non-finite result (a loss) of these parameters.
+
+  Raises:
+    ValueError: non-finite parameters (or ``finite=False``). AdamW multiplies the weights by
+      ``1 - learning_rate * weight_decay`` every step, so when that product reaches 1 the message names
+      ``weight_decay`` too.
+  """
+  if finite and bool(_all_finite(params)):
+    return
+  lr, wd = f"{prefix}learning_rate (now {learning_rate:g})", f"{prefix}weight_decay (now {weight_decay:g})"
+  if learning_rate * weight_decay >= 1.0:
+    fix = (f"lower {lr} or {wd}: AdamW scales the weights by 1 - learning_rate * weight_decay "
+           f"= {1.0 - learning_rate * weight_decay:.3g} every step")
+  else:
+    fix = f"lower {lr}"
+  raise ValueError(f"{what} training diverged (NaN or inf parameters after {steps} step{'s' * (steps != 1)}); "
+                   f"{fix}.")

@@ -24,7 +24,7 @@ import optax
 from flax import nnx
 
 from jaxdistill import _validate
-from jaxdistill.representations._base import Representation, public_images, register, unit_rows
+from jaxdistill.representations._base import Representation, check_trained, public_images, register, unit_rows
 from jaxdistill.representations._classic import Hog
 
 __all__ = ["ContrastiveConfig", "ContrastiveEncoder", "fit_contrastive", "augment"]
@@ -284,8 +284,17 @@ def fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | Non
     A :class:`ContrastiveEncoder` (call it on images for float32 ``[N, d]``).
 
   Raises:
-    ValueError: bad images or config, or ``batch_size > m``.
+    ValueError: bad images or config, or ``batch_size > m``; training that
+      diverged (NaN or inf parameters), naming ``learning_rate`` (and
+      ``weight_decay`` when their product reaches 1).
   """
+  return _fit_contrastive(key, public, config, progress, log_every, prefix="")
+
+
+def _fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | None,
+                     progress: Callable[[int, float], None] | None, log_every: int, *,
+                     prefix: str) -> ContrastiveEncoder:
+  """:func:`fit_contrastive`; a divergence names the settings as ``prefix + "learning_rate"``."""
   key = _validate.prng_key("key", key)
   x = public_images(public)
   cfg = ContrastiveConfig() if config is None else config
@@ -322,4 +331,5 @@ def fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | Non
       history.append(float(loss))
       if progress is not None:
         progress(i + 1, history[-1])
+  check_trained("Contrastive", params, cfg.steps, cfg.learning_rate, cfg.weight_decay, prefix=prefix)
   return ContrastiveEncoder(params, graphdef, cfg, image_shape, tuple(history))

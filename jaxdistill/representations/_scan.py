@@ -39,9 +39,9 @@ import optax
 from flax import nnx
 
 from jaxdistill import _validate
-from jaxdistill.representations._base import Representation, public_images, register
-from jaxdistill.representations._contrastive import (ContrastiveConfig, _Encoder, _neighbours, augment, backbone,
-                                                     fit_contrastive)
+from jaxdistill.representations._base import Representation, check_trained, public_images, register
+from jaxdistill.representations._contrastive import (ContrastiveConfig, _Encoder, _fit_contrastive, _neighbours,
+                                                     augment, backbone)
 
 __all__ = ["ScanConfig", "ScanClusterer", "fit_scan"]
 
@@ -253,7 +253,10 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
 
   Raises:
     ValueError: bad images or config, ``num_clusters > m``, or fewer than
-      ``num_neighbours + 1`` public images.
+      ``num_neighbours + 1`` public images; either stage's training diverged
+      (NaN or inf parameters or head losses), naming its ``learning_rate``
+      (``contrastive.learning_rate`` for the backbone) and, when their
+      product reaches 1, ``weight_decay``.
   """
   key = _validate.prng_key("key", key)
   x = public_images(public)
@@ -268,8 +271,8 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
   log_every = _validate.integer("log_every", log_every, minimum=1)
   k_backbone, k_head, k_train = jax.random.split(key, 3)
   con = cfg.contrastive
-  encoder = fit_contrastive(k_backbone, x, dataclasses.replace(con, batch_size=min(con.batch_size, m)),
-                            progress=progress, log_every=log_every)
+  encoder = _fit_contrastive(k_backbone, x, dataclasses.replace(con, batch_size=min(con.batch_size, m)),
+                             progress, log_every, prefix="contrastive.")
   neighbours = jnp.asarray(_neighbours(encoder(x), cfg.num_neighbours))
   s, heads = cfg.num_clusters, cfg.num_heads
   net = _ScanNet(nnx.merge(encoder.graphdef, encoder.params), con.feature_dim, heads * s,
@@ -292,6 +295,10 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
   probs = np.concatenate([np.asarray(per_head(params, data[i:i + 1024])) for i in range(0, m, 1024)])
   nbrs = np.asarray(neighbours)
   head_losses = tuple(_dataset_loss(probs[:, h], nbrs, cfg.entropy_weight) for h in range(heads))
+  # NaN or inf weights, or finite ones so large that the logits overflow (softmax NaN), mean training diverged;
+  # argmin would keep a NaN head.
+  check_trained("SCAN", params, cfg.steps, cfg.learning_rate, cfg.weight_decay,
+                finite=bool(np.isfinite(head_losses).all()))
   head = int(np.argmin(head_losses))
   model = nnx.merge(graphdef, params)
   kernel, bias = model.head.kernel[...], model.head.bias[...]
