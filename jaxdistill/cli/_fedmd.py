@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 import time
@@ -96,6 +97,28 @@ class _Stop(Exception):
   pass
 
 
+def _check_checkpoint_dirs(out: pathlib.Path, names: list[str]) -> None:
+  """Every run's checkpoint folder, before any data is loaded or any run trains.
+
+  A file where a later run keeps its checkpoint folder used to stop the command after the earlier runs
+  had trained. Checked without creating anything (a stopped command leaves no empty folder per run).
+  """
+  from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
+  for name in names:
+    for rel, folder in (("checkpoints", True), (f"checkpoints/{name}", True),
+                        (f"checkpoints/{name}/{fedmd.CHECKPOINT_NAME}", False)):
+      path = out / rel
+      if folder and path.exists() and not path.is_dir():
+        raise ValueError(f"Expected --out={str(out)!r} to hold no file named {rel!r}: run {name} keeps its "
+                         "checkpoint in a folder of that name. Move the file away.")
+      if not folder and path.is_dir():
+        raise ValueError(f"Expected --out={str(out)!r} to hold no folder named {rel!r}: run {name} writes its "
+                         "checkpoint file there. Move the folder away.")
+      if folder and path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"Expected --out={str(out)!r} to hold a writable folder {rel!r}: run {name} writes its "
+                         "checkpoint there.")
+
+
 def _write_report(out: pathlib.Path, report: dict) -> pathlib.Path:
   """Writes ``out/report.json``, first moving an earlier one to ``history/report-<N>.json``.
 
@@ -173,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
   table_eps = tuple(check_ldp_epsilon("--ldp-table-epsilons", e, allow_zero=True) for e in table_eps)  # before training
   if args.stop_after_round is not None:  # 0 or -5 stopped after round 1 but said "after round -5"
     stop = _validate.integer("--stop-after-round", args.stop_after_round, minimum=1)
-    if isinstance(args.rounds, int) and 1 <= args.rounds < stop:  # it ran to the end without a word
+    if isinstance(args.rounds, int) and args.rounds < stop:  # it ran to the end without a word (rounds=0 too)
       raise ValueError(f"Expected --stop-after-round={stop} <= --rounds={args.rounds}: a later round is never "
                        "reached, so the command would not stop.")
   plots = tuple(f"accuracy_per_round_{name}.png" for name in names) + ("accuracy_vs_k.png",)
@@ -189,6 +212,7 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
   """Loads the data, checks every run, then trains them in turn; writes the report and plots."""
   import jax  # pylint: disable=import-outside-toplevel
   from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
+  _check_checkpoint_dirs(out, names)
   secret_seed = _secret_seed(args, out, names)  # a --resume without the run's --secret-randomness: now
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
@@ -205,11 +229,11 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
     # Resume-or-start, as `label` re-run on its --out: said, since a mistyped --out would otherwise start over quietly.
     sys.stderr.write(f"jaxdistill: --resume found no checkpoint under {out / 'checkpoints'}; starting from round 0\n")
   key = jax.random.key(args.seed)
-  results, stopped, archived = [], False, False
+  results, stopped, archived = [], None, False
 
   def stopper(r: int, info: dict) -> None:
     if args.stop_after_round is not None and r >= args.stop_after_round:
-      raise _Stop()
+      raise _Stop(r)
 
   t0 = time.perf_counter()
   for (_, _, cfg), name in zip(configs, names):
@@ -217,8 +241,8 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
       res = fedmd.run_fedmd(key, cfg, data, checkpoint_dir=out / "checkpoints" / name, resume=args.resume,
                             progress=not args.no_progress, on_round_end=stopper,
                             ldp_table_epsilons=table_eps, secret_seed=secret_seed)
-    except _Stop:
-      stopped = True
+    except _Stop as stop:
+      stopped = (name, stop.args[0])
       break
     results.append((name, res))
     if not archived:  # an earlier report and its plots move to history/ before the first new plot
@@ -226,7 +250,11 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
       archived = True
     fedmd.plot_accuracy_per_round(res, out / f"accuracy_per_round_{name}.png")
   if stopped:
-    sys.stderr.write(f"jaxdistill: stopped after round {args.stop_after_round}; rerun with --resume\n")
+    name, r = stopped
+    # A resumed run already past --stop-after-round stops after its next round: say which one it was.
+    passed = (f" (resumed from round {r - 1}, already at --stop-after-round={args.stop_after_round} or past it)"
+              if r > args.stop_after_round else "")
+    sys.stderr.write(f"jaxdistill: stopped after round {r} of run {name}{passed}; rerun with --resume\n")
     return 0
   if args.method in ("nfdp", "local-sample"):
     fedmd.plot_accuracy_vs_k([r for _, r in results], out / "accuracy_vs_k.png")

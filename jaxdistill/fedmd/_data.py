@@ -19,6 +19,7 @@ Partitions of the private pool (``jaxdistill.data.partition_clients``):
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -85,6 +86,26 @@ def _select_classes(d: ImageData, classes: Sequence[int], per_class: int | None,
   return ImageData(d.images[idx], remap[d.labels[idx]], num_classes, d.name)
 
 
+def _row_hashes(images: np.ndarray) -> set[bytes]:
+  """A 16-byte digest of each image's float32 bytes."""
+  x = np.ascontiguousarray(images, dtype=np.float32).reshape(len(images), -1)
+  return {hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in x}
+
+
+def _check_disjoint(public: ImageData, pool: ImageData) -> None:
+  """Refuses a public set that holds any of the parties' private records (e.g. both from one split).
+
+  The privacy statements treat the public set as fixed while a party's record is added or removed; a
+  public copy of that record is released whole, so the statement would be false for it.
+  """
+  shared = _row_hashes(public.images) & _row_hashes(pool.images)
+  if shared:
+    raise ValueError(f"Expected a public set disjoint from the parties' private records; {len(shared)} private "
+                     f"images (from {pool.name}) are also in the public set (from {public.name}), which is released "
+                     "whole, so no privacy statement would hold for them. Use another public data set or split "
+                     "(CLI: --public-dataset).")
+
+
 def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: ImageData, *,
                     num_parties: int, seed: int, private_classes: Sequence[int] = (0, 1, 2, 3, 4, 5),
                     private_per_class: int | None = 500, test_per_class: int | None = 500,
@@ -107,8 +128,11 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
     public_size: keep this many public images (None: all).
 
   Raises:
-    ValueError: on an unknown partition, N < 1, too few images, or a party
-      left without records.
+    ValueError: on an unknown partition, N < 1, too few images, a test
+      split or public set whose image shape differs from the private
+      training images', a public set holding any of the private records
+      (byte-identical images, e.g. both from one split), or a party left
+      without records.
   """
   seed = _validate.integer("seed", seed, minimum=0, maximum=_validate.MAX_SEED)
   num_parties = _validate.integer("num_parties", num_parties, minimum=1)
@@ -125,6 +149,11 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
   if public.images.shape[1:] != private_train.images.shape[1:]:
     raise ValueError(f"Public images {public.images.shape[1:]} and private images "
                      f"{private_train.images.shape[1:]} differ in shape.")
+  if private_test.images.shape[1:] != private_train.images.shape[1:]:  # else a failure after training
+    raise ValueError(f"Expected private_test images of the private training images' shape "
+                     f"{private_train.images.shape[1:]}; got {private_test.images.shape[1:]}.")
+  if partition == "classes":  # partition_clients would name its own parameter, classes_per_client
+    classes_per_party = _validate.integer("classes_per_party", classes_per_party, minimum=1, maximum=len(classes))
   rng = np.random.default_rng(seed)
   n_pub = public.num_classes
   num_classes = n_pub + len(classes)
@@ -135,6 +164,7 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
   pub = ImageData(pub.images, pub.labels, num_classes, pub.name)
   pool = _select_classes(private_train, classes, private_per_class, n_pub, num_classes, rng, "private")
   test = _select_classes(private_test, classes, test_per_class, n_pub, num_classes, rng, "test")
+  _check_disjoint(pub, pool)
   if num_parties > len(pool):
     raise ValueError(f"Expected num_parties={num_parties} <= {len(pool)} private records.")
   parts = jdata.partition_clients(pool.labels, num_parties, seed=int(rng.integers(2**31)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Any, Sequence
 
@@ -17,9 +18,48 @@ def _plt():
   return plt
 
 
+def _output_path(path: Any) -> pathlib.Path:
+  """``path`` as the file the plot is written to, checked before drawing (a ValueError naming ``path``).
+
+  matplotlib appends ``.png`` to a path without a suffix (so the file written was not the path returned)
+  and writes ``folder.png`` for a folder; a missing parent was a ``FileNotFoundError`` after drawing.
+  """
+  if not isinstance(path, (str, os.PathLike)) or not str(path):
+    raise ValueError(f"Expected path to be a file path; got {path!r}.")
+  out = pathlib.Path(path)
+  if out.is_dir():
+    raise ValueError(f"Expected path={str(out)!r} to be a file path; it is a folder.")
+  parent = out.parent
+  if not parent.is_dir():
+    raise ValueError(f"Expected path={str(out)!r} in an existing folder; {str(parent)!r} is not one.")
+  from matplotlib.backend_bases import FigureCanvasBase  # pylint: disable=import-outside-toplevel
+  formats = FigureCanvasBase.get_supported_filetypes()
+  if out.suffix[1:].lower() not in formats:
+    known = ", ".join("." + f for f in sorted(formats))
+    raise ValueError(f"Expected path={str(out)!r} to end in an image suffix matplotlib writes ({known}).")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise ValueError(f"Expected path={str(out)!r} in a writable folder; cannot write {str(parent)!r}.")
+  return out
+
+
 def plot_accuracy_per_round(result: Any, path: Any, *, title: str | None = None) -> pathlib.Path:
-  """Test accuracy of every party after each evaluated round (thin lines) and their mean (bold)."""
+  """Test accuracy of every party after each evaluated round (thin lines) and their mean (bold).
+
+  Args:
+    result: a :class:`~jaxdistill.fedmd.FedMDResult`.
+    path: the image file, in an existing folder, with a suffix matplotlib
+      writes (``.png``, ``.pdf``, ``.svg``, ...).
+    title: the plot's title (None: method, N, k and sampling).
+
+  Returns:
+    ``path`` as a :class:`pathlib.Path`: the file written.
+
+  Raises:
+    ValueError: ``path`` is a folder, lies in a missing or unwritable
+      folder, or has no image suffix.
+  """
   plt = _plt()
+  out = _output_path(path)
   acc = np.asarray(result.accuracy)
   rounds = list(result.eval_rounds)
   fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
@@ -39,7 +79,6 @@ def plot_accuracy_per_round(result: Any, path: Any, *, title: str | None = None)
                f"{'WR' if cfg.with_replacement else 'WOR'} {cfg.aggregation}", fontsize=10)
   ax.legend(fontsize=7, ncol=2, loc="lower right")
   fig.tight_layout()
-  out = pathlib.Path(path)
   fig.savefig(out)
   plt.close(fig)
   return out
@@ -50,10 +89,17 @@ def plot_accuracy_vs_k(results: Sequence[Any], path: Any, *, baselines: dict | N
 
   Args:
     results: NFDP results (any mix of k and sampling).
-    path: output PNG.
+    path: the image file, as in :func:`plot_accuracy_per_round`.
     baselines: optional ``{label: accuracy}`` drawn as horizontal lines.
+
+  Returns:
+    ``path`` as a :class:`pathlib.Path`: the file written.
+
+  Raises:
+    ValueError: on a bad ``path`` (see :func:`plot_accuracy_per_round`).
   """
   plt = _plt()
+  out = _output_path(path)
   fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
   for wr, marker in ((False, "o"), (True, "s")):
     rs = sorted((r for r in results if r.config.with_replacement == wr), key=lambda r: r.config.k)
@@ -79,7 +125,6 @@ def plot_accuracy_vs_k(results: Sequence[Any], path: Any, *, baselines: dict | N
   ax.legend(fontsize=8)
   ax.set_title("FedMD-NFDP: accuracy against k", fontsize=10)
   fig.tight_layout()
-  out = pathlib.Path(path)
   fig.savefig(out)
   plt.close(fig)
   return out

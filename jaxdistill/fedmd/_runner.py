@@ -43,10 +43,13 @@ recompute neither which records were sampled nor the noise.
 
 Checkpoints: after every round one ``.npz`` file (written atomically) holds
 the model states, the samples drawn, the public subsets and consensus
-released so far, the accuracy history, the round number, the root key and
-the secret seed, if any (the file names the sampled records, so it is
-private anyway); ``resume=True`` continues from it without drawing a new
-sample or releasing any round twice.
+released so far, the accuracy history, the round number, the root key, the
+secret seed, if any, the configuration, and sha256 hashes of the public,
+private and test data (the file names the sampled records, so it is
+private anyway; the report holds none of this); ``resume=True`` continues
+from it without drawing a new sample or releasing any round twice, and
+refuses a checkpoint made with other settings, data, key, secret seed or
+``record_releases``, naming what differs.
 
 References:
   Sun & Lyu, "Federated Model Distillation with Noise-Free Differential
@@ -83,7 +86,8 @@ from jaxdistill.fedmd._aggregation import (aggregate, clip_rows, project_to_simp
                                            release_sensitivity)
 from jaxdistill.fedmd._config import FedMDConfig
 from jaxdistill.fedmd._data import FedMDData
-from jaxdistill.fedmd._privacy import calibrate_ldp_sigma, check_ldp_epsilon, ldp_sigma_table
+from jaxdistill.fedmd._privacy import (DEFAULT_LDP_EPSILONS, calibrate_ldp_sigma, check_ldp_epsilon,
+                                       ldp_sigma_table)
 from jaxdistill.fedmd._sampling import NfdpSampler, SampleOracle
 
 __all__ = ["FedMDResult", "check_config", "run_fedmd", "checkpoint_secret_seed", "CHECKPOINT_NAME"]
@@ -205,7 +209,8 @@ _PRETRAINED: dict[tuple, M.TrainState] = {}
 _PRETRAINED_MAX = 64
 
 
-def _public_fingerprint(d: ImageData) -> str:
+def _content_hash(d: ImageData) -> str:
+  """sha256 of an image set's pixels and labels."""
   h = hashlib.sha256()
   h.update(np.ascontiguousarray(d.images).tobytes())
   h.update(np.ascontiguousarray(d.labels).tobytes())
@@ -231,7 +236,20 @@ def _use_vmap(config: FedMDConfig) -> bool:
 
 
 def _fit_group(g: _Group, keys: jax.Array, images: Any, targets: Any, sizes: np.ndarray | None, *,
-               epochs: int, batch_size: int, loss: str, shared: bool, vmap: bool) -> None:
+               epochs: int, batch_size: int, loss: str, shared: bool, vmap: bool, learning_rate: float,
+               when: str) -> None:
+  """Trains the group; a diverged training is a ValueError naming ``learning_rate`` (the CLI's --lr)."""
+  try:
+    _fit_group_unchecked(g, keys, images, targets, sizes, epochs=epochs, batch_size=batch_size, loss=loss,
+                         shared=shared, vmap=vmap)
+  except M.DivergedError as err:  # it names the optimiser of clf.tx, which run_fedmd built from learning_rate
+    raise ValueError(f"The parties' training diverged {when} (NaN or inf parameters after {err.epochs} "
+                     f"epoch{'s' * (err.epochs != 1)}). Lower learning_rate (CLI: --lr; now {learning_rate:g})."
+                     ) from None
+
+
+def _fit_group_unchecked(g: _Group, keys: jax.Array, images: Any, targets: Any, sizes: np.ndarray | None, *,
+                         epochs: int, batch_size: int, loss: str, shared: bool, vmap: bool) -> None:
   if epochs == 0:
     return
   m = len(g.parties)
@@ -277,17 +295,18 @@ def _stack_views(views: list[ImageData], parties: list[int]) -> tuple[np.ndarray
 
 
 def _train_private(groups: list[_Group], views: list[ImageData] | ImageData, key: jax.Array, *,
-                   epochs: int, config: FedMDConfig, vmap: bool) -> None:
+                   epochs: int, config: FedMDConfig, vmap: bool, when: str) -> None:
   """Every party trains on its private view (or all on one shared view)."""
   for g in groups:
     keys = _party_keys(key, g.parties)
     if isinstance(views, ImageData):
       _fit_group(g, keys, views.images, views.labels, None, epochs=epochs,
-                 batch_size=config.private_batch_size, loss="cross_entropy", shared=True, vmap=vmap)
+                 batch_size=config.private_batch_size, loss="cross_entropy", shared=True, vmap=vmap,
+                 learning_rate=config.learning_rate, when=when)
     else:
       images, labels, sizes = _stack_views(views, g.parties)
       _fit_group(g, keys, images, labels, sizes, epochs=epochs, batch_size=config.private_batch_size,
-                 loss="cross_entropy", shared=False, vmap=vmap)
+                 loss="cross_entropy", shared=False, vmap=vmap, learning_rate=config.learning_rate, when=when)
 
 
 def _check_trained(logits: Any, learning_rate: float, when: str) -> None:
@@ -364,8 +383,8 @@ def checkpoint_secret_seed(checkpoint_dir: Any) -> int | None:
   return _read_checkpoint(path, meta_only=True)[0].get("secret_seed")
 
 
-def _load_checkpoint(path: pathlib.Path, groups: list[_Group]) -> tuple[dict, dict]:
-  meta, files = _read_checkpoint(path)
+def _restore_states(path: pathlib.Path, groups: list[_Group], files: dict) -> None:
+  """Sets every group's state from the checkpoint's arrays ``files`` (popped from it)."""
   for gi, g in enumerate(groups):
     leaves, treedef = jax.tree.flatten(g.state)
     new = []
@@ -375,7 +394,47 @@ def _load_checkpoint(path: pathlib.Path, groups: list[_Group]) -> tuple[dict, di
         raise ValueError(f"Checkpoint {path} does not match the models of this configuration.")
       new.append(jnp.asarray(arr))
     g.state = jax.tree.unflatten(treedef, new)
-  return meta, files
+
+
+def _data_hashes(data: FedMDData) -> dict:
+  """sha256 of every data set a run reads, to refuse resuming a checkpoint on other data.
+
+  Written to the checkpoint only, never to the report: the checkpoint is the run's secret working state
+  (owner-only; it names the sampled records and may hold the secret seed), so a hash of each party's
+  private data may sit there, while report.json is meant to be shared. It reads every private record, but
+  only to compare the run with its own checkpoint: nothing derived from it is released.
+  """
+  return {"public": _content_hash(data.public), "test": _content_hash(data.test),
+          "parties": [_content_hash(p) for p in data.parties]}
+
+
+def _short(value: Any) -> str:
+  text = repr(value)
+  return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _run_differences(meta: dict, config: FedMDConfig, description: dict, hashes: dict,
+                     key_data: list) -> list[str]:
+  """What differs between the run that wrote a checkpoint (``meta``) and this one, without any hash."""
+  diffs = []
+  old, new = meta.get("config"), json.loads(json.dumps(config.to_dict()))
+  if isinstance(old, dict):
+    diffs += [f"{name} {_short(old.get(name))} -> {_short(value)}" for name, value in new.items()
+              if old.get(name) != value]
+  if meta.get("key") != key_data:
+    diffs.append("the key (CLI: --seed)")
+  old, new = meta.get("data"), description
+  if isinstance(old, dict):
+    diffs += [f"data {name} {_short(old.get(name))} -> {_short(new.get(name))}"
+              for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+  old = meta.get("data_hashes")
+  if isinstance(old, dict):
+    diffs += [f"the {part} data's content" for part in ("public", "test") if old.get(part) != hashes[part]]
+    moved = [str(i) for i, h in enumerate(hashes["parties"])
+             if not isinstance(old.get("parties"), list) or i >= len(old["parties"]) or old["parties"][i] != h]
+    if moved:
+      diffs.append(f"the private data of part{'ies' if len(moved) > 1 else 'y'} {', '.join(moved)}")
+  return diffs
 
 
 # -- the runner -----------------------------------------------------------------------
@@ -384,12 +443,14 @@ def _load_checkpoint(path: pathlib.Path, groups: list[_Group]) -> tuple[dict, di
 def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = None, resume: bool = False) -> None:
   """Raises the ``ValueError`` :func:`run_fedmd` would raise for ``config`` on ``data``, without training.
 
-  Party count, public subset, k against every party's size (sampling
-  without replacement), whether the privacy of the schedule can be stated,
-  FedMD-LDP's delta, and a checkpoint in ``checkpoint_dir`` without
-  ``resume``. A sweep over several configurations (the CLI's
+  Types of ``config`` and ``data``, party count, public subset, k against
+  every party's size (sampling without replacement), whether the privacy
+  of the schedule can be stated, FedMD-LDP's delta, and a checkpoint in
+  ``checkpoint_dir`` without ``resume``. A sweep over several configurations (the CLI's
   ``--k 2,4,16``) checks them all before the first one trains.
   """
+  _check_types(config, data)
+  resume = _validate.boolean("resume", resume)
   if isinstance(checkpoint_dir, (str, os.PathLike)) and str(checkpoint_dir) and not resume:  # others: run_fedmd
     ckpt = pathlib.Path(checkpoint_dir) / CHECKPOINT_NAME
     if ckpt.exists():
@@ -414,6 +475,16 @@ def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = 
       _ldp_delta(config, n)
     if config.rounds == 0:
       raise ValueError("Expected rounds >= 1 for method='ldp'.")
+
+
+def _check_types(config: Any, data: Any) -> None:
+  """A config or data of another type (None, ``config.to_dict()``) was an AttributeError deep in the run."""
+  kind = lambda x: "None" if x is None else type(x).__name__  # noqa: E731
+  if not isinstance(config, FedMDConfig):
+    raise ValueError(f"Expected config to be a FedMDConfig; got {kind(config)}.")
+  if not isinstance(data, FedMDData):
+    raise ValueError(f"Expected data to be a FedMDData (from load_fedmd_data or make_fedmd_data); got "
+                     f"{kind(data)}.")
 
 
 def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleOracle] | None,
@@ -486,8 +557,17 @@ def _ldp_delta(config: FedMDConfig, n: int) -> float:
   """FedMD-LDP's target delta: ``ldp_delta`` or NFDP's p for the same n, k, sampling."""
   if config.ldp_delta is not None:
     return config.ldp_delta
-  return accounting.nfdp_inclusion_probability(n, config.k, with_replacement=config.with_replacement,
-                                               relation=config.relation)
+  try:
+    return accounting.nfdp_inclusion_probability(n, config.k, with_replacement=config.with_replacement,
+                                                 relation=config.relation)
+  except ValueError as err:
+    if config.method != "ldp":
+      raise
+    # Else "Expected k=1000 <= n=10 for sampling without replacement" for a method that samples nothing.
+    raise ValueError(f"{_validate.first_line(err).rstrip('.')} (method='ldp' samples no records: k only sets its "
+                     "default ldp_delta, NFDP's p for the same n, k and sampling). Pass ldp_delta (CLI: "
+                     "--ldp-delta) or a smaller k.") from None
+
 
 
 def _table_epsilons(value: Any) -> tuple[float, ...] | None:
@@ -530,7 +610,8 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       the folders it created.
     resume: continue from the checkpoint in ``checkpoint_dir``.
     progress: show a tqdm progress bar over rounds.
-    record_releases: keep every party's releases in ``result.releases``.
+    record_releases: keep every party's releases in ``result.releases``
+      (and in the checkpoint; a resume must pass the same value).
     ldp_table_epsilons: epsilons of ``result.ldp_sigma_table``, finite and
       >= 0 (default :data:`~jaxdistill.fedmd.DEFAULT_LDP_EPSILONS`).
     on_round_end: ``callback(round, info)`` after each round's checkpoint
@@ -546,16 +627,25 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     A :class:`FedMDResult`.
 
   Raises:
-    ValueError: on a mismatch between config and data (N, k > n_i without
+    ValueError: on a ``config`` or ``data`` of another type, a flag that is
+      not a bool, a mismatch between config and data (N, k > n_i without
       replacement, public subset too large), an existing checkpoint without
-      ``resume=True``, a checkpoint from a different run (or another
-      ``secret_seed``), a ``checkpoint_dir`` held by another run, bad
+      ``resume=True``, a checkpoint from a different run (other settings,
+      data or key: the message names them; another ``secret_seed``; another
+      ``record_releases``), a ``checkpoint_dir`` held by another run, bad
       ``ldp_table_epsilons``, a bad ``secret_seed`` or a non-callable
       ``on_round_end`` (all checked before any training). Private pixels
       are not checked (range, NaN): for ``nfdp`` even whether the run
       raises must depend on party i's records only through its sample, so
-      unsampled records are never read.
+      unsampled records are never read (except, with ``checkpoint_dir``,
+      to hash them into the checkpoint: a resume on other data is refused,
+      and that compares the data with its own earlier copy, releasing
+      nothing).
   """
+  _check_types(config, data)  # before claimed_dir creates a folder
+  resume = _validate.boolean("resume", resume)
+  progress = _validate.boolean("progress", progress)
+  record_releases = _validate.boolean("record_releases", record_releases)
   with contextlib.ExitStack() as held:
     if checkpoint_dir is not None:
       # One run at a time per checkpoint folder (two runs would overwrite each other's rounds); a run that
@@ -581,6 +671,8 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   n_parties = config.num_parties
   q = min(config.public_subset, len(data.public))
   fingerprint = config.fingerprint(data.description)
+  hashes = None if ckpt is None else _data_hashes(data)  # checkpoint only (see _data_hashes)
+  description = json.loads(json.dumps(data.description, default=str))  # as the checkpoint's JSON holds it
   key_data = np.asarray(jax.random.key_data(key)).tolist()
   timings: dict[str, float] = {"pretrain": 0.0, "init_train": 0.0, "predict": 0.0, "digest": 0.0,
                                "revisit": 0.0, "evaluate": 0.0, "checkpoint": 0.0}
@@ -628,9 +720,22 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   ldp_count = q * config.rounds
   ldp_sigmas = None
   if config.method == "ldp":
-    ldp_sigmas = [calibrate_ldp_sigma(config.ldp_epsilon, _ldp_delta(config, n), sensitivity=sens,
-                                      count=ldp_count, relation=config.relation)
-                  for n in data.party_sizes]  # calibrate_ldp_sigma is memoised per (eps, delta, T)
+    ldp_sigmas = []
+    for n in data.party_sizes:
+      delta = _ldp_delta(config, n)
+      try:
+        ldp_sigmas.append(calibrate_ldp_sigma(config.ldp_epsilon, delta, sensitivity=sens, count=ldp_count,
+                                              relation=config.relation))  # memoised per (eps, delta, T)
+      except ValueError as err:  # a delta p near 1 said "target_delta=0.9999999987 ... certifies no delta this small"
+        if config.ldp_delta is not None:
+          raise ValueError(f"FedMD-LDP cannot be calibrated to ldp_epsilon={config.ldp_epsilon:g} at "
+                           f"ldp_delta={delta:g}: {_validate.first_line(err)}") from None
+        why = ("a delta this close to 1 is no guarantee, and the accountant does not reach it" if delta >= 0.5
+               else _validate.first_line(err))
+        raise ValueError(f"FedMD-LDP cannot be calibrated to ldp_epsilon={config.ldp_epsilon:g} at its default "
+                         f"ldp_delta, NFDP's p = {delta:.10g} for n={n}, k={config.k}, "
+                         f"{'WR' if config.with_replacement else 'WOR'} (method='ldp' samples no records: k only "
+                         f"sets this default): {why}. Pass ldp_delta (CLI: --ldp-delta) or a smaller k.") from None
     # Releases are float32: a noise draw (|z| < 6 for jax.random.normal) summed over the parties must stay finite.
     limit = float(np.finfo(np.float32).max) / (8.0 * n_parties)
     if max(ldp_sigmas) > limit:
@@ -643,18 +748,31 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   table = None
   if config.method in ("nfdp", "ldp") and config.rounds > 0:
     n0 = data.party_sizes[0]
-    kwargs = {} if table_epsilons is None else {"epsilons": table_epsilons}
     p0 = _ldp_delta(config, n0)
     source = (f"party 0's NFDP delta p = {p0:.6g} (n={n0}, k={config.k}, "
               f"{'WR' if config.with_replacement else 'WOR'}, {config.relation})" if config.ldp_delta is None
               else f"the configured ldp_delta = {p0:.6g} (not NFDP's p)")
+    rows, skipped, reason = [], [], ""
+    for eps in DEFAULT_LDP_EPSILONS if table_epsilons is None else table_epsilons:
+      # A side table never blocks the run: at a delta p near 1 (k >> n with replacement; k = n) the accountant
+      # finds no sigma, which was the run's error ("Expected delta=1.0 in (0, 1)").
+      try:
+        rows += ldp_sigma_table(p0, sensitivity=sens, count=ldp_count, relation=config.relation, epsilons=(eps,))
+      except ValueError as err:
+        skipped.append(eps)
+        reason = reason or _validate.first_line(err)
     table = {
         "matched_to": (f"delta = {source}; NFDP is (eps, p)-DP for every eps >= 0, so each row gives the "
                        "Gaussian sigma per release for FedMD-LDP to be (eps, delta)-DP; eps = 0 is the sigma "
                        "whose whole profile lies below delta"),
-        "delta": p0, "count": ldp_count, "sensitivity": sens,
-        "rows": ldp_sigma_table(p0, sensitivity=sens, count=ldp_count, relation=config.relation, **kwargs),
+        "delta": p0, "count": ldp_count, "sensitivity": sens, "rows": rows,
     }
+    if skipped:
+      why = ("the accountant finds no sigma this close to 1 (and such a delta is no privacy guarantee)"
+             if p0 >= 0.5 else reason.rstrip("."))
+      table["skipped_epsilons"] = skipped
+      table["note"] = (f"No row for epsilon {', '.join(f'{e:g}' for e in skipped)} at delta = {p0:.10g}: {why}. "
+                       "The run itself is unaffected.")
 
   acc_rows: list[np.ndarray] = []
   eval_rounds: list[int] = []
@@ -665,9 +783,15 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   resumed_from = None
 
   if ckpt is not None and resume and ckpt.exists():
-    meta, arrays = _load_checkpoint(ckpt, groups)
-    if meta.get("fingerprint") != fingerprint or meta.get("key") != key_data:
-      raise ValueError(f"Checkpoint {ckpt} belongs to a different run (configuration, data or seed differ).")
+    meta, arrays = _read_checkpoint(ckpt)
+    # Checkpoints written before data_hashes were stored are matched on the data's description alone.
+    if (meta.get("fingerprint") != fingerprint or meta.get("key") != key_data
+        or meta.get("data_hashes", hashes) != hashes):
+      diffs = _run_differences(meta, config, description, hashes, key_data)
+      what = "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
+      raise ValueError(f"Checkpoint {ckpt} belongs to a different run ({what or 'configuration, data or seed differ'})"
+                       ": resume with the settings, data and seed it was made with, or start afresh in another "
+                       "checkpoint_dir (CLI: --out).")
     if meta.get("secret_seed") != secret_seed:  # never echo a secret
       had = "a secret_seed" if meta.get("secret_seed") is not None else "no secret_seed"
       given = "another one" if secret_seed is not None and had == "a secret_seed" else (
@@ -675,6 +799,15 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
       raise ValueError(f"Checkpoint {ckpt} was made with {had} (CLI: --secret-randomness) and this call passes "
                        f"{given}: resuming would draw the samples or noise of the remaining rounds from another "
                        "key.")
+    if config.collaborates:  # (methods without releases record none either way)
+      recorded = meta.get("record_releases", "releases" in arrays)  # older checkpoints: whether it holds them
+      if recorded != record_releases:
+        lost = ("drop the releases of the rounds saved there from this result and from the checkpoint"
+                if recorded else "return releases of the remaining rounds only, misaligned with public_subsets")
+        raise ValueError(f"Checkpoint {ckpt} was made with record_releases={recorded} and this call passes "
+                         f"record_releases={record_releases}: resuming would {lost}. Pass "
+                         f"record_releases={recorded}.")
+    _restore_states(ckpt, groups, arrays)
     start_round = resumed_from = int(meta["round"])
     if oracles is not None:
       for i, o in enumerate(oracles):
@@ -691,7 +824,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
     # Pre-training on the public labels (transfer learning), then T1 epochs on the private view.
     t = time.perf_counter()
     pub = data.public
-    pub_id = _public_fingerprint(pub)
+    pub_id = _content_hash(pub)
     for g in groups:
       # Pre-training sees only public data, so its result is a pure function of this tuple:
       # sweeps over k, methods or sampling reuse it instead of recomputing it.
@@ -702,7 +835,8 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         continue
       _fit_group(g, _party_keys(_phase(key, _PRETRAIN), g.parties), pub.images, pub.labels, None,
                  epochs=config.pretrain_epochs, batch_size=config.public_batch_size, loss="cross_entropy",
-                 shared=True, vmap=vmap)
+                 shared=True, vmap=vmap, learning_rate=config.learning_rate, when="in the pre-training on the "
+                 "public labels")
       if config.pretrain_epochs:
         if len(_PRETRAINED) >= _PRETRAINED_MAX:
           _PRETRAINED.pop(next(iter(_PRETRAINED)))
@@ -712,7 +846,8 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
     t = time.perf_counter()
     if config.uses_sample:
       views = sample_views(1 if config.rounds >= 1 else 0)
-    _train_private(groups, views, _phase(key, _TRAIN1), epochs=config.init_epochs, config=config, vmap=vmap)
+    _train_private(groups, views, _phase(key, _TRAIN1), epochs=config.init_epochs, config=config, vmap=vmap,
+                   when="in the initial training on the private data")
     jax.block_until_ready([g.state for g in groups])
     timings["init_train"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -764,12 +899,12 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         for g in groups:
           _fit_group(g, _party_keys(_phase(key, _DIGEST, r), g.parties), x_pub, cons, None,
                      epochs=config.digest_epochs, batch_size=config.public_batch_size, loss=loss,
-                     shared=True, vmap=vmap)
+                     shared=True, vmap=vmap, learning_rate=config.learning_rate, when=f"in round {r}'s digest")
         jax.block_until_ready([g.state for g in groups])
         timings["digest"] += time.perf_counter() - t
       t = time.perf_counter()
       _train_private(groups, views, _phase(key, _REVISIT, r), epochs=config.revisit_epochs, config=config,
-                     vmap=vmap)
+                     vmap=vmap, when=f"in round {r}'s revisit")
       jax.block_until_ready([g.state for g in groups])
       timings["revisit"] += time.perf_counter() - t
       if r % config.eval_every == 0 or r == config.rounds:
@@ -784,7 +919,8 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         meta = {"fingerprint": fingerprint, "key": key_data, "secret_seed": secret_seed, "round": r,
                 "eval_rounds": eval_rounds,
                 "draws": [len(o.draws) for o in oracles] if oracles else [], "timings": timings,
-                "config": config.to_dict()}
+                "config": config.to_dict(), "data": description, "data_hashes": hashes,
+                "record_releases": record_releases}
         arrays = {"accuracy": np.stack(acc_rows)}
         if config.collaborates:
           arrays["subsets"] = np.stack(subsets)

@@ -374,9 +374,11 @@ def test_bad_input_is_a_one_line_value_error(data3, kw, needle):
 @pytest.mark.parametrize("method", ["nfdp", "local"])
 def test_diverged_training_names_the_learning_rate(data3, method):
   # Adam at 1e30 makes every party's weights NaN. Before, "local" scored the NaN models as predicting class 0
-  # (a silent accuracy) and "nfdp" failed at its first release with "Expected finite logits".
-  with pytest.raises(ValueError, match=r"logits on the test set after the initial training are NaN or inf: "
-                                       r"training diverged\. Lower learning_rate \(CLI: --lr; now 1e\+30\)") as err:
+  # (a silent accuracy) and "nfdp" failed at its first release with "Expected finite logits". models.fit now
+  # raises DivergedError, naming clf.tx; the runner names its own learning_rate instead.
+  with pytest.raises(ValueError, match=r"The parties' training diverged in the pre-training on the public labels "
+                                       r"\(NaN or inf parameters after 1 epoch\)\. Lower learning_rate "
+                                       r"\(CLI: --lr; now 1e\+30\)") as err:
     run(jax.random.key(0), tiny_config(method=method, learning_rate=1e30), data3)
   assert "\n" not in str(err.value)
 

@@ -1,0 +1,241 @@
+"""Bad input to FedMD's public boundary: one-line ValueErrors naming the parameter, nothing lost."""
+
+import dataclasses
+import json
+import re
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdistill import fedmd
+from jaxdistill.cli.main import main
+from jaxdistill.data import ImageData
+
+from tests.fedmd.conftest import synthetic, tiny_config, tiny_data
+
+# Runs without training (predictions, releases and checkpoints only) and without the LDP sigma table (several
+# PLD searches): what is checked here happens before or between the training steps.
+FAST = dict(rounds=2, pretrain_epochs=0, init_epochs=0, digest_epochs=0, revisit_epochs=0)
+
+# The shapes of tiny_config's runs (k 4, batches 4 and 16, 24 public queries), so the CLI tests reuse their compiled
+# steps.
+TINY_CLI = ["fedmd", "--parties", "2", "--k", "4", "--public-subset", "24", "--architectures", "2,4:0.2",
+            "--ldp-table-epsilons", "", "--width-multiplier", "1", "--pretrain-epochs", "0", "--init-epochs", "0",
+            "--digest-epochs", "0", "--revisit-epochs", "0", "--private-batch-size", "4", "--public-batch-size",
+            "16", "--vmap", "off", "--no-progress"]
+
+
+class Interrupt(Exception):
+  pass
+
+
+def stop_at(round_):
+  def stop(r, info):
+    if r >= round_:
+      raise Interrupt()
+  return stop
+
+
+def no_training(monkeypatch):
+  def refuse(*args, **kwargs):
+    raise AssertionError("trained before refusing the input")
+  monkeypatch.setattr(fedmd._runner, "_fit_group", refuse)  # pylint: disable=protected-access
+
+
+def interrupted_checkpoint(data, folder, **kw):
+  """A checkpoint after round 1 of a 2-round run."""
+  with pytest.raises(Interrupt):
+    fedmd.run_fedmd(jax.random.key(0), tiny_config(**FAST), data, checkpoint_dir=folder, ldp_table_epsilons=(),
+                    on_round_end=stop_at(1), **kw)
+  return folder
+
+
+@pytest.fixture(scope="module")
+def checkpoint(data3, tmp_path_factory):
+  """Round 1 of 2 (key 0, tiny_config(**FAST), record_releases=False); the tests below only fail to resume it."""
+  return interrupted_checkpoint(data3, tmp_path_factory.mktemp("ckpt"))
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_resume_refuses_another_record_releases(data3, checkpoint, tmp_path, monkeypatch, recorded):
+  # Before: resuming without recording dropped the saved releases (from the result and the next checkpoint);
+  # resuming with it after a run without returned releases whose row 0 was a later round than public_subsets'.
+  folder = interrupted_checkpoint(data3, tmp_path, record_releases=True) if recorded else checkpoint
+  no_training(monkeypatch)
+  with pytest.raises(ValueError, match=rf"made with record_releases={recorded} and this call passes "
+                                       rf"record_releases={not recorded}.*Pass record_releases={recorded}\.") as err:
+    fedmd.run_fedmd(jax.random.key(0), tiny_config(**FAST), data3, checkpoint_dir=folder, resume=True,
+                    record_releases=not recorded, ldp_table_epsilons=())
+  assert "\n" not in str(err.value)
+
+
+def test_resume_refuses_other_data_and_names_what_differs(data3, checkpoint, monkeypatch):
+  no_training(monkeypatch)
+  key, cfg = jax.random.key(0), tiny_config(**FAST)
+
+  def resume(k, c, d):
+    with pytest.raises(ValueError, match="belongs to a different run") as err:
+      fedmd.run_fedmd(k, c, d, checkpoint_dir=checkpoint, resume=True, ldp_table_epsilons=())
+    msg = str(err.value)
+    assert "\n" not in msg and not re.search(r"[0-9a-f]{32}", msg)  # never a hash of private data
+    return msg
+
+  # Other private pixels with the same description (names, sizes, classes): resumed silently before.
+  p = data3.parties[1]
+  moved = dataclasses.replace(data3, parties=(data3.parties[0], ImageData(1.0 - p.images, p.labels, p.num_classes,
+                                                                          p.name)) + data3.parties[2:])
+  assert moved.description == data3.description
+  assert "the private data of party 1" in resume(key, cfg, moved)
+  test = dataclasses.replace(data3, test=data3.test.take(np.arange(len(data3.test))[::-1]))
+  assert "the test data's content" in resume(key, cfg, test)
+  # Other settings are named with their old and new values (before: "configuration, data or seed differ").
+  msg = resume(key, dataclasses.replace(cfg, k=5, rounds=3), data3)
+  assert "k 4 -> 5" in msg and "rounds 2 -> 3" in msg
+  assert "the key (CLI: --seed)" in resume(jax.random.key(1), cfg, data3)
+  other = tiny_data(seed=3)
+  assert "data seed 0 -> 3" in resume(key, cfg, other)
+
+
+def test_the_data_hashes_stay_out_of_the_report(data3, tmp_path):
+  res = fedmd.run_fedmd(jax.random.key(0), tiny_config(**dict(FAST, rounds=1)), data3,
+                        checkpoint_dir=tmp_path, ldp_table_epsilons=())
+  hashes = fedmd._runner._data_hashes(data3)  # pylint: disable=protected-access
+  report = json.dumps(res.to_report(), default=str)
+  assert all(h not in report for h in hashes["parties"] + [hashes["public"], hashes["test"]])
+
+
+def test_a_public_set_holding_private_records_is_refused():
+  # FedMD's offline default (public MNIST digits, private Fashion-MNIST) and conftest's data are disjoint.
+  private_train, private_test = synthetic(300, 10, 1), synthetic(200, 10, 2)
+  for public in (private_train, ImageData(np.concatenate([synthetic(59, 10, 0).images, private_train.images[:1]]),
+                                          np.arange(60) % 10, 10, "one-shared")):
+    with pytest.raises(ValueError, match=r"Expected a public set disjoint from the parties' private records; "
+                                         r"\d+ private images") as err:
+      fedmd.make_fedmd_data(public, private_train, private_test, num_parties=2, seed=0, private_per_class=None,
+                            test_per_class=8)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(private_test=ImageData(np.zeros((200, 6, 6, 1), np.float32), np.arange(200) % 10, 10, "t")),
+     r"Expected private_test images of the private training images' shape \(12, 12, 1\); got \(6, 6, 1\)"),
+    (dict(partition="classes", classes_per_party=9), r"Expected classes_per_party=9 <= 6\."),
+    (dict(partition="classes", classes_per_party=0), r"Expected classes_per_party=0 >= 1\."),
+])
+def test_make_fedmd_data_names_its_parameters(kw, needle):
+  args = dict(public=synthetic(60, 10, 0), private_train=synthetic(300, 10, 1), private_test=synthetic(200, 10, 2),
+              num_parties=3, seed=0, private_per_class=12, test_per_class=8)
+  args.update(kw)
+  with pytest.raises(ValueError, match=needle) as err:
+    fedmd.make_fedmd_data(**args)
+  assert "\n" not in str(err.value)
+
+
+def test_plots_write_the_path_they_return(tmp_path):
+  res = types.SimpleNamespace(accuracy=np.full((2, 3), 0.5), accuracy_private=None, eval_rounds=[0, 1],
+                              config=tiny_config(), final_accuracy=np.full(3, 0.5))
+  plots = (lambda p: fedmd.plot_accuracy_per_round(res, p), lambda p: fedmd.plot_accuracy_vs_k([res], p))
+  for plot in plots:
+    for path, needle in ((tmp_path, "it is a folder"),  # wrote tmp_path.png and returned the folder
+                         (tmp_path / "plot", "to end in an image suffix"),  # wrote plot.png, returned plot
+                         (tmp_path / "missing" / "p.png", "in an existing folder")):  # FileNotFoundError
+      with pytest.raises(ValueError, match=re.escape(f"Expected path={str(path)!r} ") + ".*" + needle) as err:
+        plot(path)
+      assert "\n" not in str(err.value)
+  assert not list(tmp_path.parent.glob(f"{tmp_path.name}.*")) and not list(tmp_path.iterdir())
+  for i, plot in enumerate(plots):
+    out = plot(str(tmp_path / f"p{i}.png"))
+    assert out == tmp_path / f"p{i}.png" and out.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config(), None), "Expected data to be a FedMDData"),
+    (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config().to_dict(), d),
+     "Expected config to be a FedMDConfig; got dict"),
+    (lambda d, ck: fedmd.check_config(tiny_config(), None), "Expected data to be a FedMDData"),
+    (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config(**FAST), d, checkpoint_dir=ck, resume="no"),
+     "Expected resume to be a bool, got 'no'"),  # resumed before
+    (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config(), d, record_releases="no"),
+     "Expected record_releases to be a bool, got 'no'"),  # recorded before
+    (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config(), d, progress="no"),
+     "Expected progress to be a bool, got 'no'"),
+    (lambda d, ck: fedmd.check_config(tiny_config(**FAST), d, checkpoint_dir=ck, resume="no"),
+     "Expected resume to be a bool, got 'no'"),
+])
+def test_run_fedmd_checks_types_and_flags(data3, checkpoint, monkeypatch, call, needle):
+  no_training(monkeypatch)
+  with pytest.raises(ValueError, match=re.escape(needle)) as err:
+    call(data3, checkpoint)
+  assert "\n" not in str(err.value)
+
+
+def test_the_ldp_side_table_never_blocks_an_nfdp_run(data3):
+  # n = 24 per party, k = 500 with replacement: p = 1 - (23/24)^500 = 1 - 6e-10, beyond the accountant. The
+  # run used to fail with the side table's "certifies no delta this small ... target_delta=0.99999".
+  cfg = tiny_config(**dict(FAST, k=500, with_replacement=True, rounds=1))
+  res = fedmd.run_fedmd(jax.random.key(0), cfg, data3, ldp_table_epsilons=(0.0, 1.0))
+  table = res.ldp_sigma_table
+  assert [r["epsilon"] for r in table["rows"]] == [0.0] and table["skipped_epsilons"] == [1.0]
+  assert "No row for epsilon 1 at delta = 0.99999" in table["note"] and "no privacy guarantee" in table["note"]
+  assert res.privacy[0]["exact"]["delta_for_every_epsilon"] > 0.9999
+
+
+@pytest.mark.parametrize("kw,needle", [
+    # LDP samples nothing: it said "Expected k=1000 <= n=24 for sampling without replacement".
+    (dict(k=1000), r"Expected k=1000 <= n=24 for sampling without replacement \(method='ldp' samples no "
+                   r"records: k only sets its default ldp_delta.*Pass ldp_delta \(CLI: --ldp-delta\)"),
+    (dict(k=500, with_replacement=True), r"at its default ldp_delta, NFDP's p = 0.99999\d+ for n=24, k=500, WR "
+                                         r"\(method='ldp' samples no records"),
+])
+def test_ldp_k_errors_say_that_k_only_sets_the_delta(data3, monkeypatch, kw, needle):
+  no_training(monkeypatch)
+  with pytest.raises(ValueError, match=needle) as err:
+    fedmd.run_fedmd(jax.random.key(0), tiny_config(method="ldp", rounds=1, **kw), data3, ldp_table_epsilons=())
+  assert "\n" not in str(err.value)
+
+
+def fake_data(monkeypatch):
+  monkeypatch.setattr(fedmd, "load_fedmd_data", lambda **kw: tiny_data(num_parties=2))
+
+
+def no_data(monkeypatch):
+  def refuse(*args, **kwargs):
+    raise AssertionError("loaded data (and would train) before checking the command")
+  monkeypatch.setattr(fedmd, "load_fedmd_data", refuse)
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--rounds", "0", "--stop-after-round", "1"], "Expected --stop-after-round=1 <= --rounds=0"),
+])
+def test_cli_bad_input_before_loading_data(capsys, tmp_path, monkeypatch, extra, needle):
+  no_data(monkeypatch)
+  assert main(TINY_CLI + ["--out", str(tmp_path / "o")] + extra) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_cli_checks_every_checkpoint_folder_before_the_first_run(capsys, tmp_path, monkeypatch):
+  # Before: run k2 trained, then run k4 failed on the file where its checkpoint folder goes.
+  no_data(monkeypatch)
+  out = tmp_path / "o"
+  (out / "checkpoints").mkdir(parents=True)
+  (out / "checkpoints" / "nfdp-k4-wor").write_text("not a folder")
+  assert main(TINY_CLI + ["--rounds", "1", "--k", "2,4", "--out", str(out)]) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1
+  assert f"Expected --out={str(out)!r} to hold no file named 'checkpoints/nfdp-k4-wor'" in err
+
+
+def test_cli_stop_after_round_on_resume_reports_the_round_reached(capsys, tmp_path, monkeypatch):
+  fake_data(monkeypatch)
+  args = TINY_CLI + ["--rounds", "3", "--out", str(tmp_path / "o"), "--stop-after-round", "1"]
+  assert main(args) == 0
+  assert "stopped after round 1" in capsys.readouterr().err
+  assert main(args + ["--resume"]) == 0  # said "stopped after round 1" with the checkpoint at round 2
+  err = capsys.readouterr().err
+  assert "stopped after round 2 of run nfdp-k4-wor (resumed from round 1, already at --stop-after-round=1" in err
+  path = tmp_path / "o" / "checkpoints" / "nfdp-k4-wor" / fedmd.CHECKPOINT_NAME
+  meta, _ = fedmd._runner._read_checkpoint(path, meta_only=True)  # pylint: disable=protected-access
+  assert meta["round"] == 2
