@@ -221,6 +221,13 @@ def output_dir(name: str, value: Any, *, report: str | None = None, files: tuple
     if history.exists() and not history.is_dir():
       raise ValueError(f"Expected {name}={str(path)!r} to hold no file named 'history': earlier reports are kept "
                        f"in a folder of that name.")
+    if history.is_dir():  # another user's history/ would fail the move after the run, losing its report
+      try:
+        with tempfile.TemporaryFile(dir=history):
+          pass
+      except OSError as err:
+        raise ValueError(f"Expected {name}={str(path)!r} to hold a writable 'history' folder (earlier reports "
+                         f"move there); cannot write it ({err.strerror or err}).") from None
   for file, what in ([(report, "the report")] if report is not None else []) + [(f, "a plot") for f in files]:
     if (path / file).is_dir():
       raise ValueError(f"Expected {name}={str(path)!r} to hold no folder named {file!r}: {what} is written there.")

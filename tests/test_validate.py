@@ -3,6 +3,7 @@
 import errno
 import math
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -115,6 +116,23 @@ def test_output_dir_with_a_report_refuses_what_would_block_it_later(tmp_path):
     v.output_dir("out_dir", tmp_path / "b", report="report.json")
   (tmp_path / "c" / "history").mkdir(parents=True)
   assert v.output_dir("out_dir", tmp_path / "c", report="report.json") == tmp_path / "c"
+
+
+def test_output_dir_with_a_report_refuses_a_history_folder_it_cannot_write(tmp_path, monkeypatch):
+  # Another user's history/ let the run finish, then the move of the old report failed and the new report was
+  # never written. (As root a chmod cannot stop the write, so the probe is made to fail the way it would.)
+  (tmp_path / "history").mkdir()
+  real = v.tempfile.TemporaryFile
+
+  def probe(*args, dir=None, **kwargs):  # pylint: disable=redefined-builtin
+    if pathlib.Path(dir).name == "history":
+      raise PermissionError(13, "Permission denied")
+    return real(*args, dir=dir, **kwargs)
+
+  monkeypatch.setattr(v.tempfile, "TemporaryFile", probe)
+  with pytest.raises(ValueError, match=r"out_dir=.* to hold a writable 'history' folder .*Permission denied"):
+    v.output_dir("out_dir", tmp_path, report="report.json")
+  assert v.output_dir("out_dir", tmp_path) == tmp_path  # without a report history/ is not used
 
 
 @pytest.mark.parametrize("err, line, described", [

@@ -12,6 +12,7 @@ import math
 import pathlib
 from typing import Any
 
+from jaxdistill import _validate
 from jaxdistill import labeling
 from jaxdistill._keys import draw_secret_seed
 from jaxdistill.cli._common import print_json, print_table
@@ -100,8 +101,11 @@ def default_out_dir(config: labeling.LabelingConfig) -> str:
 
 
 def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:
-  student = labeling.StudentConfig(widths=args.student_widths, epochs=args.student_epochs,
-                                   targets=args.student_targets, refine_rounds=args.student_refine)
+  try:
+    student = labeling.StudentConfig(widths=args.student_widths, epochs=args.student_epochs,
+                                     targets=args.student_targets, refine_rounds=args.student_refine)
+  except ValueError as err:  # its fields are the --student-* flags
+    raise ValueError(f"student settings (--student-*): {_validate.first_line(err)}") from None
   cfg = labeling.LabelingConfig(
       dataset=args.dataset, data_dir=args.data_dir, mechanism=args.mechanism, epsilon=args.epsilon,
       delta=args.delta, num_queries=args.num_queries, k=args.k, connection=args.connection,

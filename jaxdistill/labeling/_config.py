@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
+
+import numpy as np
 
 from jaxdistill import _keys
 from jaxdistill import _validate
 from jaxdistill import models
 from jaxdistill.data import DATASETS
 from jaxdistill.labeling import _components
+from jaxdistill.models._training import MAX_EPOCHS
 
 __all__ = ["MECHANISMS", "REPRESENTATIONS", "CONNECTIONS", "StudentConfig", "LabelingConfig"]
 
@@ -37,11 +41,23 @@ SHUFFLE_LOCALS = ("collision", "rr")
 STUDENT_TARGETS = ("hard", "soft")
 #: Most self-training rounds (each trains a fresh student; student draws' keys sit above this range).
 MAX_REFINE_ROUNDS = 1000
+#: Most iterations T (each re-clusters D_pub, releases votes and trains a student; the budget of
+#: 10^7 iterations took minutes to plan, 10^9 hung).
+MAX_ITERATIONS = 100
+#: Most student (or ceiling) seeds: each trains a student on the same votes.
+MAX_STUDENT_SEEDS = 1000
 
 _LEARNED = _components.LEARNED  # encoder_width / encoder_steps apply to these only
 #: Bounds that keep a typo from starting a days-long fit.
 _MAX_ENCODER = {"encoder_width": 1024, "encoder_steps": 1_000_000}
 _EMBEDDED_SIZES = (3000, 1000, 1000)  # D_priv, D_pub, D_eval of the 5,000 embedded digits
+
+
+def _path(name: str, value: Any) -> str:
+  """A folder path as text; ``True`` or ``0`` would otherwise become folders named "True" and "0"."""
+  if not isinstance(value, (str, os.PathLike)) or not str(value):
+    raise ValueError(f"Expected {name} to be a folder path; got {value!r}.")
+  return str(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +68,9 @@ class StudentConfig:
     widths: conv widths ``(n1, n2)`` or ``(n1, n2, n3)``, each at most
       :data:`jaxdistill.models.MAX_WIDTH`.
     dropout: dropout rate.
-    epochs: training epochs on D_pub.
+    epochs: training epochs on D_pub (at most
+      ``models.fit``'s 1,000,000; checked here, before any vote
+      is released, not when the student trains).
     batch_size: minibatch size.
     learning_rate: Adam step size.
     embedding_dim: PCA dimension of the penultimate features used to
@@ -81,8 +99,8 @@ class StudentConfig:
   refine_rounds: int = 0
 
   def __post_init__(self):
-    widths = tuple(self.widths) if isinstance(self.widths, (tuple, list)) else (self.widths,)
-    if len(widths) not in (2, 3):
+    widths = tuple(self.widths) if isinstance(self.widths, (tuple, list, np.ndarray)) else (self.widths,)
+    if len(widths) not in (2, 3) or np.ndim(self.widths) > 1:
       raise ValueError(f"Expected student widths of 2 or 3 conv layers; got {self.widths!r}.")
     object.__setattr__(self, "widths", tuple(_validate.integer("widths", w, minimum=1, maximum=models.MAX_WIDTH)
                                             for w in widths))
@@ -90,7 +108,8 @@ class StudentConfig:
     if rate >= 1:
       raise ValueError(f"Expected dropout={rate!r} < 1.")
     object.__setattr__(self, "dropout", rate)
-    object.__setattr__(self, "epochs", _validate.integer("epochs", self.epochs, minimum=1))
+    object.__setattr__(self, "epochs", _validate.integer("epochs", self.epochs, minimum=1,
+                                                         maximum=MAX_EPOCHS))
     object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=1))
     object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
     object.__setattr__(self, "embedding_dim",
@@ -126,8 +145,8 @@ class LabelingConfig:
       sensitivity 2s, central model only) or ``balanced-max-min`` /
       ``balanced-harmonic`` (Appendix C: they couple records, so NO DP
       guarantee is claimed; the report says so).
-    iterations: T >= 1; t >= 2 re-selects queries with the student's
-      penultimate-layer embeddings.
+    iterations: T in [1, ``MAX_ITERATIONS`` (100)]; t >= 2 re-selects
+      queries with the student's penultimate-layer embeddings.
     representation: one of :data:`REPRESENTATIONS` (fitted on D_pub only).
       ``scan`` clusters D_pub end to end into s = ``num_queries`` clusters
       (:func:`jaxdistill.representations.fit_scan`); it pays off at small s
@@ -158,7 +177,8 @@ class LabelingConfig:
       ceiling is trained with. The first is the reported ceiling (the same
       key for any value); with more, the report adds every draw and their
       mean, because one student's accuracy moves by about a point with its
-      seed. Not a release setting: the ledger ignores it.
+      seed. Not a release setting: the ledger ignores it. At most
+      ``MAX_STUDENT_SEEDS`` (1000), like ``student_seeds``.
     student_seeds: how many students (different seeds) are trained on the
       final iteration's votes, in the private and the noise-free chain.
       The first is the reported Acc_pc (the same key for any value); with
@@ -199,8 +219,8 @@ class LabelingConfig:
   def __post_init__(self):
     if not isinstance(self.dataset, str) or not (self.dataset in DATASETS or self.dataset.startswith("tfds:")):
       raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {self.dataset!r}.")
-    if self.data_dir is not None and not isinstance(self.data_dir, str):
-      object.__setattr__(self, "data_dir", str(self.data_dir))
+    if self.data_dir is not None:
+      object.__setattr__(self, "data_dir", _path("data_dir", self.data_dir))
     mech = _validate.choice("mechanism", self.mechanism, MECHANISMS)
     if mech == "none":
       eps = _validate.positive("epsilon", self.epsilon, allow_inf=True)
@@ -224,7 +244,8 @@ class LabelingConfig:
     if rule == "knn-labeling" and mech not in ("central", "none"):
       raise ValueError(f"Expected mechanism=central or none with connection=knn-labeling (a record's edges "
                        f"depend on the other records, so clients cannot randomize them); got {mech}.")
-    object.__setattr__(self, "iterations", _validate.integer("iterations", self.iterations, minimum=1))
+    object.__setattr__(self, "iterations", _validate.integer("iterations", self.iterations, minimum=1,
+                                                             maximum=MAX_ITERATIONS))
     if _validate.choice("representation", self.representation, REPRESENTATIONS) == "scan" and s < 2:
       raise ValueError(f"Expected num_queries (s)={s} >= 2 with representation=scan (it clusters D_pub into s "
                        "clusters).")
@@ -252,11 +273,11 @@ class LabelingConfig:
                            f"({', '.join(_LEARNED)}); got representation={self.representation}.")
         object.__setattr__(self, name, _validate.integer(name, value, minimum=1, maximum=_MAX_ENCODER[name]))
     if self.out_dir is not None:
-      object.__setattr__(self, "out_dir", str(self.out_dir))
-    if not isinstance(self.baselines, bool):
-      raise ValueError(f"Expected baselines to be a bool; got {self.baselines!r}.")
-    object.__setattr__(self, "ceiling_seeds", _validate.integer("ceiling_seeds", self.ceiling_seeds, minimum=1))
-    object.__setattr__(self, "student_seeds", _validate.integer("student_seeds", self.student_seeds, minimum=1))
+      object.__setattr__(self, "out_dir", _path("out_dir", self.out_dir))
+    object.__setattr__(self, "baselines", _validate.boolean("baselines", self.baselines))
+    for name in ("ceiling_seeds", "student_seeds"):
+      object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1,
+                                                       maximum=MAX_STUDENT_SEEDS))
 
   # -- derived settings ------------------------------------------------------------
   def sizes(self, has_test_split: bool) -> tuple[int | None, int, int]:

@@ -115,11 +115,21 @@ class ReleaseLedger:
   """
 
   def __init__(self, out_dir: Any, fingerprint: dict, data_hash: str):
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
+      raise ValueError(f"Expected out_dir to be a folder path; got {out_dir!r}.")
+    if not isinstance(fingerprint, dict):
+      raise ValueError(f"Expected fingerprint to be a dict of settings; got {type(fingerprint).__name__}.")
+    if not isinstance(data_hash, str) or not data_hash:
+      raise ValueError(f"Expected data_hash to be a non-empty str (data_fingerprint's digest); got {data_hash!r}.")
+    try:
+      self.fingerprint = json.loads(json.dumps(fingerprint))
+    except (TypeError, ValueError) as err:
+      raise ValueError(f"Expected fingerprint to hold JSON values only (it is stored in every release); {err}.") \
+          from None
     self.dir = pathlib.Path(out_dir)
     if self.dir.exists() and not self.dir.is_dir():
       raise ValueError(f"Expected out_dir={str(self.dir)!r} to be a directory; it is a file.")
     self.dir.mkdir(parents=True, exist_ok=True)
-    self.fingerprint = json.loads(json.dumps(fingerprint))
     self.index_path = self.dir / "ledger.json"
     self.index = self._read_index()
     self._unsaved_key: bytes | None = None  # a new directory's key, saved with its first release
@@ -179,8 +189,16 @@ class ReleaseLedger:
     try:
       with np.load(path, allow_pickle=False) as z:
         record = json.loads(str(z["record"]))
-        return StoredRelease(int(record["iteration"]), np.asarray(z["votes"], np.float64),
-                             np.asarray(z["queries"], np.int64), np.asarray(z["assignment"], np.int64),
+        votes, queries, assignment = z["votes"], z["queries"], z["assignment"]
+        if not isinstance(record, dict):
+          raise ValueError("its record is not a JSON object")
+        if votes.ndim != 2 or queries.ndim != 1 or assignment.ndim != 1:
+          raise ValueError(f"votes {votes.shape}, queries {queries.shape}, assignment {assignment.shape}; expected "
+                           "[s, |Y|], [s] and [|D_pub|]")
+        if queries.dtype.kind not in "iu" or assignment.dtype.kind not in "iu":
+          raise ValueError(f"queries {queries.dtype} and assignment {assignment.dtype}; expected integers")
+        return StoredRelease(int(record["iteration"]), np.asarray(votes, np.float64),
+                             np.asarray(queries, np.int64), np.asarray(assignment, np.int64),
                              record, str(path))
     except (OSError, EOFError, KeyError, TypeError, ValueError, zipfile.BadZipFile) as err:
       raise ValueError(f"Stored release {path} cannot be read ({type(err).__name__}: {err}); it may hold a release "
@@ -200,6 +218,7 @@ class ReleaseLedger:
   # -- API -------------------------------------------------------------------------
   def lookup(self, iteration: int) -> StoredRelease | None:
     """The stored release of ``iteration``, or None (then the caller may release)."""
+    iteration = _iteration(iteration)
     path = self.path(iteration)
     if not path.exists():
       if any(e.get("iteration") == iteration for e in self.index["releases"]):
@@ -226,14 +245,36 @@ class ReleaseLedger:
 
   def record(self, iteration: int, votes: np.ndarray, queries: np.ndarray, assignment: np.ndarray,
              record: dict) -> StoredRelease:
-    """Saves a fresh release at once (never overwrites one)."""
+    """Saves a fresh release at once (never overwrites one).
+
+    Raises:
+      ValueError: a bad iteration (an int >= 1), votes that are not a finite
+        ``[s, |Y|]`` array, queries or assignment that are not 1-D integer
+        arrays, a record that is not a JSON-serialisable dict, or a release
+        of this iteration already on disk.
+    """
+    iteration = _iteration(iteration)
+    votes = np.asarray(votes)
+    if votes.dtype.kind not in "iuf" or votes.ndim != 2 or not np.isfinite(votes).all():
+      raise ValueError(f"Expected votes to be a finite real [s, |Y|] array; got {votes.dtype} of shape "
+                       f"{votes.shape}{' with NaN or inf' if votes.dtype.kind == 'f' and votes.ndim == 2 else ''}.")
+    for name, value in (("queries", queries), ("assignment", assignment)):
+      value = np.asarray(value)
+      if value.ndim != 1 or value.dtype.kind not in "iu":
+        raise ValueError(f"Expected {name} to be a 1-D integer array; got {value.dtype} of shape {value.shape}.")
+    if not isinstance(record, dict):
+      raise ValueError(f"Expected record to be a dict; got {type(record).__name__}.")
     path = self.path(iteration)
     if path.exists():
       raise ValueError(f"Release {path} already exists; refusing to overwrite a release already paid for.")
     full = {**record, "iteration": iteration, "fingerprint": self.fingerprint, "data_hash": self.data_hash,
             "released_at": _now()}
+    try:
+      text = json.dumps(full)
+    except (TypeError, ValueError) as err:
+      raise ValueError(f"Expected record to hold JSON values only; {err}.") from None
     arrays = {"votes": np.asarray(votes, np.float64), "queries": np.asarray(queries, np.int64),
-              "assignment": np.asarray(assignment, np.int64), "record": np.asarray(json.dumps(full))}
+              "assignment": np.asarray(assignment, np.int64), "record": np.asarray(text)}
     if self._unsaved_key is not None:  # the key first: a release must never be on disk without it
       key = self._unsaved_key.hex().encode()
       _atomic_write(self.dir / ".ledger-key", lambda f: f.write(key))
@@ -253,6 +294,13 @@ class ReleaseLedger:
   def releases(self) -> list[dict]:
     """Index entries of every release in the directory."""
     return list(self.index["releases"])
+
+
+def _iteration(value: Any) -> int:
+  """An iteration t as an int >= 1 (``"3"`` or ``True`` would name a file the index then cannot match)."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"Expected iteration to be an int >= 1; got {value!r}.")
+  return int(value)
 
 
 def _file_iteration(path: pathlib.Path) -> int:

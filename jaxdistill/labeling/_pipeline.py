@@ -53,6 +53,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from jaxdistill import _validate
 from jaxdistill._files import claimed_dir, keep_earlier_report
 from jaxdistill._keys import secret_key
 from jaxdistill import data as data_lib
@@ -61,7 +62,7 @@ from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
 from jaxdistill.labeling import _components as components
 from jaxdistill.labeling._budget import BudgetPlan, plan_budget
 from jaxdistill.labeling._config import LabelingConfig
-from jaxdistill.labeling._ledger import ReleaseLedger, data_fingerprint
+from jaxdistill.labeling._ledger import ReleaseLedger, StoredRelease, data_fingerprint
 from jaxdistill.labeling._plots import PLOT_FILES
 from jaxdistill.labeling._student import Student, refine_targets, train_student, vote_shares
 from jaxdistill.simulation import simulate
@@ -93,15 +94,22 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
   """Validates caller-provided splits; returns the number of classes.
 
   Raises:
-    ValueError: naming the problem (wrong image shapes, mismatched classes,
-      labels outside the classes, non-finite pixels or pixels outside
-      [0, 1], empty splits).
+    ValueError: naming the problem (a part that is not an ImageData, wrong
+      image shapes, fewer than 2 classes, mismatched classes, labels outside
+      the classes, non-finite pixels or pixels outside [0, 1], empty splits).
   """
   if not isinstance(splits, data_lib.LabelingSplits):
     raise ValueError(f"Expected splits to be a jaxdistill.data.LabelingSplits; got {type(splits).__name__}.")
   parts = (("private", splits.private), ("public", splits.public), ("evaluation", splits.evaluation))
+  for name, part in parts:
+    if not isinstance(part, data_lib.ImageData):
+      raise ValueError(f"Expected the {name} split to be a jaxdistill.data.ImageData; got {type(part).__name__}.")
   shape = splits.public.images.shape[1:]
   classes = splits.public.num_classes
+  if classes < 2:  # one class leaves nothing to label, and the plots' top-two margin fails after the release
+    raise ValueError(f"Expected at least 2 classes; the public split has {classes}.")
+  if len(shape) != 3 or shape[0] < 8 or shape[1] < 8 or shape[2] < 1:
+    raise ValueError(f"Expected images of at least 8x8 pixels and 1 channel for the student CNN; got {shape}.")
   for name, part in parts:
     img, lab = np.asarray(part.images), np.asarray(part.labels)
     if len(part) < 1:
@@ -121,8 +129,6 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
     if low < 0.0 or high > 1.0:  # the augmentations clip to [0, 1]; mixed scales would compare apples to pears
       raise ValueError(f"Expected {name} pixels in [0, 1] (ImageData's scale; divide bytes by 255); found "
                        f"range [{low:g}, {high:g}].")
-  if shape[0] < 8 or shape[1] < 8:
-    raise ValueError(f"Expected images of at least 8x8 pixels for the student CNN; got {shape}.")
   return int(classes)
 
 
@@ -372,9 +378,7 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
     stored = ledger.lookup(t) if ledger is not None else None
     if stored is not None:
       queries, assignment, votes = stored.queries, stored.assignment, stored.votes
-      if votes.shape != (s, num_classes) or assignment.shape != (len(pub),):
-        raise ValueError(f"Stored release {stored.path} has votes {votes.shape} for "
-                         f"{assignment.shape[0]} public samples; expected {(s, num_classes)} and {len(pub)}.")
+      _check_stored(stored, s, num_classes, len(pub))
     else:
       with timer("embed"):
         embed = embed0 if t == 1 else student.embedding(
@@ -446,6 +450,26 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
   return ChainResult(config.mechanism, results)
 
 
+def _check_stored(stored: StoredRelease, s: int, num_classes: int, num_public: int) -> None:
+  """A stored release must fit this run: shapes, finite votes, queries and clusters that index D_pub and s.
+
+  A tampered or damaged file (a -1 assignment wraps around, NaN votes win argmax) would otherwise give
+  wrong accuracies without an error. The file is left as it is: it may record budget already spent.
+  """
+  votes, queries, assignment = stored.votes, stored.queries, stored.assignment
+  where = f"Stored release {stored.path}"
+  if votes.shape != (s, num_classes) or assignment.shape != (num_public,) or queries.shape != (s,):
+    raise ValueError(f"{where} has votes {votes.shape}, queries {queries.shape} and assignment {assignment.shape}; "
+                     f"expected {(s, num_classes)}, ({s},) and ({num_public},) for this run.")
+  if not np.isfinite(votes).all():
+    raise ValueError(f"{where} holds NaN or inf votes; it is damaged: inspect or move it (it may record budget "
+                     "already spent).")
+  for name, values, bound in (("queries", queries, num_public), ("assignment", assignment, s)):
+    if values.size and (values.min() < 0 or values.max() >= bound):
+      raise ValueError(f"{where} holds {name} outside [0, {bound}) (range [{values.min()}, {values.max()}]); it is "
+                       "damaged: inspect or move it (it may record budget already spent).")
+
+
 def _train_student_chain(config: LabelingConfig, student_key: jax.Array, pub: data_lib.ImageData, votes: np.ndarray,
                          assignment: np.ndarray, pseudo: np.ndarray, num_classes: int,
                          update: Callable[[int], Any] | None) -> tuple[Student, float | None]:
@@ -513,12 +537,34 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   """
   if not isinstance(config, LabelingConfig):
     raise ValueError(f"Expected a LabelingConfig; got {type(config).__name__}.")
+  progress = _validate.boolean("progress", progress)
+  write_files = _validate.boolean("write_files", write_files)
+  if representation is not None and not callable(representation):
+    raise ValueError(f"Expected representation to be callable; got {type(representation).__name__}.")
   with contextlib.ExitStack() as held:
     if config.out_dir is not None and (write_files or config.mechanism != "none"):
       # Checked before any work (a bad folder must not lose a run) and held by this run alone (two runs must
       # not release into one ledger); removed again if the run fails before writing anything.
       held.enter_context(claimed_dir("out_dir", config.out_dir, report="report.json", files=PLOT_FILES))
     return _run_labeling(config, splits, representation, progress, write_files)
+
+
+def _checked_embedding(representation: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+  """The caller's embedding, its output checked: a real ``[len(images), d]`` array, named when it is not."""
+
+  def embed(images: np.ndarray) -> np.ndarray:
+    raw = representation(images)
+    try:
+      out = _validate.real_array("representation(images)", raw)
+    except ValueError as err:
+      raise ValueError(f"Expected representation to return a real array; {err}") from None
+    if out.ndim != 2 or out.shape[0] != len(images) or out.shape[1] < 1:
+      raise ValueError(f"Expected representation to return [{len(images)}, d] features for {len(images)} images; "
+                       f"got shape {out.shape}.")
+    raw = np.asarray(raw)
+    return raw if raw.dtype.kind == "f" else out.astype(np.float32)  # float features pass unchanged
+
+  return embed
 
 
 def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None,
@@ -547,9 +593,7 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
     ledger = ReleaseLedger(config.out_dir, config.release_fingerprint(), digest)
   with timer("representation"):
     if representation is not None:
-      if not callable(representation):
-        raise ValueError(f"Expected representation to be callable; got {type(representation).__name__}.")
-      embed0 = representation
+      embed0 = _checked_embedding(representation)
     else:
       embed0 = fit_first_representation(config, pub.images, progress=progress)
   cache: dict = {}

@@ -134,6 +134,10 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
     The trained :class:`Student`.
   """
   key = _validate.prng_key("key", key)
+  if not isinstance(config, StudentConfig):
+    raise ValueError(f"Expected config to be a StudentConfig; got {type(config).__name__}.")
+  if not isinstance(images, (np.ndarray, jax.Array)):
+    images = np.asarray(images)
   if np.ndim(images) != 4:
     raise ValueError(f"Expected images of shape [n, H, W, C]; got shape {np.shape(images)}.")
   init_key, fit_key = jax.random.split(key)
@@ -147,13 +151,14 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
   clf = _CLASSIFIERS.setdefault(signature, clf)
   images = jnp.asarray(images, jnp.float32)
   targets = jnp.asarray(targets)
-  for epoch_key in jax.random.split(fit_key, config.epochs):
-    state = models.fit(epoch_key, clf, state, images, targets, epochs=1, batch_size=config.batch_size)
+  for epoch, epoch_key in enumerate(jax.random.split(fit_key, config.epochs), 1):
+    try:
+      state = models.fit(epoch_key, clf, state, images, targets, epochs=1, batch_size=config.batch_size)
+    except models.DivergedError:  # fit names clf.tx; the setting behind it is this config's learning_rate
+      raise ValueError(f"Student training diverged (NaN or inf weights after {epoch} of {config.epochs} epochs); "
+                       f"lower learning_rate (now {config.learning_rate:g}).") from None
     if progress is not None:
       progress(1)
-  if not all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree.leaves(state.params)):
-    raise ValueError(f"Student training diverged (NaN or inf weights after {config.epochs} epochs); lower "
-                     f"learning_rate (now {config.learning_rate:g}).")
   return Student(clf, state, config)
 
 

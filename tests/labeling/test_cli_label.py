@@ -37,6 +37,10 @@ def run_cli(args, capsys):
     (["--T", "0"], "iterations"),
     (["--student-widths", "100000,8"], "widths=100000 <= 8192"),  # was an XLA out-of-memory traceback
     (["--student-refine", "-1"], "refine_rounds"),
+    # Checked with the settings, before any release (was an OverflowError after the votes were released):
+    (["--student-epochs", "2147483648"], "student settings (--student-*): Expected epochs=2147483648 <= 1000000"),
+    (["--T", "101"], "iterations=101 <= 100"),  # 10^9 hung in the budget plan
+    (["--student-seeds", "1001"], "student_seeds=1001 <= 1000"),
     (["--encoder-width", "32"], "learned representation"),  # default representation: hog-pca
     (["--representation", "contrastive", "--encoder-steps", "0"], "encoder_steps=0"),
 ])

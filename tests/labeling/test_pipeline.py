@@ -8,6 +8,7 @@ it was set with.
 import dataclasses
 import json
 import math
+import re
 
 import jax
 import numpy as np
@@ -359,6 +360,11 @@ def test_pixels_on_another_scale(splits):
     ("representation", "scan", "num_queries"),   # with num_queries=1 below
     ("seed", 2**32, "seed=4294967296 <= 4294967295"),  # jax.random.key keeps 32 bits: it would repeat seed 0
     ("noise_seed", 2**64, "noise_seed"), ("noise_seed", -1, "noise_seed"),
+    ("iterations", 101, "iterations=101 <= 100"), ("ceiling_seeds", 1001, "ceiling_seeds=1001 <= 1000"),
+    ("student_seeds", 1001, "student_seeds=1001 <= 1000"),
+    # A bool or a number used to become a folder named "True" or "0".
+    ("out_dir", True, "out_dir to be a folder path; got True"), ("out_dir", 0, "out_dir"),
+    ("data_dir", False, "data_dir to be a folder path; got False"), ("baselines", "no", "baselines"),
 ])
 def test_bad_settings(field, value, match):
   with pytest.raises(ValueError) as err:
@@ -516,3 +522,107 @@ def test_a_history_file_in_the_out_dir_is_refused_before_any_work(tmp_path, monk
   with pytest.raises(ValueError) as err:
     labeling.run_labeling(tiny(out_dir=str(tmp_path)))
   assert "no file named 'history'" in one_line(err)
+
+
+def test_student_settings_are_bounded_and_widths_may_be_an_array():
+  with pytest.raises(ValueError, match=r"epochs=1099511627776 <= 1000000"):
+    labeling.StudentConfig(epochs=2**40)  # found only after the release, by the training loop
+  assert labeling.StudentConfig(widths=np.array([16, 32])).widths == (16, 32)
+  assert labeling.LabelingConfig(baselines=np.bool_(False)).baselines is False
+  with pytest.raises(ValueError, match="config to be a StudentConfig; got dict"):
+    labeling.train_student(jax.random.key(0), {"epochs": 1}, np.zeros((4, 8, 8, 1), np.float32),
+                           np.zeros(4, np.int32), 2)
+
+
+def test_plan_budget_bounds_the_iterations_by_name():
+  # shuffle-multi at T = 20000 said "Expected count=20000 <= 10000"; central at T = 10^9 hung.
+  for mechanism in ("shuffle-multi", "central"):
+    with pytest.raises(ValueError, match="iterations=20000 <= 100"):
+      labeling.plan_budget(mechanism, 1.0, 1e-6, 20000, k=1)
+
+
+def test_run_labeling_flags_must_be_bools(splits):
+  for flag in ("progress", "write_files"):
+    with pytest.raises(ValueError, match=f"Expected {flag} to be a bool, got 'no'"):
+      labeling.run_labeling(tiny(), splits=splits, **{flag: "no"})
+
+
+def test_splits_need_image_data_two_classes_and_a_channel(splits):
+  with pytest.raises(ValueError, match="evaluation split to be a jaxdistill.data.ImageData; got str"):
+    labeling.check_splits(data_lib.LabelingSplits(splits.private, splits.public, "eval"))
+  parts = (splits.private, splits.public, splits.evaluation)
+  # One class: the release went through, then the plots failed after it, on every re-run.
+  one = [data_lib.ImageData(p.images, np.zeros(len(p), np.int32), 1) for p in parts]
+  with pytest.raises(ValueError, match="at least 2 classes; the public split has 1"):
+    labeling.check_splits(data_lib.LabelingSplits(*one))
+  empty = [data_lib.ImageData(p.images[..., :0], p.labels, 10) for p in parts]
+  with pytest.raises(ValueError, match="1 channel"):
+    labeling.check_splits(data_lib.LabelingSplits(*empty))
+
+
+def test_a_callers_representation_output_is_checked_by_name(splits):
+  extra_row = lambda x: np.zeros((len(x) + 1, 3), np.float32)  # noqa: E731
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(tiny(mechanism="none", epsilon=math.inf), splits=splits, representation=extra_row)
+  assert "representation to return [300, d] features for 300 images; got shape (301, 3)" in one_line(err)
+  with pytest.raises(ValueError, match="representation to return a real array"):
+    labeling.run_labeling(tiny(mechanism="none", epsilon=math.inf), splits=splits,
+                          representation=lambda x: np.full((len(x), 3), "a"))
+  # A list of float rows is a real array: it works (it was a TypeError deep in the query selection).
+  flat = lambda x: np.asarray(x, np.float32).reshape(len(x), -1)[:, ::40].tolist()  # noqa: E731
+  res = labeling.run_labeling(tiny(mechanism="none", epsilon=math.inf), splits=splits, representation=flat)
+  assert res.private.final.acc_pl > 0.3  # 10 classes: chance is 0.1
+
+
+@pytest.mark.parametrize("damage,match", [
+    ("assignment=-1", r"assignment outside \[0, 20\) \(range \[-1, -1\]\)"),  # wrapped around: Acc_pl 0.09
+    ("assignment=999", r"assignment outside \[0, 20\)"),                        # an IndexError traceback
+    ("votes=nan", "NaN or inf votes"),                                             # NaN won argmax silently
+    ("queries=3", r"queries \(3,\)"),                                              # accepted
+    ("queries=-5", r"queries outside \[0, 300\)"),
+])
+def test_a_damaged_stored_release_is_refused_and_kept(splits, tmp_path, monkeypatch, damage, match):
+  cfg = tiny(mechanism="central", epsilon=2.0, out_dir=str(tmp_path))
+
+  def boom(*args, **kwargs):
+    raise Interrupt()
+
+  with monkeypatch.context() as m:  # released, then interrupted: no student needed for this test
+    m.setattr(_pipeline, "train_student", boom)
+    with pytest.raises(Interrupt):
+      labeling.run_labeling(cfg, splits=splits)
+  path = tmp_path / "release-iter1.npz"
+  with np.load(path) as z:
+    arrays = dict(z)
+  name, value = damage.split("=")
+  arrays[name] = (np.full_like(arrays[name], float(value)) if value != "3" else arrays[name][:3])
+  np.savez(path, **arrays)
+  before = path.read_bytes()
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(cfg, splits=splits)
+  assert f"Stored release {path}" in one_line(err) and re.search(match, one_line(err)), one_line(err)
+  assert path.read_bytes() == before  # it may record budget already spent: never overwritten
+
+
+def test_ledger_api_refuses_bad_arguments_by_name(tmp_path):
+  with pytest.raises(ValueError, match="out_dir to be a folder path; got None"):
+    labeling.ReleaseLedger(None, {"a": 1}, "hash")
+  with pytest.raises(ValueError, match="fingerprint to hold JSON values only"):
+    labeling.ReleaseLedger(tmp_path, {"a": object()}, "hash")
+  with pytest.raises(ValueError, match="data_hash to be a non-empty str"):
+    labeling.ReleaseLedger(tmp_path, {"a": 1}, None)
+  ledger = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  good = (np.zeros((2, 3)), np.arange(2), np.zeros(5, np.int64), {})
+  for args, match in [(("3", *good), "iteration to be an int >= 1; got '3'"),
+                      ((True, *good), "iteration to be an int >= 1; got True"),
+                      ((0, *good), "iteration to be an int >= 1; got 0"),
+                      ((1, np.zeros(3), *good[1:]), r"votes to be a finite real \[s, \|Y\|\] array"),
+                      ((1, np.full((2, 3), np.nan), *good[1:]), "with NaN or inf"),
+                      ((1, good[0], np.arange(2.0), *good[2:]), "queries to be a 1-D integer array"),
+                      ((1, *good[:3], None), "record to be a dict; got NoneType"),
+                      ((1, *good[:3], {"x": object()}), "record to hold JSON values only")]:
+    with pytest.raises(ValueError, match=match):
+      ledger.record(*args)
+  assert not list(tmp_path.glob("release-iter*")) and not (tmp_path / ".ledger-key").exists()
+  with pytest.raises(ValueError, match="iteration to be an int >= 1; got '1'"):
+    ledger.lookup("1")
