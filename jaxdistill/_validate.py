@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import pathlib
 import tempfile
 from typing import Any
@@ -187,6 +188,16 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   return value
 
 
+def as_path(name: str, value: Any, kind: str = "folder") -> pathlib.Path:
+  """``value`` (a non-empty ``str`` or ``os.PathLike``) as a path, or raises naming ``name``.
+
+  ``True``, ``0`` or ``None`` would otherwise become paths named "True", "0" or "None".
+  """
+  if not isinstance(value, (str, os.PathLike)) or not str(value):
+    raise ValueError(f"Expected {name} to be a {kind} path; got {value!r}.")
+  return pathlib.Path(value)
+
+
 def output_dir(name: str, value: Any, *, report: str | None = None, files: tuple[str, ...] = ()) -> pathlib.Path:
   """Creates folder ``value`` (and its parents) if needed and checks that files can be written in it.
 
@@ -203,9 +214,7 @@ def output_dir(name: str, value: Any, *, report: str | None = None, files: tuple
     files: other files the run will write there (plots): a folder of one
       of these names is refused now too.
   """
-  if not isinstance(value, (str, pathlib.PurePath)) or not str(value):
-    raise ValueError(f"Expected {name} to be a folder path; got {value!r}.")
-  path = pathlib.Path(value)
+  path = as_path(name, value)
   if path.exists() and not path.is_dir():
     raise ValueError(f"Expected {name}={str(path)!r} to be a folder; it is a file.")
   try:

@@ -151,9 +151,7 @@ def _read_idx(path: pathlib.Path) -> np.ndarray:
 
 
 def _existing_dir(name: str, value: Any) -> pathlib.Path:
-  if not isinstance(value, (str, os.PathLike)) or not str(value):
-    raise ValueError(f"Expected {name} to be a folder path; got {value!r}.")
-  d = pathlib.Path(value)
+  d = _validate.as_path(name, value)
   if not d.is_dir():
     what = "it is a file" if d.exists() else "it does not exist"
     raise ValueError(f"Expected {name}={str(d)!r} to be an existing folder; {what}.")

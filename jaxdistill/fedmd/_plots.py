@@ -8,6 +8,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from jaxdistill import _validate
+
 __all__ = ["plot_accuracy_per_round", "plot_accuracy_vs_k"]
 
 
@@ -24,9 +26,7 @@ def _output_path(path: Any) -> pathlib.Path:
   matplotlib appends ``.png`` to a path without a suffix (so the file written was not the path returned)
   and writes ``folder.png`` for a folder; a missing parent was a ``FileNotFoundError`` after drawing.
   """
-  if not isinstance(path, (str, os.PathLike)) or not str(path):
-    raise ValueError(f"Expected path to be a file path; got {path!r}.")
-  out = pathlib.Path(path)
+  out = _validate.as_path("path", path, "file")
   if out.is_dir():
     raise ValueError(f"Expected path={str(out)!r} to be a file path; it is a folder.")
   parent = out.parent

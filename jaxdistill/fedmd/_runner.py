@@ -375,9 +375,7 @@ def checkpoint_secret_seed(checkpoint_dir: Any) -> int | None:
   down (the CLI's ``--secret-randomness``): the checkpoint holds it, beside
   the sampled records it protects, and never the report.
   """
-  if not isinstance(checkpoint_dir, (str, os.PathLike)) or not str(checkpoint_dir):
-    raise ValueError(f"Expected checkpoint_dir to be a folder path; got {checkpoint_dir!r}.")
-  path = pathlib.Path(checkpoint_dir) / CHECKPOINT_NAME
+  path = _validate.as_path("checkpoint_dir", checkpoint_dir) / CHECKPOINT_NAME
   if not path.is_file():
     return None
   return _read_checkpoint(path, meta_only=True)[0].get("secret_seed")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,6 @@ from jaxdistill import _validate
 from jaxdistill import models
 from jaxdistill.data import DATASETS
 from jaxdistill.labeling import _components
-from jaxdistill.models._training import MAX_EPOCHS
 
 __all__ = ["MECHANISMS", "REPRESENTATIONS", "CONNECTIONS", "StudentConfig", "LabelingConfig"]
 
@@ -53,13 +51,6 @@ _MAX_ENCODER = {"encoder_width": 1024, "encoder_steps": 1_000_000}
 _EMBEDDED_SIZES = (3000, 1000, 1000)  # D_priv, D_pub, D_eval of the 5,000 embedded digits
 
 
-def _path(name: str, value: Any) -> str:
-  """A folder path as text; ``True`` or ``0`` would otherwise become folders named "True" and "0"."""
-  if not isinstance(value, (str, os.PathLike)) or not str(value):
-    raise ValueError(f"Expected {name} to be a folder path; got {value!r}.")
-  return str(value)
-
-
 @dataclasses.dataclass(frozen=True)
 class StudentConfig:
   """The student CNN (a :class:`jaxdistill.models.FedMDCNN`) and its training.
@@ -69,7 +60,7 @@ class StudentConfig:
       :data:`jaxdistill.models.MAX_WIDTH`.
     dropout: dropout rate.
     epochs: training epochs on D_pub (at most
-      ``models.fit``'s 1,000,000; checked here, before any vote
+      :data:`jaxdistill.models.MAX_EPOCHS`; checked here, before any vote
       is released, not when the student trains).
     batch_size: minibatch size.
     learning_rate: Adam step size.
@@ -109,7 +100,7 @@ class StudentConfig:
       raise ValueError(f"Expected dropout={rate!r} < 1.")
     object.__setattr__(self, "dropout", rate)
     object.__setattr__(self, "epochs", _validate.integer("epochs", self.epochs, minimum=1,
-                                                         maximum=MAX_EPOCHS))
+                                                         maximum=models.MAX_EPOCHS))
     object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=1))
     object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
     object.__setattr__(self, "embedding_dim",
@@ -220,7 +211,7 @@ class LabelingConfig:
     if not isinstance(self.dataset, str) or not (self.dataset in DATASETS or self.dataset.startswith("tfds:")):
       raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {self.dataset!r}.")
     if self.data_dir is not None:
-      object.__setattr__(self, "data_dir", _path("data_dir", self.data_dir))
+      object.__setattr__(self, "data_dir", str(_validate.as_path("data_dir", self.data_dir)))
     mech = _validate.choice("mechanism", self.mechanism, MECHANISMS)
     if mech == "none":
       eps = _validate.positive("epsilon", self.epsilon, allow_inf=True)
@@ -273,7 +264,7 @@ class LabelingConfig:
                            f"({', '.join(_LEARNED)}); got representation={self.representation}.")
         object.__setattr__(self, name, _validate.integer(name, value, minimum=1, maximum=_MAX_ENCODER[name]))
     if self.out_dir is not None:
-      object.__setattr__(self, "out_dir", _path("out_dir", self.out_dir))
+      object.__setattr__(self, "out_dir", str(_validate.as_path("out_dir", self.out_dir)))
     object.__setattr__(self, "baselines", _validate.boolean("baselines", self.baselines))
     for name in ("ceiling_seeds", "student_seeds"):
       object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1,

@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxdistill import _validate
+
 __all__ = ["StoredRelease", "ReleaseLedger", "data_fingerprint"]
 
 _VERSION = 1
@@ -115,8 +117,7 @@ class ReleaseLedger:
   """
 
   def __init__(self, out_dir: Any, fingerprint: dict, data_hash: str):
-    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
-      raise ValueError(f"Expected out_dir to be a folder path; got {out_dir!r}.")
+    out_dir = _validate.as_path("out_dir", out_dir)
     if not isinstance(fingerprint, dict):
       raise ValueError(f"Expected fingerprint to be a dict of settings; got {type(fingerprint).__name__}.")
     if not isinstance(data_hash, str) or not data_hash:
