@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from jaxdistill import _validate
+from jaxdistill.fedmd._config import FedMDConfig
 
 __all__ = ["plot_accuracy_per_round", "plot_accuracy_vs_k"]
 
@@ -42,6 +43,22 @@ def _output_path(path: Any) -> pathlib.Path:
   return out
 
 
+def _accuracy(name: str, result: Any) -> np.ndarray:
+  """``result.accuracy`` as a non-empty ``[E, N]`` float64 array, after checking ``result`` is a FedMD result.
+
+  Anything else failed deep inside matplotlib (an AttributeError or an empty figure) after the folder checks.
+  """
+  if not isinstance(getattr(result, "config", None), FedMDConfig) or not hasattr(result, "accuracy"):
+    raise ValueError(f"Expected {name} to be a FedMDResult (from run_fedmd); got {type(result).__name__}.")
+  try:
+    acc = np.asarray(result.accuracy, dtype=np.float64)
+  except (TypeError, ValueError):
+    acc = np.zeros(0)
+  if acc.ndim != 2 or acc.size == 0:
+    raise ValueError(f"Expected {name}.accuracy to be a non-empty [rounds, parties] array; got shape {acc.shape}.")
+  return acc
+
+
 def plot_accuracy_per_round(result: Any, path: Any, *, title: str | None = None) -> pathlib.Path:
   """Test accuracy of every party after each evaluated round (thin lines) and their mean (bold).
 
@@ -55,12 +72,12 @@ def plot_accuracy_per_round(result: Any, path: Any, *, title: str | None = None)
     ``path`` as a :class:`pathlib.Path`: the file written.
 
   Raises:
-    ValueError: ``path`` is a folder, lies in a missing or unwritable
-      folder, or has no image suffix.
+    ValueError: ``result`` is not a FedMD result; ``path`` is a folder,
+      lies in a missing or unwritable folder, or has no image suffix.
   """
+  acc = _accuracy("result", result)
   plt = _plt()
   out = _output_path(path)
-  acc = np.asarray(result.accuracy)
   rounds = list(result.eval_rounds)
   fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
   for i in range(acc.shape[1]):
@@ -84,20 +101,41 @@ def plot_accuracy_per_round(result: Any, path: Any, *, title: str | None = None)
   return out
 
 
+def _short(value: Any) -> str:
+  text = repr(value)
+  return text if len(text) <= 40 else f"a {type(value).__name__}"
+
+
 def plot_accuracy_vs_k(results: Sequence[Any], path: Any, *, baselines: dict | None = None) -> pathlib.Path:
   """Final mean accuracy (bars: min-max over parties) against k, one line per WR / WOR.
 
   Args:
-    results: NFDP results (any mix of k and sampling).
+    results: one or more results of ``method`` ``"nfdp"`` or
+      ``"local-sample"`` (the methods that sample k records), any mix of k
+      and sampling.
     path: the image file, as in :func:`plot_accuracy_per_round`.
-    baselines: optional ``{label: accuracy}`` drawn as horizontal lines.
+    baselines: optional ``{label: accuracy}`` (finite numbers) drawn as
+      horizontal lines.
 
   Returns:
     ``path`` as a :class:`pathlib.Path`: the file written.
 
   Raises:
-    ValueError: on a bad ``path`` (see :func:`plot_accuracy_per_round`).
+    ValueError: ``results`` is empty or holds anything but results of a
+      method that samples k records; a baseline is not a finite number; a
+      bad ``path`` (see :func:`plot_accuracy_per_round`).
   """
+  if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or not results:
+    # [] drew an empty plot; one result (not in a list) was a TypeError.
+    raise ValueError(f"Expected results to be a non-empty list of FedMD results; got {_short(results)}.")
+  for i, r in enumerate(results):
+    _accuracy(f"results[{i}]", r)
+    if r.config.method not in ("nfdp", "local-sample"):  # k is unused (np, local, centralized) or a default (ldp)
+      raise ValueError(f"Expected results[{i}] of a method that samples k records ('nfdp' or 'local-sample'); "
+                       f"got method={r.config.method!r}.")
+  if baselines is not None and not isinstance(baselines, dict):
+    raise ValueError(f"Expected baselines to be a dict {{label: accuracy}} or None; got {type(baselines).__name__}.")
+  baselines = {str(label): _validate.finite(f"baselines[{label!r}]", v) for label, v in (baselines or {}).items()}
   plt = _plt()
   out = _output_path(path)
   fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
@@ -111,7 +149,7 @@ def plot_accuracy_vs_k(results: Sequence[Any], path: Any, *, baselines: dict | N
     hi = np.array([r.final_accuracy.max() for r in rs]) - mean
     ax.errorbar(ks, mean, yerr=[lo, hi], marker=marker, capsize=3,
                 label="with replacement" if wr else "without replacement")
-  for j, (label, value) in enumerate((baselines or {}).items()):
+  for j, (label, value) in enumerate(baselines.items()):
     ax.axhline(value, ls="--", lw=1, color=f"C{j + 2}", label=label)
   ks = sorted({r.config.k for r in results})
   ax.set_xscale("log")

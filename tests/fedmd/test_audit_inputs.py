@@ -150,6 +150,33 @@ def test_plots_write_the_path_they_return(tmp_path):
     assert out == tmp_path / f"p{i}.png" and out.read_bytes()[:4] == b"\x89PNG"
 
 
+def _fake_result(**config):
+  return types.SimpleNamespace(accuracy=np.full((2, 3), 0.5), accuracy_private=None, eval_rounds=[0, 1],
+                               config=tiny_config(**config), final_accuracy=np.full(3, 0.5))
+
+
+@pytest.mark.parametrize("call,needle", [
+    # [] drew an empty plot; a lone result was a TypeError; an np run was plotted against a k it never used.
+    (lambda p: fedmd.plot_accuracy_vs_k([], p), r"Expected results to be a non-empty list of FedMD results; got \[\]"),
+    (lambda p: fedmd.plot_accuracy_vs_k(_fake_result(), p), "Expected results to be a non-empty list"),
+    (lambda p: fedmd.plot_accuracy_vs_k([_fake_result(), None], p),
+     r"Expected results\[1\] to be a FedMDResult \(from run_fedmd\); got NoneType"),
+    (lambda p: fedmd.plot_accuracy_vs_k([_fake_result(method="np")], p),
+     r"Expected results\[0\] of a method that samples k records .*got method='np'"),
+    (lambda p: fedmd.plot_accuracy_vs_k([_fake_result()], p, baselines={"NP": float("nan")}),
+     r"Expected baselines\['NP'\] to be finite"),
+    (lambda p: fedmd.plot_accuracy_vs_k([_fake_result()], p, baselines=[0.5]), "Expected baselines to be a dict"),
+    (lambda p: fedmd.plot_accuracy_per_round({"accuracy": [[0.5]]}, p),  # AttributeError: 'dict' ... 'accuracy'
+     "Expected result to be a FedMDResult"),
+    (lambda p: fedmd.plot_accuracy_per_round(types.SimpleNamespace(**{**vars(_fake_result()), "accuracy": []}), p),
+     r"Expected result.accuracy to be a non-empty \[rounds, parties\] array; got shape \(0,\)"),
+])
+def test_plots_refuse_what_they_cannot_draw(tmp_path, call, needle):
+  with pytest.raises(ValueError, match=needle) as err:
+    call(tmp_path / "p.png")
+  assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("call,needle", [
     (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config(), None), "Expected data to be a FedMDData"),
     (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config().to_dict(), d),
