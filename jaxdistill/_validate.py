@@ -230,7 +230,11 @@ def output_dir(name: str, value: Any, *, report: str | None = None, files: tuple
     if history.exists() and not history.is_dir():
       raise ValueError(f"Expected {name}={str(path)!r} to hold no file named 'history': earlier reports are kept "
                        f"in a folder of that name.")
-    if history.is_dir():  # another user's history/ would fail the move after the run, losing its report
+    # Another user's history/ would fail the move after the run, losing its report. Only what is there now
+    # moves (an earlier report, and top-level *.png files: keep_earlier_report's default), so an unwritable
+    # history/ in a folder without them is never used.
+    earlier = (path / report).exists() or any(p.is_file() for p in path.glob("*.png"))
+    if history.is_dir() and earlier:
       try:
         with tempfile.TemporaryFile(dir=history):
           pass

@@ -130,8 +130,14 @@ def test_output_dir_with_a_report_refuses_a_history_folder_it_cannot_write(tmp_p
     return real(*args, dir=dir, **kwargs)
 
   monkeypatch.setattr(v.tempfile, "TemporaryFile", probe)
-  with pytest.raises(ValueError, match=r"out_dir=.* to hold a writable 'history' folder .*Permission denied"):
-    v.output_dir("out_dir", tmp_path, report="report.json")
+  # Nothing to move yet (no earlier report or plot): history/ is not used, so it need not be writable.
+  assert v.output_dir("out_dir", tmp_path, report="report.json") == tmp_path
+  for earlier in ("report.json", "accuracy.png"):
+    (tmp_path / earlier).write_text("{}")
+    with pytest.raises(ValueError, match=r"out_dir=.* to hold a writable 'history' folder .*Permission denied"):
+      v.output_dir("out_dir", tmp_path, report="report.json")
+    (tmp_path / earlier).unlink()
+  (tmp_path / "report.json").write_text("{}")
   assert v.output_dir("out_dir", tmp_path) == tmp_path  # without a report history/ is not used
 
 

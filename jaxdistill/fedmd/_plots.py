@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Any, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -106,7 +106,7 @@ def _short(value: Any) -> str:
   return text if len(text) <= 40 else f"a {type(value).__name__}"
 
 
-def plot_accuracy_vs_k(results: Sequence[Any], path: Any, *, baselines: dict | None = None) -> pathlib.Path:
+def plot_accuracy_vs_k(results: Iterable[Any], path: Any, *, baselines: dict | None = None) -> pathlib.Path:
   """Final mean accuracy (bars: min-max over parties) against k, one line per WR / WOR.
 
   Args:
@@ -125,9 +125,15 @@ def plot_accuracy_vs_k(results: Sequence[Any], path: Any, *, baselines: dict | N
       method that samples k records; a baseline is not a finite number; a
       bad ``path`` (see :func:`plot_accuracy_per_round`).
   """
-  if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or not results:
-    # [] drew an empty plot; one result (not in a list) was a TypeError.
-    raise ValueError(f"Expected results to be a non-empty list of FedMD results; got {_short(results)}.")
+  # [] drew an empty plot; one result (not in a list) was a TypeError. Any iterable (dict values, a generator,
+  # which was read twice and under-plotted) is taken as a list.
+  given = results
+  try:
+    results = [] if isinstance(results, (str, bytes)) else list(results)
+  except TypeError:
+    results = []
+  if not results:
+    raise ValueError(f"Expected results to be a non-empty list of FedMD results; got {_short(given)}.")
   for i, r in enumerate(results):
     _accuracy(f"results[{i}]", r)
     if r.config.method not in ("nfdp", "local-sample"):  # k is unused (np, local, centralized) or a default (ldp)

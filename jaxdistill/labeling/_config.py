@@ -123,7 +123,7 @@ class LabelingConfig:
   Attributes:
     dataset: one of :data:`jaxdistill.data.DATASETS`.
     data_dir: folder of IDX files (``mnist``, ``idx``, ``emnist-<config>``;
-      optional for ``fashion-mnist``).
+      optional for ``fashion-mnist``). ``""`` counts as not given.
     mechanism: one of :data:`MECHANISMS`.
     epsilon: the TOTAL epsilon over all T iterations (``inf`` only with
       ``mechanism="none"``).
@@ -210,6 +210,8 @@ class LabelingConfig:
   def __post_init__(self):
     if not isinstance(self.dataset, str) or not (self.dataset in DATASETS or self.dataset.startswith("tfds:")):
       raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {self.dataset!r}.")
+    if isinstance(self.data_dir, str) and not self.data_dir:  # "" is "not given", as in load_dataset and fedmd
+      object.__setattr__(self, "data_dir", None)  # (--data-dir "$UNSET" falls back to the Debian folder)
     if self.data_dir is not None:
       object.__setattr__(self, "data_dir", str(_validate.as_path("data_dir", self.data_dir)))
     mech = _validate.choice("mechanism", self.mechanism, MECHANISMS)

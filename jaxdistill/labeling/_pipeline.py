@@ -623,7 +623,8 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
                    ledger)
   report["settings"]["representation_source"] = "caller" if representation is not None else "fitted on D_pub"
   result = LabelingResult(config, plan, chain, noise_free, ceiling_draws[0] if ceiling_draws else None, report, splits,
-                          embed0, tuple(ceiling_draws))
+                          # The caller's own object (its attributes, and no second wrapper when it is passed back).
+                          representation if representation is not None else embed0, tuple(ceiling_draws))
   if ledger is not None:
     ledger.finish(acc_pl=chain.final.acc_pl, acc_pc=chain.final.acc_pc)
   if write_files and config.out_dir is not None:

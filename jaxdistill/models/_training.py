@@ -288,13 +288,40 @@ def _check_model(clf: Any, state: Any, state_name: str = "state") -> None:
     raise ValueError(f"Expected {state_name} to be a TrainState (from models.create); got {type(state).__name__}.")
 
 
+def _float_leaves(tree: Any) -> list:
+  return [a for a in jax.tree.leaves(tree) if jnp.issubdtype(a.dtype, jnp.inexact)]
+
+
 @functools.partial(jax.jit, static_argnames=("lead",))
-def _finite(state: TrainState, *, lead: int) -> jax.Array:
-  """Whether every float parameter and batch statistic is finite: ``[]`` bool, or ``[m]`` per model (``lead=1``)."""
-  leaves = [a for a in jax.tree.leaves((state.params, state.rest)) if jnp.issubdtype(a.dtype, jnp.inexact)]
-  per_leaf = [jnp.all(jnp.isfinite(a).reshape(a.shape[:lead] + (-1,)), axis=-1) for a in leaves]
-  shape = jnp.shape(state.step)[:lead]
-  return jnp.stack(per_leaf).all(axis=0) if per_leaf else jnp.ones(shape, bool)
+def _finite(tree: Any, *, lead: int) -> jax.Array:
+  """Whether every float leaf of ``tree`` is finite: ``[]`` bool, or ``[m]`` per model (``lead=1``)."""
+  per_leaf = [jnp.all(jnp.isfinite(a).reshape(a.shape[:lead] + (-1,)), axis=-1) for a in _float_leaves(tree)]
+  return jnp.stack(per_leaf).all(axis=0) if per_leaf else jnp.ones((), bool)
+
+
+@functools.partial(jax.jit, static_argnames=("lead",))
+def _kept_finite(before: Any, after: Any, *, lead: int) -> jax.Array:
+  """Whether no float element finite in ``before`` is NaN or inf in ``after`` (same structure), per model.
+
+  Elements that were not finite before (a model's intended ``-inf`` logit mask kept in a variable) are not
+  divergence, and are left alone.
+  """
+  per_leaf = [~jnp.any((jnp.isfinite(b) & ~jnp.isfinite(a)).reshape(a.shape[:lead] + (-1,)), axis=-1)
+              for b, a in zip(_float_leaves(before), _float_leaves(after))]
+  return jnp.stack(per_leaf).all(axis=0) if per_leaf else jnp.ones((), bool)
+
+
+def _check_start(state: TrainState, stacked: bool) -> None:
+  """ValueError if the parameters or batch statistics are NaN or inf before training (one device sync).
+
+  Training from them can only give NaN; other variables may hold intended non-finite values (masks).
+  """
+  ok = np.asarray(_finite((state.params, nnx.filter_state(state.rest, nnx.BatchStat)), lead=int(stacked))).reshape(-1)
+  if not ok.all():
+    name = "states" if stacked else "state"
+    which = f" (models {[int(i) for i in np.flatnonzero(~ok)]})" if stacked else ""
+    raise ValueError(f"Expected {name} with finite parameters and batch statistics{which}; found NaN or inf "
+                     "before training.")
 
 
 def _learning_rate(state: TrainState, index: int | None) -> str:
@@ -308,20 +335,15 @@ def _learning_rate(state: TrainState, index: int | None) -> str:
 
 
 def _check_trained(before: TrainState, after: TrainState, epochs: int, loss: str, stacked: bool) -> None:
-  """DivergedError if training left NaN or inf parameters / batch statistics (one device sync).
+  """DivergedError if training turned finite parameters or model variables into NaN or inf (one device sync).
 
-  ``before`` is the caller's state; models that were already non-finite before training get a plain ValueError.
+  ``before`` is the caller's state, checked by :func:`_check_start` before training.
   """
-  ok = np.asarray(_finite(after, lead=int(stacked)))
+  ok = np.asarray(_kept_finite((before.params, before.rest), (after.params, after.rest), lead=int(stacked)))
   if ok.all():
     return
+  ok = np.broadcast_to(ok, np.shape(after.step)[:int(stacked)])
   bad = tuple(int(i) for i in np.flatnonzero(~ok.reshape(-1)))
-  was = ~np.asarray(_finite(before, lead=int(stacked))).reshape(-1)
-  if was[list(bad)].any():
-    name = "states" if stacked else "state"
-    which = f" (models {[i for i in bad if was[i]]})" if stacked else ""
-    raise ValueError(f"Expected {name} with finite parameters and batch statistics{which}; found NaN or inf "
-                     "before training.")
   who = f"Training of models {list(bad)} of {ok.size}" if stacked else "Training"
   hint = " or check the targets (finite, moderate scale)" if loss != "cross_entropy" else ""
   rate = _learning_rate(after, bad[0] if stacked else None)
@@ -457,6 +479,7 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
   _check_values(clf, state, images, targets, loss, 0, False, np.arange(n) < size)
   if epochs == 0:
     return state
+  _check_start(state, stacked=False)
   b = min(batch_size, n)
   trained = _copy(state)
   for ekey in jax.random.split(key, epochs):
@@ -529,6 +552,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
                 record < sizes.max() if shared else record[None, :] < sizes[:, None])
   if epochs == 0:
     return states
+  _check_start(states, stacked=True)
   b = min(batch_size, n)
   sizes = jnp.asarray(sizes, jnp.int32)
   trained = _copy(states)

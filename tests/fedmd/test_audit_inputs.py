@@ -177,6 +177,13 @@ def test_plots_refuse_what_they_cannot_draw(tmp_path, call, needle):
   assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
 
 
+def test_plot_accuracy_vs_k_takes_any_iterable_of_results(tmp_path):
+  # dict values were refused (not a Sequence); a generator was read twice (lines, then ticks).
+  by_k = {k: _fake_result(k=k) for k in (2, 4)}
+  assert fedmd.plot_accuracy_vs_k(by_k.values(), tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+  assert fedmd.plot_accuracy_vs_k((r for r in by_k.values()), tmp_path / "b.png").is_file()
+
+
 @pytest.mark.parametrize("call,needle", [
     (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config(), None), "Expected data to be a FedMDData"),
     (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config().to_dict(), d),

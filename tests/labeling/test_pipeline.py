@@ -261,6 +261,8 @@ def test_scan_representation_cells_are_its_argmax_clusters(splits, monkeypatch):
   purity = sum(np.bincount(argmax[cells == c]).max() for c in np.unique(cells)) / len(cells)
   assert purity >= 0.95 and len(np.unique(cells)) == 10
   assert res.private.final.votes.sum() == 1500
+  # The result holds the caller's object (with its .clusters), not the pipeline's checking wrapper around it.
+  assert res.representation is scan
 
 
 def test_encoder_options_reach_the_contrastive_fit(splits, monkeypatch):
@@ -370,6 +372,13 @@ def test_bad_settings(field, value, match):
   with pytest.raises(ValueError) as err:
     labeling.LabelingConfig(**{field: value, **({"num_queries": 1, "k": 1} if value == "scan" else {})})
   assert match in one_line(err)
+
+
+def test_an_empty_data_dir_is_not_given():
+  # --data-dir "$UNSET" was refused by label ("a folder path; got ''") while fedmd and load_dataset fell back.
+  assert labeling.LabelingConfig(dataset="fashion-mnist", data_dir="").data_dir is None
+  with pytest.raises(ValueError, match="'mnist' needs data_dir"):  # as when it is not given
+    labeling.run_labeling(labeling.LabelingConfig(dataset="mnist", data_dir=""), progress=False)
 
 
 def test_an_out_dir_in_use_by_another_run_is_refused_and_freed_after_a_failure(splits, tmp_path):
@@ -537,8 +546,13 @@ def test_student_settings_are_bounded_and_widths_may_be_an_array():
 def test_plan_budget_bounds_the_iterations_by_name():
   # shuffle-multi at T = 20000 said "Expected count=20000 <= 10000"; central at T = 10^9 hung.
   for mechanism in ("shuffle-multi", "central"):
-    with pytest.raises(ValueError, match="iterations=20000 <= 100"):
+    with pytest.raises(ValueError, match="iterations=20000 <= 10000"):
       labeling.plan_budget(mechanism, 1.0, 1e-6, 20000, k=1)
+  # A plan for more iterations than a run takes (100) is a question the planner answers (it was refused at 101):
+  # T-fold basic composition of eps / T pure-DP steps is eps, and the PLD's optimal composition is not looser.
+  for t in (101, 10_000):
+    plan = labeling.plan_budget("central", 1.0, 1e-6, t, k=1)
+    assert plan.iterations == t and plan.composed_epsilon <= 1.0 + 1e-9
 
 
 def test_run_labeling_flags_must_be_bools(splits):

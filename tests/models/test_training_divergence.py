@@ -3,6 +3,7 @@
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -75,3 +76,44 @@ def test_mse_targets_beyond_float32_squares_are_refused_before_training():
   M.fit(jax.random.key(0), clf, st, x, np.full((16, 4), 1e38, np.float32), epochs=0, batch_size=4, loss="mae")
   M.fit(jax.random.key(0), clf, st, x, np.full((16, 4), M.MAX_MSE_TARGET, np.float32), epochs=0, batch_size=4,
         loss="mse")
+
+
+class _Mask(nnx.Variable):
+  pass
+
+
+class _MaskedNet(nnx.Module):
+  """A linear model with an additive -inf logit mask held in a (non-parameter) variable: a common idiom."""
+
+  def __init__(self, rngs):
+    self.lin = nnx.Linear(16, 4, rngs=rngs)
+    self.mask = _Mask(jnp.array([0.0, 0.0, -jnp.inf, -jnp.inf]))
+
+  def __call__(self, x, train=False, key=None, mask=None):
+    return self.lin(x.reshape(x.shape[0], -1)) + self.mask[...]
+
+
+def test_intended_non_finite_variables_are_not_divergence():
+  # The -inf mask made every fit end in "found NaN or inf before training", after training all its epochs.
+  rng = np.random.default_rng(0)
+  x, y = rng.random((32, 4, 4, 1), dtype=np.float32), (np.arange(32) % 2).astype(np.int32)
+  clf, st = M.create(_MaskedNet(nnx.Rngs(0)), optax.adam(1e-2))
+  trained = M.fit(jax.random.key(0), clf, st, x, y, epochs=2, batch_size=8)
+  assert all(np.isfinite(a).all() for a in jax.tree.leaves(trained.params))
+  logits = np.asarray(M.predict_logits(clf, trained, x))
+  assert np.isfinite(logits[:, :2]).all() and (logits[:, 2:] == -np.inf).all()
+  stacked = M.fit_stacked(jax.random.split(jax.random.key(1), 2), clf, M.stack_states([st, st]), x, y, epochs=1,
+                          batch_size=8, shared=True)
+  assert all(np.isfinite(a).all() for a in jax.tree.leaves(stacked.params))
+
+
+def test_non_finite_batch_statistics_are_refused_before_training():
+  x, y = data()
+  clf, st = make(1e-3)
+  # Only the batch statistics (BatchNorm's running mean and variance) are NaN: every parameter is finite.
+  rest = jax.tree.map(lambda a: a * np.nan if jnp.issubdtype(a.dtype, jnp.floating) else a, st.rest)
+  assert jax.tree.leaves(nnx.filter_state(st.rest, nnx.BatchStat))
+  with pytest.raises(ValueError, match=r"Expected states with finite parameters and batch statistics \(models \[1\]\); "
+                                       r"found NaN or inf before training\.$"):
+    M.fit_stacked(jax.random.split(jax.random.key(0), 2), clf, M.stack_states([st, st.replace(rest=rest)]), x, y,
+                  epochs=1, batch_size=4, shared=True)
