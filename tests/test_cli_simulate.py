@@ -45,6 +45,16 @@ def test_measured_error_matches_the_prediction(capsys, name):
   assert obj["predicted"]["max_abs_bound"] > obj["predicted"]["rms"]
 
 
+def test_a_pure_mechanism_takes_a_delta_and_says_it_is_unused(capsys):
+  # It was echoed beside the statement's delta 0 without a word, then refused, which broke sweeps passing one
+  # --delta to every mechanism. A pure epsilon-DP statement implies every delta.
+  obj = run_json(capsys, ["simulate", "--mechanism", "rr", *SMALL, "--delta", "0.5", "--json"])
+  assert obj["privacy"]["delta"] == 0.0 and obj["delta"] == 0.5
+  assert obj["delta_note"].startswith("--delta 0.5 is unused: rr is pure epsilon-DP")
+  obj = run_json(capsys, ["simulate", "--mechanism", "rr", *SMALL, "--delta", "0", "--json"])
+  assert obj["privacy"]["delta"] == 0.0 and "delta_note" not in obj
+
+
 def test_table_output(capsys):
   # Default chunk size and n as in test_rr_json_contract: the compiled runner is reused.
   assert main(["simulate", "--mechanism", "rr", *SMALL, "--devices", "1"]) == 0
@@ -81,7 +91,8 @@ def _without(args, *flags):
     (["--devices", "99"], "devices=99"),
     (["--r", "6"], "r=6"),
     (["--seed", str(2**63)], "seed=9223372036854775808 <= 4294967295"),  # was an OverflowError traceback
-    (["--delta", "0.5"], "no --delta for --mechanism rr"),  # was ignored, yet echoed beside the statement's 0
+    (["--delta", "1"], "--delta=1.0 < 1"),
+    (["--delta", "-0.1"], "--delta"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, extra, needle):
   flags = {a for a in extra if a.startswith("--")}

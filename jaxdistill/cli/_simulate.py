@@ -95,12 +95,18 @@ def run_simulate(args: argparse.Namespace) -> int:
   shape = mechanisms.BsvsShape(args.buckets, args.labels, args.k, args.r)
   n = _validate.integer("clients", args.clients, minimum=1, maximum=simulation.MAX_CLIENTS)
   seed = _validate.integer("seed", args.seed, minimum=0, maximum=_validate.MAX_SEED)
-  if args.delta is not None and not simulation.mechanism_spec(args.mechanism).needs_delta:
-    # build_mechanism ignores it (pure epsilon-DP); the output used to echo it beside the statement's delta 0.
-    raise ValueError(f"Expected no --delta for --mechanism {args.mechanism}: it is pure epsilon-DP (delta 0); "
-                     "--delta is for the shuffle mechanisms.")
-  mech = simulation.build_mechanism(args.mechanism, shape, epsilon=args.epsilon, delta=args.delta,
-                                    num_clients=n)
+  delta, delta_note = args.delta, None
+  if delta is not None and not simulation.mechanism_spec(args.mechanism).needs_delta:
+    # A pure epsilon-DP mechanism has no use for it. It was echoed beside the statement's delta 0 without a word,
+    # and then refused, which broke sweeps passing one --delta to every mechanism (label accepts it too).
+    d = _validate.probability("--delta", delta)
+    if d >= 1:
+      raise ValueError(f"Expected --delta={d!r} < 1.")
+    delta = None
+    if d > 0:
+      delta_note = (f"--delta {d:g} is unused: {args.mechanism} is pure epsilon-DP, so its statement has delta 0, "
+                    "which implies every delta.")
+  mech = simulation.build_mechanism(args.mechanism, shape, epsilon=args.epsilon, delta=delta, num_clients=n)
   privacy = mech.privacy()  # before the run: a bad calibration fails fast
   key_work, key_run = jax.random.split(jax.random.key(seed))
   work = mechanisms.synthetic_workload(key_work, num_clients=n, num_buckets=shape.num_buckets,
@@ -122,6 +128,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                     "max_abs_bound_beta": MAX_ERROR_BETA, "max_abs_bound_method": method},
       "privacy": privacy.to_dict(),
       "note": NOTE,
+      **({"delta_note": delta_note} if delta_note else {}),
       "wall_seconds": res.wall_seconds,
       "peak_rss_bytes": simulation.peak_rss_bytes(),
   }
@@ -142,6 +149,8 @@ def run_simulate(args: argparse.Namespace) -> int:
   for w in privacy.warnings:
     print(f"warning [{w.code}]: {w.message}")
   print(f"note: {NOTE}")
+  if delta_note:
+    print(f"note: {delta_note}")
   print(f"wall time {res.wall_seconds:.3f} s (compilation included); "
         f"peak memory {out['peak_rss_bytes'] / 2**20:.0f} MiB (process RSS)")
   return 0

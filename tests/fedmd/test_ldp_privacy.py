@@ -85,11 +85,21 @@ def test_epsilons_and_deltas_the_calibration_cannot_handle_are_refused_by_name()
   # Were an OverflowError from dp-accounting (eps = 1e30; near 800 already) and an anonymous "could not
   # verify a private starting point" (delta below the PLD's truncation; 1e-14 still calibrates).
   assert fedmd.calibrate_ldp_sigma(fedmd.MAX_LDP_EPSILON / 2 ** 20, 1e-14, sensitivity=1.0, count=1) > 0
-  with pytest.raises(ValueError, match=r"epsilon=1e\+30 <= 100"):
+  with pytest.raises(ValueError, match=r"epsilon=1e\+30 <= 500"):
     fedmd.calibrate_ldp_sigma(1e30, 1e-5, sensitivity=1.0, count=10)
   with pytest.raises(ValueError, match=r"target_delta=1e-300: dp-accounting's PLD"):
     fedmd.calibrate_ldp_sigma(1.0, 1e-300, sensitivity=1.0, count=10)
-  with pytest.raises(ValueError, match=r"ldp_epsilon=1e\+30 <= 100"):
+  with pytest.raises(ValueError, match=r"ldp_epsilon=1e\+30 <= 500"):
     fedmd.FedMDConfig(method="ldp", ldp_epsilon=1e30)
-  with pytest.raises(ValueError, match=r"epsilon=101.0 <= 100"):
-    fedmd.ldp_sigma_table(1e-3, sensitivity=1.0, count=10, epsilons=(1.0, 101.0))
+  with pytest.raises(ValueError, match=r"epsilon=501.0 <= 500"):
+    fedmd.ldp_sigma_table(1e-3, sensitivity=1.0, count=10, epsilons=(1.0, 501.0))
+
+
+def test_large_epsilons_up_to_the_cap_calibrate_tightly():
+  # The cap was 100, which refused --ldp-epsilon 200 and --ldp-table-epsilons 0,1,150 (sweeps that calibrate
+  # fine). At the new cap the sigma meets delta, checked in closed form (Balle & Wang), and 3% less does not.
+  assert fedmd.FedMDConfig(method="ldp", ldp_epsilon=fedmd.MAX_LDP_EPSILON).ldp_epsilon == 500.0
+  sigma = fedmd.calibrate_ldp_sigma(fedmd.MAX_LDP_EPSILON, 1e-5, sensitivity=2.0, count=100_000)
+  exact = lambda s: fedmd.analytic_gaussian_delta(fedmd.MAX_LDP_EPSILON, sigma=s, sensitivity=2.0,  # noqa: E731
+                                                  count=100_000)
+  assert exact(sigma) <= 1e-5 < exact(0.97 * sigma)
