@@ -102,7 +102,7 @@ def real_array(name: str, value: Any) -> np.ndarray:
     flat = arr.reshape(-1)
     if not all(isinstance(v, numbers.Real) and not _is_bool(v) for v in flat):
       raise ValueError(f"Expected {name} to hold only real numbers; got {value!r}.")
-  elif arr.dtype.kind in "USbcmM" or (arr.dtype.kind == "V" and not _is_float_like(arr.dtype)):
+  elif arr.dtype.kind in "USbcmM" or (arr.dtype.kind == "V" and not is_float_like(arr.dtype)):
     raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype} ({value!r}).")
   try:
     return arr.astype(np.float64)
@@ -110,7 +110,7 @@ def real_array(name: str, value: Any) -> np.ndarray:
     raise ValueError(f"Expected {name} to hold real numbers; got {value!r}.") from None
 
 
-def _is_float_like(dtype: np.dtype) -> bool:
+def is_float_like(dtype: np.dtype) -> bool:
   """True for the extension float types JAX uses (bfloat16, float8 ...), which NumPy reports as kind 'V'."""
   try:
     import ml_dtypes  # pylint: disable=import-outside-toplevel

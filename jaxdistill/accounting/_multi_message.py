@@ -229,14 +229,15 @@ def _check_flood_mean(noise: MultiMessageNoise, tail_mass: float) -> None:
                      f"(rho={noise.rho!r}). Use a smaller rho or p_flood.")
 
 
-def _check_grid(p0: dict, p1: dict, vdi: float) -> None:
-  """Refuses a grid step so fine that the composed PLD's array (2 x loss range / step) exceeds MAX_GRID_POINTS."""
+def _grid_step(p0: dict, p1: dict, vdi: float) -> float:
+  """``vdi``, coarsened to 2 x loss range / MAX_GRID_POINTS where a finer step would exceed that many points.
+
+  As :class:`~jaxdistill.accounting.MechanismAccount` does: a pessimistic PLD on a coarser grid is still an
+  upper bound. (A finer step was refused, although 1e-6 computed fine before; 1e-300 was a MemoryError.)
+  """
   losses = [p1[o] - p0[o] for o in p0 if o in p1 and math.isfinite(p0[o]) and math.isfinite(p1[o])]
   width = max(losses) - min(losses) if losses else 0.0
-  if 2.0 * width / vdi > MAX_GRID_POINTS:
-    raise ValueError(f"Expected value_discretization_interval={vdi!r} >= {2.0 * width / MAX_GRID_POINTS:.3g}: the "
-                     f"view's privacy loss spans {width:.3g} nats, and a finer step needs more than "
-                     f"{MAX_GRID_POINTS} grid points.")
+  return max(vdi, 2.0 * width / MAX_GRID_POINTS)
 
 
 def _h_log_pmf(noise: MultiMessageNoise, tail_mass: float) -> tuple[np.ndarray, float]:
@@ -331,7 +332,7 @@ def _cached_pld(noise: MultiMessageNoise, shifts: int, vdi: float, tail_mass: fl
     p0, p1 = _reduced_log_pmfs(noise, tail_mass)
   else:
     p0, p1 = _lattice_log_pmfs(noise, lattice_size)
-  _check_grid(p0, p1, vdi)
+  vdi = _grid_step(p0, p1, vdi)
   # dp-accounting: privacy loss ln(upper/lower) under ``upper``.
   up = pld_lib.from_two_probability_mass_functions(p1, p0, pessimistic_estimate=True,
                                                    value_discretization_interval=vdi, symmetric=False)
@@ -351,7 +352,9 @@ def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
     noise: the central noise parameters.
     k: buckets per record (k r <= ``MAX_SHIFTS``).
     r: labels per record.
-    value_discretization_interval: dp-accounting grid step.
+    value_discretization_interval: dp-accounting grid step; one so fine that
+      one release's loss range would take more than ``MAX_GRID_POINTS``
+      points is coarsened to fit (the PLD stays an upper bound).
     tail_mass: mass moved onto pessimistic tail outcomes (reduced view only).
     lattice_size: if given, build each entry's pair from the 2-D lattice
       [0, lattice_size]^2 instead of the lossless 1-D reduction (for checks;

@@ -358,7 +358,8 @@ def _real(name: str, value: Any) -> np.ndarray:
   Text, bools and complex numbers are refused: float32 conversion parsed text and dropped imaginary parts.
   """
   arr = np.asarray(value)
-  if arr.dtype.kind not in "fiu":
+  if arr.dtype.kind not in "fiu" and not (arr.dtype.kind == "V" and _validate.is_float_like(arr.dtype)):
+    # bfloat16 (and JAX's other extension floats) report kind 'V' and were refused.
     raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype}.")
   return arr
 

@@ -376,3 +376,26 @@ def test_privacy_statement_validates_epsilon_delta_and_relation():
     accounting.PrivacyStatement("x", "swap", epsilon=1.0, delta=0.1)
   st_ = accounting.PrivacyStatement("x", "add-remove", epsilon=math.inf, delta=1.0)
   assert st_.relation is accounting.Relation.ADD_OR_REMOVE and st_.to_dict()["epsilon"] == "inf"
+
+
+def test_a_discrete_laplace_sensitivity_of_millions_is_accounted():
+  # 2 x 10^6 was refused by the earlier cap of 10^6, though it computes in about 2 s. Ten releases of noise
+  # a = 1 / sensitivity are each (1, 0)-DP: their composition is at most 10 (basic composition), and at
+  # delta 1e-6 only slightly less (each release's loss is the full +-1 on a large part of its outcomes).
+  s = 2_000_000
+  eps = accounting.discrete_laplace(1.0 / s, sensitivity=s, relation="replace-one", count=10).epsilon(1e-6)
+  assert 9.9 < eps <= 10.0 + 10 * 1e-4
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(mechanism="discrete-laplace", sensitivity=2.5), "Expected sensitivity to be an integer, got 2.5."),
+    (dict(mechanism="randomized-response", num_buckets=1), "Expected num_buckets=1 >= 2."),
+    (dict(mechanism="randomized-response", num_buckets=4, relation="add-remove"),
+     "Expected relation=replace-one for randomized response"),
+])
+def test_calibrate_names_a_bad_argument_not_its_starting_noise(kw, message):
+  # These said "Could not calibrate ...: its starting noise 0.4 is outside what the accounting supports (...)".
+  args = {"target_epsilon": 1.0, "target_delta": 1e-6, "relation": "replace-one", **kw}
+  with pytest.raises(ValueError) as err:
+    accounting.calibrate(**args)
+  assert str(err.value).startswith(message)

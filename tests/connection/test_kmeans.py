@@ -126,10 +126,18 @@ def test_select_queries_rejects_nan_and_bad_shapes(data):
 
 
 @pytest.mark.parametrize("kw,needle", [
-    (dict(max_iterations=2**31), "max_iterations=2147483648 <= 100000"),  # OverflowError inside jax before
+    (dict(max_iterations=2**31), "max_iterations=2147483648 <= 10000000"),  # OverflowError inside jax before
     (dict(num_trials=2**31), "num_trials=2147483648 <= 1024"),             # a JaxRuntimeError before
 ])
 def test_kmeans_counts_beyond_their_caps_are_refused_by_name(kw, needle):
   x = np.random.default_rng(0).random((20, 3)).astype(np.float32)
   with pytest.raises(ValueError, match=needle):
     connection.kmeans(jax.random.key(0), x, 3, **kw)
+
+
+def test_a_large_iteration_cap_means_until_convergence():
+  # 10^6 ("until convergence") was refused by the earlier cap of 10^5; the result is the default cap's.
+  x = np.random.default_rng(0).random((20, 3)).astype(np.float32)
+  big = connection.kmeans(jax.random.key(0), x, 3, max_iterations=10**6)
+  small = connection.kmeans(jax.random.key(0), x, 3)
+  assert big.converged and small.converged and np.array_equal(big.assignment, small.assignment)

@@ -266,3 +266,7 @@ def test_fit_and_accuracy_refuse_what_is_not_real_numbers():
     M.fit(jax.random.key(0), clf, st, x, y.astype(str), epochs=1, batch_size=4)
   with pytest.raises(ValueError, match="logits to hold real numbers"):
     M.accuracy(np.array([["1", "0"]]), np.array([0]))
+  # bfloat16 reports NumPy kind 'V' and was refused with the text above; it is a real float type.
+  logits = jnp.asarray([[1.0, 0.0], [0.0, 1.0], [2.0, -1.0]], jnp.bfloat16)
+  assert M.accuracy(logits, np.array([0, 1, 1])) == pytest.approx(2 / 3)
+  M.fit(jax.random.key(0), clf, st, jnp.asarray(x, jnp.bfloat16), y, epochs=0, batch_size=4)
