@@ -94,7 +94,7 @@ def _locked(path: pathlib.Path, name: str) -> Iterator[None]:
     os.close(fd)  # releases the lock
 
 
-def keep_earlier_report(out: pathlib.Path, name: str = "report.json", *, plots: str | None = "*.png"
+def keep_earlier_report(out: pathlib.Path, name: str = "report.json", *, plots: str | None = _validate.EARLIER_PLOTS
                         ) -> pathlib.Path | None:
   """Moves an earlier run's outputs to ``out/history/``; returns where its report went.
 

@@ -42,6 +42,10 @@ def _is_bool(value: Any) -> bool:
 #: keeps only the low 32 bits, so seed 2**32 would silently repeat seed 0.
 MAX_SEED = 2**32 - 1
 
+#: Top-level files of an output folder that move to ``history/`` with an earlier report
+#: (``jaxdistill._files.keep_earlier_report``'s default).
+EARLIER_PLOTS = "*.png"
+
 
 def integer(name: str, value: Any, *, minimum: int | None = None,
             maximum: int | None = None) -> int:
@@ -231,9 +235,8 @@ def output_dir(name: str, value: Any, *, report: str | None = None, files: tuple
       raise ValueError(f"Expected {name}={str(path)!r} to hold no file named 'history': earlier reports are kept "
                        f"in a folder of that name.")
     # Another user's history/ would fail the move after the run, losing its report. Only what is there now
-    # moves (an earlier report, and top-level *.png files: keep_earlier_report's default), so an unwritable
-    # history/ in a folder without them is never used.
-    earlier = (path / report).exists() or any(p.is_file() for p in path.glob("*.png"))
+    # moves (an earlier report and its plots), so an unwritable history/ in a folder without them is never used.
+    earlier = (path / report).exists() or any(p.is_file() for p in path.glob(EARLIER_PLOTS))
     if history.is_dir() and earlier:
       try:
         with tempfile.TemporaryFile(dir=history):

@@ -133,9 +133,13 @@ def test_make_fedmd_data_names_its_parameters(kw, needle):
   assert "\n" not in str(err.value)
 
 
+def _fake_result(**config):
+  return types.SimpleNamespace(accuracy=np.full((2, 3), 0.5), accuracy_private=None, eval_rounds=[0, 1],
+                               config=tiny_config(**config), final_accuracy=np.full(3, 0.5))
+
+
 def test_plots_write_the_path_they_return(tmp_path):
-  res = types.SimpleNamespace(accuracy=np.full((2, 3), 0.5), accuracy_private=None, eval_rounds=[0, 1],
-                              config=tiny_config(), final_accuracy=np.full(3, 0.5))
+  res = _fake_result()
   plots = (lambda p: fedmd.plot_accuracy_per_round(res, p), lambda p: fedmd.plot_accuracy_vs_k([res], p))
   for plot in plots:
     for path, needle in ((tmp_path, "it is a folder"),  # wrote tmp_path.png and returned the folder
@@ -148,11 +152,6 @@ def test_plots_write_the_path_they_return(tmp_path):
   for i, plot in enumerate(plots):
     out = plot(str(tmp_path / f"p{i}.png"))
     assert out == tmp_path / f"p{i}.png" and out.read_bytes()[:4] == b"\x89PNG"
-
-
-def _fake_result(**config):
-  return types.SimpleNamespace(accuracy=np.full((2, 3), 0.5), accuracy_private=None, eval_rounds=[0, 1],
-                               config=tiny_config(**config), final_accuracy=np.full(3, 0.5))
 
 
 @pytest.mark.parametrize("call,needle", [
