@@ -11,6 +11,7 @@ pixels, which only a download can give.
 
 import json
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -21,6 +22,16 @@ tfds = pytest.importorskip("tensorflow_datasets")
 from jaxdistill import data  # pylint: disable=wrong-import-position
 from jaxdistill.cli.main import main  # pylint: disable=wrong-import-position
 from jaxdistill.fedmd import load_fedmd_data  # pylint: disable=wrong-import-position
+
+
+@pytest.fixture(autouse=True)
+def tfds_scratch_in_tmp_path(tmp_path, monkeypatch):
+  """tfds leaves an empty ``tempfile.mkdtemp("tfds")`` folder behind for every builder whose data is not
+  prepared (``DatasetInfo.initialize_from_bucket``; GCS is disabled, so nothing is written into it). Keep
+  those in the test's own folder instead of the machine's /tmp."""
+  scratch = tmp_path / "tempfile"
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(scratch))
 
 
 def mock(num_examples):
