@@ -127,8 +127,8 @@ def test_registry_names_and_errors():
   assert set(simulation.mechanism_names()) >= {
       "laplace", "discrete-laplace", "rr", "collision", "separation", "concatenation",
       "shuffle-multi", "shuffle-single"}
-  # SMALL's shape and epsilon: the shuffle mechanisms' calibrations (seconds each) are the ones
-  # test_measured_error_matches_the_prediction already made in this process.
+  # SMALL's shape and epsilon: the shuffle mechanisms' calibrations (seconds each) are then the ones
+  # test_measured_error_matches_the_prediction makes, cached when this file runs in one process in order.
   shape = M.BsvsShape(10, 5, 1)
   rr = simulation.build_mechanism("rr", shape, epsilon=1.5)
   assert isinstance(rr, M.RandomizedResponse) and rr.epsilon == 1.5 and rr.shape == shape
