@@ -411,21 +411,51 @@ def multi_message_expected_messages(noise: MultiMessageNoise, *, num_clients: An
   return c + 2.0 * d * p / (n * (1.0 - p)) + 2.0 * d * rho * pf / (n * (1.0 - pf))
 
 
+#: Below this delta(eps), a doubling of rho that does not halve it means the PLD is at its float64 floor
+#: (about 5e-16: rounding in dp-accounting's sums). Far above the floor, delta falls geometrically in rho.
+_FLOOR_ZONE = 1e-13
+
+
+def _stalled(history: list[float]) -> bool:
+  """True when the last two doublings of rho each failed to halve delta(eps), inside ``_FLOOR_ZONE``.
+
+  delta(eps) is non-increasing in rho and, once below ``_FLOOR_ZONE``, decays
+  like e^{-c rho}: a doubling squares it. Two doublings in a row that do not
+  halve it are float64 rounding, and more rho will not reach a smaller
+  target; without this check each flood multiplier went on doubling rho to the
+  view's outcome cap (about 60 s for delta = 1e-300).
+  """
+  if len(history) < 3:
+    return False
+  a, b, c = history[-3:]
+  return c < _FLOOR_ZONE and b > 0.5 * a and c > 0.5 * b
+
+
 def _least_rho(p: float, pf: float, eps: float, delta: float, shifts: int, vdi: float,
                rtol: float) -> float:
   """Least rho (to relative ``rtol``, from above) with delta(eps) <= delta."""
 
-  def ok(rho: float) -> bool:
+  def delta_at(rho: float) -> float:
     noise = MultiMessageNoise(p, rho, pf)
-    return _cached_pld(noise, shifts, vdi, DEFAULT_TAIL_MASS, None).get_delta_for_epsilon(eps) <= delta
+    return _cached_pld(noise, shifts, vdi, DEFAULT_TAIL_MASS, None).get_delta_for_epsilon(eps)
+
+  def ok(rho: float) -> bool:
+    return delta_at(rho) <= delta
 
   lo, hi = 0.0, 1.0
-  while not ok(hi):
+  history = [delta_at(hi)]
+  while history[-1] > delta:
     lo, hi = hi, 2.0 * hi
     if hi > 2.0**24:
       raise ValueError(
           f"No flooding rho <= 2^24 meets epsilon={eps}, delta={delta} with p={p}, p_flood={pf}; "
           f"delta may be below what the PLD can certify (~1e-15).")
+    history.append(delta_at(hi))
+    if _stalled(history):
+      raise ValueError(
+          f"No flooding rho meets epsilon={eps}, delta={delta} with p={p}, p_flood={pf}: the PLD's "
+          f"delta(epsilon) stopped falling at {history[-1]:.3g} (rho={hi:g}), its float64 floor; "
+          f"delta is below what the PLD can certify.")
   if lo == 0.0:
     lo = hi / 2.0
     while ok(lo) and lo > 1e-6:

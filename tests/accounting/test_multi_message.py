@@ -1,6 +1,7 @@
 """Input checks of the multi-message shuffle accounting (its numbers: tests/mechanisms/test_shuffle_multi.py)."""
 
 import math
+import re
 
 import pytest
 
@@ -20,6 +21,22 @@ def test_finest_rtol_terminates_and_meets_the_target():
   coarse = accounting.calibrate_multi_message(1.0, 1e-6, flood_multipliers=(1.0,))
   assert noise.rho == pytest.approx(coarse.rho, rel=2e-3)
   assert accounting.multi_message_delta(noise, 1.0) <= 1e-6
+
+
+def test_delta_below_the_float64_floor_is_refused_once_delta_stops_falling():
+  # delta = 1e-300 used to double rho up to the view's outcome cap for every flood multiplier (61 s for the
+  # four defaults) before refusing. Here p = p' = e^-0.5 (a = b = 0.5 at eps = 2, multiplier 1).
+  with pytest.raises(ValueError, match=r"stopped falling at (\S+) \(rho=(\d+)\)") as err:
+    accounting.calibrate_multi_message(2.0, 1e-300, flood_multipliers=(1.0,))
+  rho = float(re.search(r"\(rho=(\d+)\)", str(err.value)).group(1))
+  # The refusal is warranted: 4 and 16 times that flooding still leave delta(2) near 5e-16 (float64 rounding),
+  # hundreds of orders of magnitude above the target.
+  for more in (4, 16):
+    noise = accounting.MultiMessageNoise(math.exp(-0.5), more * rho, math.exp(-0.5))
+    assert 1e-17 < accounting.multi_message_delta(noise, 2.0) < 1e-14
+  # A target just above the floor is still reached: the stall check refuses only what doubling cannot reach.
+  noise = accounting.calibrate_multi_message(2.0, 5e-16, flood_multipliers=(1.0,))
+  assert accounting.multi_message_delta(noise, 2.0) <= 5e-16
 
 
 @pytest.mark.parametrize("rho", [1e25, 1e30, 1e300])
