@@ -478,6 +478,11 @@ def _train_student_chain(config: LabelingConfig, student_key: jax.Array, pub: da
                           num_classes, progress=update)
   refined_acc_pl = None
   # Self-training on D_pub (post-processing: public images and released votes only).
+  # Known, left as is: under JAX's partitionable threefry (the default) fold_in(student_key, 1) equals
+  # split(student_key)[1], the fit key train_student splits off, so round 1's initialisation and epoch keys
+  # come from keys round 0 derives for its epochs 0 and 1: the two students' randomness is not independent.
+  # No privacy effect (public post-processing); another derivation would change every refined result in
+  # README.md and results/.
   for r in range(1, config.student.refine_rounds + 1):
     refined = refine_targets(student, pub.images, vote_shares(votes, assignment))
     refined_acc_pl = float(np.mean(refined.argmax(axis=1) == pub.labels, dtype=np.float64))
