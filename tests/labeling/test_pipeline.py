@@ -253,16 +253,25 @@ def test_scan_representation_cells_are_its_argmax_clusters(splits, monkeypatch):
                                                              num_neighbours=10, num_heads=1, contrastive=con))
   # Recovery needs a confident head; measured here: mean largest probability 0.77 (0.46 after 100 + 100
   # steps, where only 77% of the samples fall in their argmax cluster's cell).
-  assert scan(splits.public.images).max(axis=1).mean() >= 0.7
+  images = splits.public.images
+  assert scan(images).max(axis=1).mean() >= 0.7
+  # At 0.77 the cells were 0.99 pure, but 0.90 with XLA's optimisations off (JAX_DISABLE_MOST_OPTIMIZATIONS=1,
+  # whose float rounding trains another head): how confident a head gets is training's business, not the
+  # pipeline's. Scaling the head's logits by 20 keeps every argmax and makes it confident by construction.
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, a: 20.0 * a if any(getattr(k, "key", None) == "head" for k in path) else a, scan.params)
+  sharp = dataclasses.replace(scan, params=params)
+  assert np.array_equal(sharp.clusters(images), scan.clusters(images)) and sharp(images).max(axis=1).mean() >= 0.95
   res = labeling.run_labeling(tiny(mechanism="none", epsilon=math.inf, num_queries=10, representation="scan"),
-                              splits=splits, representation=scan)
-  cells, argmax = res.private.final.assignment, scan.clusters(splits.public.images)
-  # Same partition up to relabelling: every cell is (almost) one argmax cluster. Measured: 0.99.
+                              splits=splits, representation=sharp)
+  cells, argmax = res.private.final.assignment, sharp.clusters(images)
+  # Same partition up to relabelling: every cell is one argmax cluster. Measured: 1.0 with and without
+  # XLA's optimisations.
   purity = sum(np.bincount(argmax[cells == c]).max() for c in np.unique(cells)) / len(cells)
-  assert purity >= 0.95 and len(np.unique(cells)) == 10
+  assert purity >= 0.99 and len(np.unique(cells)) == 10
   assert res.private.final.votes.sum() == 1500
   # The result holds the caller's object (with its .clusters), not the pipeline's checking wrapper around it.
-  assert res.representation is scan
+  assert res.representation is sharp
 
 
 def test_encoder_options_reach_the_contrastive_fit(splits, monkeypatch):
