@@ -12,6 +12,11 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+from tests import _fast_threefry
+
+# Faster XLA:CPU compiles of jax.random draws, every bit unchanged: see tests/_fast_threefry.py.
+_fast_threefry.install()
+
 settings.register_profile(
     "ci", max_examples=25, derandomize=True, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow])
