@@ -6,7 +6,7 @@ ops. XLA:CPU compiles that loop several times slower on an array of rank 2
 or more than on the same elements as one vector (measured with JAX 0.10.2:
 4.1 s against 0.6 s for 8,000 counters shaped ``(800, 10)`` against
 ``(8000,)``). Model initialisers, augmentations and vmapped per-client draws
-all hash multi-dimensional arrays, so the suite pays this on most first
+all hash multi-dimensional arrays, so the suite pays this on many first
 calls.
 
 :func:`install` re-registers the primitive's CPU lowering so that it
@@ -14,7 +14,7 @@ broadcasts the keys and counters to their common shape, flattens them, runs
 JAX's own lowering on the vector and reshapes the two outputs back. The hash
 is elementwise, so every bit is unchanged (``tests/test_fast_threefry.py``
 checks this against JAX's unpatched computation and the Random123
-known-answer vector). The library does not install it: it is a test-process
+known-answer vectors). The library does not install it: it is a test-process
 setting only, like the Hypothesis profile. CLI subprocesses and notebook
 kernels started by tests run stock JAX.
 

@@ -27,7 +27,8 @@ def test_flattened_lowering_gives_the_stock_hash_bit_for_bit(shapes):
   args = [jnp.asarray(rng.integers(0, 2 ** 32, size=s, dtype=np.uint64).astype(np.uint32)) for s in shapes]
   got = jax.jit(lambda *a: tf.threefry2x32_p.bind(*a))(*args)
   # JAX's own computation, traced as plain integer ops on the original shapes (not through the primitive).
-  want = jax.jit(lambda *a: tf._threefry2x32_lowering(*a, use_rolled_loops=True))(*args)  # pylint: disable=protected-access
+  stock = tf._threefry2x32_lowering  # pylint: disable=protected-access
+  want = jax.jit(lambda *a: stock(*a, use_rolled_loops=True))(*args)
   for g, w in zip(got, want):
     assert g.shape == w.shape == np.broadcast_shapes(*shapes)
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
