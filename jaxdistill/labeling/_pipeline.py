@@ -78,15 +78,24 @@ RELATION_TEXT = ("replace-one: D_priv and D'_priv have the same size and differ 
 # _EMBED (iterations t >= 2: the student's embedding) has its own stream: under _REP, fold_in(rep_key, 2) is the
 # key SCAN's fit splits off for its training steps (split(k, n)[i] == fold_in(k, i) under threefry).
 _REP, _KMEANS, _NOISE, _STUDENT, _CEILING, _EMBED = 1, 2, 3, 4, 5, 6
-# Student (and ceiling) draw i >= 1 trains from fold_in(base, 2^30 + i). Refinement round r of a draw
-# trains from fold_in(base, r) (r <= MAX_REFINE_ROUNDS = 1000), and train_student splits its key, which threefry
-# makes fold_in(key, 0) and fold_in(key, 1): a draw keyed fold_in(base, i) would repeat round i's student.
+# Keys of the students of one draw. Draw i >= 1 trains from fold_in(base, 2^30 + i), refinement round r of a
+# draw from fold_in(draw key, 2^29 + r) (r <= MAX_REFINE_ROUNDS = 1000). Small indices are taken: train_student
+# splits its key, and threefry makes split(key, n)[j] == fold_in(key, j), so its init and fit keys are
+# fold_in(key, 0) and fold_in(key, 1), and the fit key's epoch keys fold_in(fit key, e). A student keyed
+# fold_in(base, j) for a small j would reuse keys of base's own training (as draws once did, and refinement
+# rounds until 2026-12-02: round 1's init and first epoch used round 0's keys of epochs 0 and 1).
 _DRAW_BASE = 1 << 30
+_REFINE_BASE = 1 << 29
 
 
 def _draw_key(base: jax.Array, i: int) -> jax.Array:
   """The key of student (or ceiling) draw i: ``base`` for draw 0, so it does not depend on the draw count."""
   return base if i == 0 else jax.random.fold_in(base, _DRAW_BASE + i)
+
+
+def _refine_key(draw_key: jax.Array, r: int) -> jax.Array:
+  """The key of refinement round r >= 1 of the draw keyed ``draw_key`` (round 0 trains from ``draw_key``)."""
+  return jax.random.fold_in(draw_key, _REFINE_BASE + r)
 
 
 # -- data ----------------------------------------------------------------------------
@@ -478,15 +487,10 @@ def _train_student_chain(config: LabelingConfig, student_key: jax.Array, pub: da
                           num_classes, progress=update)
   refined_acc_pl = None
   # Self-training on D_pub (post-processing: public images and released votes only).
-  # Known, left as is: under JAX's partitionable threefry (the default) fold_in(student_key, 1) equals
-  # split(student_key)[1], the fit key train_student splits off, so round 1's initialisation and epoch keys
-  # come from keys round 0 derives for its epochs 0 and 1: the two students' randomness is not independent.
-  # No privacy effect (public post-processing); another derivation would change every refined result in
-  # README.md and results/.
   for r in range(1, config.student.refine_rounds + 1):
     refined = refine_targets(student, pub.images, vote_shares(votes, assignment))
     refined_acc_pl = float(np.mean(refined.argmax(axis=1) == pub.labels, dtype=np.float64))
-    student = train_student(jax.random.fold_in(student_key, r), config.student, pub.images, refined, num_classes,
+    student = train_student(_refine_key(student_key, r), config.student, pub.images, refined, num_classes,
                             progress=update)
   return student, refined_acc_pl
 

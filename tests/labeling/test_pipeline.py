@@ -145,10 +145,29 @@ def test_student_draws_are_paired_with_the_ceiling_draws(splits, monkeypatch):
   assert students[:3] == ceilings and students[3:] == ceilings
 
 
+def key_tree(data: tuple, depth: int = 3, width: int = 16) -> set:
+  """Key data of every key derivable from ``data`` by up to ``depth`` splits or fold_ins with indices < width.
+
+  Covers what train_student and models.fit derive (init and fit keys, epoch keys, their batch and dropout
+  keys) without copying their code.
+  """
+  index = np.arange(width, dtype=np.uint32)
+  level, seen = np.asarray([data], np.uint32), set()
+  for _ in range(depth):
+    keys = jax.random.wrap_key_data(level)
+    kids = [jax.vmap(lambda k: jax.random.split(k, 2))(keys), jax.vmap(lambda k: jax.random.split(k, width))(keys),
+            jax.vmap(lambda k: jax.vmap(lambda j: jax.random.fold_in(k, j))(index))(keys)]
+    level = np.unique(np.concatenate([np.asarray(jax.random.key_data(c)).reshape(-1, 2) for c in kids]), axis=0)
+    seen |= set(map(tuple, level.tolist()))
+  return seen
+
+
 def test_no_two_students_of_a_chain_share_a_key(splits, monkeypatch):
   # Draw i once trained from fold_in(student_key, i), the key of draw 0's refinement round i: same
   # initialisation, same batches. Every student of the private chain (3 draws x 3 = first + 2 rounds)
   # now has its own key, and ceiling draw i still shares draw i's first key (the pairing).
+  # Refinement round r once trained from fold_in(draw key, r) == split(draw key)[r]: round 1's init and fit
+  # keys were keys of round 0's training (key_tree finds that; separate keys are not enough).
   calls = spy_student_keys(monkeypatch, splits)
   student = labeling.StudentConfig(widths=(8, 16), epochs=1, batch_size=64, learning_rate=3e-3, targets="soft",
                                    refine_rounds=2)
@@ -160,6 +179,11 @@ def test_no_two_students_of_a_chain_share_a_key(splits, monkeypatch):
   assert len(students) == 18 and len(set(private)) == 9
   assert students[9:] == private  # the noise-free chain is paired with the private one
   assert [private[0], private[3], private[6]] == ceilings
+  trees = [key_tree(k) | {k} for k in private]
+  for a in range(9):
+    for b in range(a + 1, 9):
+      shared = len(trees[a] & trees[b])
+      assert shared == 0, f"students {a} and {b} of the private chain share {shared} derived keys"
 
 
 def test_student_embedding_key_is_not_one_the_representation_fit_splits_off(splits, monkeypatch):
