@@ -83,7 +83,7 @@ _REP, _KMEANS, _NOISE, _STUDENT, _CEILING, _EMBED = 1, 2, 3, 4, 5, 6
 # splits its key, and threefry makes split(key, n)[j] == fold_in(key, j), so its init and fit keys are
 # fold_in(key, 0) and fold_in(key, 1), and the fit key's epoch keys fold_in(fit key, e). A student keyed
 # fold_in(base, j) for a small j would reuse keys of base's own training (as draws once did, and refinement
-# rounds until 2026-12-02: round 1's init and first epoch used round 0's keys of epochs 0 and 1).
+# rounds until 2026-12-02: round 1's init and fit keys were round 0's epoch keys 0 and 1).
 _DRAW_BASE = 1 << 30
 _REFINE_BASE = 1 << 29
 
