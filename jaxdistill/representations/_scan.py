@@ -45,6 +45,11 @@ from jaxdistill.representations._contrastive import (ContrastiveConfig, _Encoder
 
 __all__ = ["ScanConfig", "ScanClusterer", "fit_scan"]
 
+#: Largest accepted entropy weight. SCAN uses 5. Far above 1e6 the consistency term no longer matters; near 1e37
+#: the entropy term's gradient (up to lambda * (ln 1e8 + 1) in size) can overflow float32, and from about
+#: 1.5e38 (with 10 clusters) the loss itself does, so training ended in NaN and was blamed on the learning rate.
+MAX_ENTROPY_WEIGHT = 1e6
+
 
 @dataclasses.dataclass(frozen=True)
 class ScanConfig:
@@ -62,7 +67,8 @@ class ScanConfig:
     learning_rate: peak AdamW learning rate (cosine decay to 0).
     weight_decay: AdamW weight decay.
     entropy_weight: lambda, the weight of the entropy of the mean cluster
-      probabilities (higher: more even cluster sizes).
+      probabilities (higher: more even cluster sizes), at most
+      ``MAX_ENTROPY_WEIGHT`` = 1e6.
     num_neighbours: neighbours per public image, mined in the contrastive
       projection space, to draw positives from.
     num_heads: clustering heads trained together on the one backbone (their
@@ -89,7 +95,9 @@ class ScanConfig:
       object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1))
     _validate.positive("learning_rate", self.learning_rate)
     _validate.nonnegative("weight_decay", self.weight_decay)
-    _validate.nonnegative("entropy_weight", self.entropy_weight)
+    if _validate.nonnegative("entropy_weight", self.entropy_weight) > MAX_ENTROPY_WEIGHT:
+      raise ValueError(f"Expected entropy_weight <= {MAX_ENTROPY_WEIGHT:g} (SCAN uses 5; far larger weights "
+                       f"can overflow the loss's float32 gradients); got {self.entropy_weight!r}.")
     if not isinstance(self.contrastive, ContrastiveConfig):
       raise ValueError(f"Expected contrastive to be a ContrastiveConfig; got {type(self.contrastive).__name__}.")
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import inspect
+import re
 
 import jax
 import jax.numpy as jnp
@@ -245,6 +246,18 @@ def test_scan_dataset_loss_matches_a_pairwise_loop():
   assert _scan._dataset_loss(probs, nbrs, 2.5) == pytest.approx(expected, rel=1e-12)
 
 
+def test_scan_trains_at_the_largest_entropy_weight(mnist):
+  # ScanConfig refuses weights above MAX_ENTROPY_WEIGHT (test_bad_parameters_raise_value_error); the cap itself
+  # trains: fit_scan raises on NaN or inf parameters or head losses, and the features are probabilities.
+  con = R.ContrastiveConfig(width=4, feature_dim=16, projection_dim=8, steps=3, batch_size=64)
+  cfg = R.ScanConfig(num_clusters=10, steps=40, batch_size=64, num_neighbours=5, num_heads=2,
+                     entropy_weight=_scan.MAX_ENTROPY_WEIGHT, contrastive=con)
+  sc = R.fit_scan(jax.random.key(0), mnist.images[:300], cfg)
+  probs = np.asarray(sc(mnist.images[:300]), np.float64)
+  assert np.isfinite(sc.head_losses).all()
+  np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=0, atol=1e-5)
+
+
 def test_scan_keeps_the_head_with_the_lowest_dataset_loss(mnist, monkeypatch):
   """num_heads heads train together; the clusterer is the one whose SCAN loss over all of D_pub is lowest."""
   x = mnist.images
@@ -370,6 +383,9 @@ def test_bad_parameters_raise_value_error(mnist):
     R.ScanConfig(num_clusters=1)
   with pytest.raises(ValueError, match="entropy_weight"):
     R.ScanConfig(entropy_weight=-1.0)
+  for too_big in (1e6 * (1 + 1e-9), 3e38):  # 3e38: the loss overflowed float32 and the error blamed learning_rate
+    with pytest.raises(ValueError, match=r"entropy_weight <= 1e\+06.*got " + re.escape(repr(too_big))):
+      R.ScanConfig(entropy_weight=too_big)
   with pytest.raises(ValueError, match="num_heads"):
     R.ScanConfig(num_heads=0)
   with pytest.raises(ValueError, match="contrastive"):
