@@ -18,6 +18,7 @@ as a fixed public function, which costs no privacy.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -101,8 +102,9 @@ class Representation:
     """float32 ``[B, d]`` features of a batch ``[B, H, W, C]`` (traceable)."""
     raise NotImplementedError
 
-  def _run(self, x: jax.Array) -> jax.Array:
-    return _apply(self, x)
+  def _runner(self):
+    """The function ``__call__`` applies to each batch; fetched once per call."""
+    return functools.partial(_apply, self)
 
   def __call__(self, images: Any, *, batch_size: int = 2048) -> np.ndarray:
     """Features of ``images``: float32 ``[N, d]`` (host).
@@ -121,12 +123,13 @@ class Representation:
     # Batches of min(batch_size, next power of two >= N) images: few distinct
     # shapes, hence few compilations, whatever N is.
     bs = min(_validate.integer("batch_size", batch_size, minimum=1), 1 << (n - 1).bit_length())
+    run = self._runner()
     out = []
     for start in range(0, n, bs):
       chunk = x[start:start + bs]
       if chunk.shape[0] < bs:
         chunk = np.concatenate([chunk, np.zeros((bs - chunk.shape[0],) + chunk.shape[1:], np.float32)])
-      out.append(np.asarray(self._run(jnp.asarray(chunk)), np.float32))
+      out.append(np.asarray(run(jnp.asarray(chunk)), np.float32))
     feats = np.concatenate(out)[:n]
     if not np.isfinite(feats).all():
       raise ValueError(f"Representation {self.name!r} produced NaN or inf features.")

@@ -144,7 +144,11 @@ class Hog(Representation):
   name: str = "hog"
 
   def __post_init__(self):
-    _check_hog(None, self.cell_size, self.block_size, self.num_bins)
+    # Stored as validated: whole floats (4.0) become ints, which array shapes need (a float used to pass
+    # the check and fail inside JAX's reshape, or hit Hog(4)'s jit cache and work, depending on history).
+    c, bl, nb = _check_hog(None, self.cell_size, self.block_size, self.num_bins)
+    for field, value in (("cell_size", c), ("block_size", bl), ("num_bins", nb)):
+      object.__setattr__(self, field, value)
 
   def features(self, x: jax.Array) -> jax.Array:
     _check_hog(x.shape[1:], self.cell_size, self.block_size, self.num_bins)

@@ -27,7 +27,9 @@ class ModelEmbedding(Representation):
     model_fn: ``[B, H, W, C] -> [B, d]``.
     normalize: scale each feature row to unit L2 norm.
     jit: trace ``model_fn`` with ``jax.jit`` (it must then be a pure JAX
-      function of the batch).
+      function of the batch). Each call traces it afresh, so the features
+      follow a model changed in place between calls; the batches of one
+      call share one trace.
     image_shape: required ``(H, W, C)`` or None.
   """
 
@@ -48,8 +50,12 @@ class ModelEmbedding(Representation):
                        f"got shape {tuple(z.shape)}.")
     return unit_rows(z) if self.normalize else z
 
-  def _run(self, x: jax.Array) -> jax.Array:
-    return super()._run(x) if self.jit else self.features(x)
+  def _runner(self):
+    # A fresh jit for every call, never a cached trace: tracing reads the weights model_fn closes over and
+    # bakes them in as constants, so the shared jit (keyed on model_fn, a static field) returned the first
+    # call's features after the model was trained further in place, for this representation and for any
+    # new one wrapping an equal model_fn (the same bound method).
+    return jax.jit(self.features) if self.jit else self.features
 
 
 register(ModelEmbedding, [], ["model_fn", "normalize", "jit", "image_shape", "name"])
@@ -75,10 +81,13 @@ def embed_with(model_fn: Callable[[jax.Array], jax.Array], *, normalize: bool = 
 
   Args:
     model_fn: maps a batch float32 ``[B, H, W, C]`` to ``[B, d]``. With
-      ``jit=True`` it is traced once per batch shape; for an ``nnx.Module``
-      ``m``, pass e.g. ``lambda x: m.features(x)``.
-    normalize: unit-normalise the rows (cosine geometry).
-    jit: compile ``model_fn`` with ``jax.jit``.
+      ``jit=True`` it is traced once per call of the representation (the
+      batches of a call share one shape); for an ``nnx.Module`` ``m``, pass
+      e.g. ``lambda x: m.features(x)``. The weights are read at each call,
+      so training ``m`` further in place changes the features of the next
+      call.
+    normalize: unit-normalise the rows (cosine geometry); a bool.
+    jit: compile ``model_fn`` with ``jax.jit``; a bool.
     image_shape: optional required ``(H, W, C)``.
     name: label for reports.
 
@@ -86,7 +95,8 @@ def embed_with(model_fn: Callable[[jax.Array], jax.Array], *, normalize: bool = 
     A :class:`ModelEmbedding`; call it on images for float32 ``[N, d]``.
 
   Raises:
-    ValueError: ``model_fn`` not callable.
+    ValueError: ``model_fn`` not callable, ``normalize`` or ``jit`` not a
+      bool, a bad ``image_shape``.
   """
   if not callable(model_fn):
     raise ValueError(f"Expected model_fn to be callable; got {type(model_fn).__name__}.")
@@ -94,7 +104,9 @@ def embed_with(model_fn: Callable[[jax.Array], jax.Array], *, normalize: bool = 
     image_shape = tuple(_validate.integer("image_shape", v, minimum=1) for v in image_shape)
     if len(image_shape) != 3:
       raise ValueError(f"Expected image_shape=(H, W, C); got {image_shape}.")
-  return ModelEmbedding(model_fn, bool(normalize), bool(jit), image_shape, name)
+  # Flags checked, not cast: bool("no") is True.
+  return ModelEmbedding(model_fn, _validate.boolean("normalize", normalize), _validate.boolean("jit", jit),
+                        image_shape, name)
 
 
 def fit_representation(key: jax.Array, name: str, public: Any, **options) -> Representation:

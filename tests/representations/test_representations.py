@@ -66,6 +66,20 @@ def test_hog_matches_loop_reference(mnist, cell, block, bins):
     np.testing.assert_allclose(f[i], reference_hog(x[i, ..., 0], cell, block, bins), atol=1e-4)
 
 
+def test_hog_keeps_whole_float_sizes_as_ints(mnist):
+  # Whole floats passed validation but were stored as floats and reached reshape (a JAX TypeError), unless
+  # the int settings had compiled first and the float call hit their jit cache. Sizes no other test uses,
+  # floats first, so the float call is the first compile.
+  x = mnist.images[:3]
+  floats = R.Hog(cell_size=5.0, block_size=3.0, num_bins=7.0)
+  assert all(type(getattr(floats, f)) is int for f in ("cell_size", "block_size", "num_bins"))
+  f = floats(x)
+  np.testing.assert_array_equal(f, R.Hog(cell_size=5, block_size=3, num_bins=7)(x))
+  np.testing.assert_array_equal(R.hog(x, cell_size=5.0, block_size=3.0, num_bins=7.0), f)
+  for i in range(3):
+    np.testing.assert_allclose(f[i], reference_hog(x[i, ..., 0], 5, 3, 7), atol=1e-4)
+
+
 def test_hog_is_invariant_to_brightness_offset(mnist):
   x = mnist.images[:4] * 0.8
   np.testing.assert_allclose(R.hog(x + 0.1), R.hog(x), atol=1e-5)
@@ -94,7 +108,8 @@ def test_pca_matches_numpy_svd_and_whitens_public_data(mnist):
 def test_fit_functions_read_only_the_public_split(mnist):
   """A LabelingSplits whose private part is poisoned (NaN) fits exactly as its public part does."""
   public = mnist.take(np.arange(200))
-  poisoned = data.ImageData(np.full((50, 28, 28, 1), np.nan, np.float32), np.zeros(50, np.int32), 10)
+  poisoned = data.ImageData(np.zeros((50, 28, 28, 1), np.float32), np.zeros(50, np.int32), 10)
+  poisoned.images[...] = np.nan  # after construction, which refuses NaN pixels
   splits = data.LabelingSplits(private=poisoned, public=public, evaluation=public)
   a = R.fit_pca(splits, 5)
   b = R.fit_pca(public.images, 5)
@@ -315,6 +330,40 @@ def test_embed_with_wraps_any_model(mnist):
     R.embed_with(lambda z: z)(mnist.images[:2])
   with pytest.raises(ValueError, match="model_fn"):
     R.embed_with(3)
+  for flag in ("normalize", "jit"):
+    with pytest.raises(ValueError, match=f"Expected {flag} to be a bool, got 'no'"):
+      R.embed_with(lambda z: z, **{flag: "no"})  # bool("no") is True: it used to normalise / jit
+
+
+class _Linear:
+  """A model with a mutable weight, features by a bound method."""
+
+  def __init__(self, w):
+    self.w = w
+
+  def features(self, z):
+    return z.reshape(z.shape[0], -1) @ self.w
+
+
+def test_embed_with_reads_the_weights_at_each_call(mnist):
+  # A trace keeps the weights model_fn closes over as constants. The shared jit cache (keyed on model_fn)
+  # returned the first call's features after the model had changed in place: for the same representation
+  # (the documented lambda over an nnx module), and for a new one of an equal bound method.
+  x = mnist.images[:6]
+  flat = x.reshape(6, -1)
+  layer = nnx.Linear(784, 3, rngs=nnx.Rngs(1))
+  rep = R.embed_with(lambda z: layer(z.reshape(z.shape[0], -1)))
+  before = rep(x)
+  layer.kernel[...] = layer.kernel[...] + 1.0  # an in-place update, as an nnx optimizer step makes
+  after = rep(x)
+  np.testing.assert_allclose(after, np.asarray(layer(jnp.asarray(flat))), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(after - before, np.broadcast_to(flat.sum(1, keepdims=True), (6, 3)), rtol=1e-4)
+  m = _Linear(jnp.ones((784, 2), jnp.float32))
+  np.testing.assert_allclose(R.embed_with(m.features)(x), np.repeat(flat.sum(1, keepdims=True), 2, 1), rtol=1e-5)
+  m.w = 10.0 * jnp.ones((784, 2), jnp.float32)
+  for jit in (True, False):
+    np.testing.assert_allclose(R.embed_with(m.features, jit=jit)(x), np.repeat(10.0 * flat.sum(1, keepdims=True), 2, 1),
+                               rtol=1e-5)
 
 
 def test_fit_representation_by_name(mnist):
