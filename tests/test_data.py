@@ -266,6 +266,41 @@ def test_image_data_rejects_bad_input(images, labels, classes, match):
     data.ImageData(images, labels, classes)
 
 
+def test_image_data_checks_the_pixel_scale():
+  # The documented float32 pixels in [0, 1], checked on construction: bytes and NaN used to pass.
+  ok = np.linspace(0.0, 1.0, 2 * 3 * 3).reshape(2, 3, 3, 1)
+  labels = np.zeros(2, np.int32)
+  scale = r"images in \[0, 1\] \(divide byte pixels by 255\); got"
+  for images, match in (((ok * 255).astype(np.uint8), f"float {scale} dtype uint8"),
+                        (ok > 0.5, "got dtype bool"),
+                        (ok * 255.0, scale + r" range \[0, 255\]"),
+                        (ok - 0.5, r"got range \[-0.5, 0.5\]"),
+                        (np.where(ok > 0.5, np.nan, ok), "finite images; found NaN or inf"),
+                        (np.where(ok > 0.5, np.inf, ok), "finite images; found NaN or inf")):
+    with pytest.raises(ValueError, match=match) as err:
+      data.ImageData(images, labels, 1)
+    assert "\n" not in str(err.value)
+  d = data.ImageData(ok, labels, 1)  # float64 in range: stored as float32, the values unchanged
+  assert d.images.dtype == np.float32
+  np.testing.assert_array_equal(d.images, ok.astype(np.float32))
+  assert len(data.ImageData(np.zeros((0, 3, 3, 1), np.float32), np.zeros(0, np.int32), 1)) == 0
+
+
+def test_paper_splits_refuse_what_is_not_image_data_or_does_not_match():
+  d = data.load_embedded_mnist()
+  train, test = d.take(np.arange(3000)), d.take(np.arange(3000, 5000))
+  for args, match in (((d.images, None), "train to be a jaxdistill.data.ImageData; got ndarray"),
+                      ((train, test.images), "test to be a jaxdistill.data.ImageData or None; got ndarray"),
+                      ((train.take(np.arange(0)), test), "train to hold at least one image"),
+                      ((train, data.ImageData(test.images[:, :14], test.labels, 10)),
+                       r"test images of train's shape \(28, 28, 1\); got \(14, 28, 1\)"),
+                      ((train, data.ImageData(test.images, test.labels, 12)),
+                       "test with train's num_classes=10; got 12")):
+    # Before: a bare array was split along its flattened pixels, and the others were combined silently.
+    with pytest.raises(ValueError, match=match):
+      data.paper_splits(*args, seed=0, public_size=100, eval_size=100)
+
+
 def test_partition_rejects_bad_labels():
   with pytest.raises(ValueError, match="labels"):
     data.partition_clients(np.zeros((4, 2), np.int64), 2, seed=0)

@@ -58,9 +58,13 @@ _DEBIAN_FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
 class ImageData:
   """Images and labels of one split.
 
+  Checked on construction (``ValueError``): float images, finite, in
+  [0, 1] (other float dtypes are stored as float32), integer labels in
+  ``[0, num_classes)``.
+
   Attributes:
     images: float32 ``[N, H, W, C]`` in [0, 1].
-    labels: int32 ``[N]`` in ``[0, num_classes)``.
+    labels: integer ``[N]`` in ``[0, num_classes)``.
     num_classes: number of classes.
     name: where the data came from.
   """
@@ -82,6 +86,19 @@ class ImageData:
           raise ValueError(f"Expected {field} to be an array; got {_validate.first_line(err)}") from None
     if self.images.ndim != 4:
       raise ValueError(f"Expected images of shape [N, H, W, C]; got {self.images.shape}.")
+    # The documented scale, checked here rather than by each consumer: byte pixels (0..255) or NaN used to
+    # pass, and FedMD trained on them.
+    if self.images.dtype.kind != "f":
+      raise ValueError(f"Expected float images in [0, 1] (divide byte pixels by 255); got dtype "
+                       f"{self.images.dtype}.")
+    if self.images.dtype != np.float32:
+      object.__setattr__(self, "images", self.images.astype(np.float32))
+    if self.images.size:
+      if not np.isfinite(self.images).all():
+        raise ValueError("Expected finite images; found NaN or inf.")
+      lo, hi = float(self.images.min()), float(self.images.max())
+      if lo < 0.0 or hi > 1.0:
+        raise ValueError(f"Expected images in [0, 1] (divide byte pixels by 255); got range [{lo:g}, {hi:g}].")
     if self.labels.shape != (self.images.shape[0],):
       raise ValueError(f"Expected labels of shape [{self.images.shape[0]}]; got {self.labels.shape}.")
     if self.labels.dtype.kind not in "iu":

@@ -36,8 +36,23 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
   embedded 5,000 digits), all three are disjoint random parts of ``train``.
 
   Raises:
-    ValueError: if the sizes do not fit the data.
+    ValueError: ``train`` or ``test`` not an :class:`ImageData` (a bare
+      array's ``take`` flattened it), an empty ``train``, a ``test`` whose
+      image shape or number of classes differs from ``train``'s, or sizes
+      that do not fit the data.
   """
+  for name, value in (("train", train), ("test", test)):
+    if not (isinstance(value, ImageData) or (name == "test" and value is None)):
+      raise ValueError(f"Expected {name} to be a jaxdistill.data.ImageData{' or None' * (name == 'test')}; "
+                       f"got {type(value).__name__}.")
+  if len(train) < 1:
+    raise ValueError("Expected train to hold at least one image (the private records); got 0.")
+  if test is not None:
+    if test.images.shape[1:] != train.images.shape[1:]:
+      raise ValueError(f"Expected test images of train's shape {train.images.shape[1:]}; "
+                       f"got {test.images.shape[1:]}.")
+    if test.num_classes != train.num_classes:
+      raise ValueError(f"Expected test with train's num_classes={train.num_classes}; got {test.num_classes}.")
   rng = np.random.default_rng(_validate.integer("seed", seed, minimum=0, maximum=_validate.MAX_SEED))
   public_size = _validate.integer("public_size", public_size, minimum=1)
   eval_size = _validate.integer("eval_size", eval_size, minimum=1)

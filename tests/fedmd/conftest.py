@@ -12,13 +12,13 @@ TINY_SPECS = (CNNSpec((2, 4), 0.2), CNNSpec((2, 2, 4), 0.2))
 
 
 def synthetic(n, classes, seed):
-  """Class c adds a bright pixel block at a class-specific place: learnable, not trivial."""
+  """Class c sets a white pixel block at a class-specific place on noise in [0, 0.5): learnable, not trivial."""
   rng = np.random.default_rng(seed)
   y = rng.integers(0, classes, n).astype(np.int32)
   x = rng.random((n,) + SHAPE).astype(np.float32) * 0.5
   for i, c in enumerate(y):
     r, q = divmod(int(c) % 16, 4)
-    x[i, 3 * r:3 * r + 3, 3 * q:3 * q + 3, 0] += 1.0
+    x[i, 3 * r:3 * r + 3, 3 * q:3 * q + 3, 0] = 1.0  # pixels stay in [0, 1], as ImageData requires
   return ImageData(x, y, classes, f"synthetic{seed}")
 
 

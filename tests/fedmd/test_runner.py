@@ -46,10 +46,11 @@ def poisoned(data, keep, *, image_value=np.nan, label_shift=1):
     x, y = p.images.copy(), p.labels.copy()
     mask = np.ones(len(p), bool)
     mask[np.asarray(sorted(set(np.concatenate(idx).tolist())), int)] = False
-    x[mask] = image_value
     lo = data.num_public_classes
     y[mask] = lo + (y[mask] - lo + label_shift) % (data.num_classes - lo)
-    parties.append(ImageData(x, y, p.num_classes, p.name))
+    party = ImageData(x, y, p.num_classes, p.name)
+    party.images[mask] = image_value  # after construction, which refuses NaN pixels
+    parties.append(party)
   return dataclasses.replace(data, parties=tuple(parties))
 
 
@@ -72,8 +73,9 @@ def test_unsampled_private_records_are_never_touched(data3, kw):
       np.testing.assert_array_equal(u, v)
   assert np.isfinite(dirty.releases).all()
   assert_bitwise_equal(clean, dirty)
-  # Control: changing one *sampled* record does change the released predictions.
-  i, j = 0, int(drawn[0][0][0])
+  # Control: changing party 0's *sampled* records (all of them: one alone can leave every argmax vote as it
+  # was) does change its released predictions.
+  i, j = 0, np.asarray(drawn[0][0], int)
   x = data3.parties[0].images.copy()
   x[j] = 1.0 - x[j]
   moved = dataclasses.replace(data3, parties=(ImageData(x, data3.parties[0].labels, data3.num_classes),)

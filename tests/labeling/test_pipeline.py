@@ -383,7 +383,11 @@ def test_images_of_the_wrong_shape(splits):
 
 
 def test_pixels_on_another_scale(splits):
-  bytes_scale = data_lib.ImageData(splits.private.images * 255.0, splits.private.labels, 10)
+  with pytest.raises(ValueError, match=r"images in \[0, 1\] \(divide byte pixels by 255\); got range \[0, 255\]"):
+    data_lib.ImageData(splits.private.images * 255.0, splits.private.labels, 10)
+  # The pipeline checks again what it reads: ImageData's arrays can still be changed in place.
+  bytes_scale = data_lib.ImageData(splits.private.images.copy(), splits.private.labels, 10)
+  bytes_scale.images[...] *= 255.0
   with pytest.raises(ValueError) as err:
     labeling.run_labeling(tiny(), splits=data_lib.LabelingSplits(bytes_scale, splits.public, splits.evaluation))
   assert "private pixels in [0, 1]" in one_line(err) and "range [0, 255]" in one_line(err)
