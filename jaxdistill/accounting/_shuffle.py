@@ -103,9 +103,9 @@ def _check(eps0: Any, n: Any, delta: Any) -> tuple[float, int, float]:
           _validate.integer("n", n, minimum=1, maximum=MAX_N), _validate.open_unit("delta", delta))
 
 
-def _check_numeric_n(n: int) -> int:
+def _check_numeric_n(n: int, name: str = "n") -> int:
   if n > MAX_NUMERIC_N:
-    raise ValueError(f"Expected n={n} <= {MAX_NUMERIC_N:.0e} for the numeric clone-reduction accounting (SciPy's "
+    raise ValueError(f"Expected {name}={n} <= {MAX_NUMERIC_N:.0e} for the numeric clone-reduction accounting (SciPy's "
                      "binomial takes minutes beyond it); use method='closed-form' (FMT21 Theorem 3.1).")
   return n
 

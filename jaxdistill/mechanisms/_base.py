@@ -139,6 +139,36 @@ def entry_counts(shape: BsvsShape, counts: Any, num_clients: Any) -> tuple[np.nd
   return a, n
 
 
+def count_free_clients(shape: BsvsShape, counts: Any, num_clients: Any) -> int:
+  """n, checked, for a variance that does not depend on A: ``counts`` may be None, else it is checked too.
+
+  Such mechanisms used to ignore ``counts`` unread, so ``"abc"`` or NaN passed as counts.
+  """
+  if counts is None:
+    return _validate.integer("num_clients", num_clients, minimum=1)
+  return entry_counts(shape, counts, num_clients)[1]
+
+
+def summed_stats(name: str, stats: Any, dims: tuple[int, ...], num_clients: Any) -> np.ndarray:
+  """Statistics summed over n clients, each adding 0 or 1 per entry: float64 ``dims``, or a ValueError.
+
+  A local mechanism's server statistics (bits set, hash hits) are such sums, so each entry lies in
+  [0, n]. NaN, a negative count, a bool array, or an array of another shape (a transposed ``[|Y|, s]``
+  was silently reshaped) cannot be one. Fractions pass: the estimators are linear, and their expected
+  statistics give the expected estimate. Accepted shapes: ``dims`` itself, or flat ``[prod(dims)]``.
+  """
+  n = _validate.integer("num_clients", num_clients, minimum=1)
+  a = _validate.real_array(name, stats)
+  size = int(np.prod(dims))
+  if a.shape not in (tuple(dims), (size,)):
+    raise ValueError(f"Expected {name} of shape {list(dims)} (or flat [{size}]); got shape {list(a.shape)}.")
+  bad = ~np.isfinite(a) | (a < 0) | (a > n)
+  if bad.any():
+    raise ValueError(f"Expected {name} to hold counts in [0, num_clients={n}]; found "
+                     f"{float(a[bad].reshape(-1)[0])!r}.")
+  return a.reshape(dims)
+
+
 def check_clients_fit(mechanism: BsvsMechanism, clients: Any, n: int) -> None:
   """The clients must fit the shape (and n) the mechanism's noise and privacy statement were built for.
 

@@ -29,7 +29,7 @@ from jaxdistill.accounting import MechanismAccount, PrivacyStatement, PrivacyWar
 from jaxdistill.accounting import discrete_laplace as discrete_laplace_account
 from jaxdistill.accounting import laplace as laplace_account
 from jaxdistill.mechanisms import _bounds
-from jaxdistill.mechanisms._base import BsvsMechanism
+from jaxdistill.mechanisms._base import BsvsMechanism, count_free_clients
 from jaxdistill.mechanisms._bsvs import (BsvsShape, bsvs_sensitivity, check_shape, client_entries,
                                         entry_histogram, entry_indicator)
 
@@ -104,9 +104,9 @@ def _counts(stats: Any, shape: BsvsShape) -> np.ndarray:
       raise ValueError(f"Expected stats to hold integer counts (finite, whole, |A| < 2^62): found "
                        f"{float(f[bad].reshape(-1)[0])!r}.")
     out = f.astype(np.int64)
-  if out.size != shape.d:
-    raise ValueError(f"Expected stats with s*|Y| = {shape.num_buckets}*{shape.num_labels} = {shape.d} entries; got "
-                     f"shape {out.shape}.")
+  if out.shape not in ((shape.num_buckets, shape.num_labels), (shape.d,)):  # a transposed [|Y|, s] was reshaped
+    raise ValueError(f"Expected stats of shape [s, |Y|] = [{shape.num_buckets}, {shape.num_labels}] (or flat "
+                     f"[{shape.d}]); got shape {list(out.shape)}.")
   return out.reshape(shape.num_buckets, shape.num_labels)
 
 
@@ -236,7 +236,7 @@ class CentralLaplace(_Central):
     return _counts(stats, self.shape).astype(np.float64) + self.noise(key)
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
-    del counts, num_clients
+    count_free_clients(self.shape, counts, num_clients)
     return np.full((self.shape.num_buckets, self.shape.num_labels), 2.0 * self.scale**2, np.float64)
 
   def account(self) -> MechanismAccount:
@@ -346,7 +346,7 @@ class CentralDiscreteLaplace(_Central):
     return (_counts(stats, self.shape) + self.noise(key)).astype(np.float64)
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
-    del counts, num_clients
+    count_free_clients(self.shape, counts, num_clients)
     x = math.exp(-self.parameter)
     v = 2.0 * x / math.expm1(-self.parameter) ** 2  # 1 - e^{-a} without cancellation for tiny a
     return np.full((self.shape.num_buckets, self.shape.num_labels), v, np.float64)

@@ -25,7 +25,7 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation
 from jaxdistill.mechanisms import _bounds
-from jaxdistill.mechanisms._base import BsvsMechanism, entry_counts
+from jaxdistill.mechanisms._base import BsvsMechanism, entry_counts, summed_stats
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape, client_entries
 from jaxdistill.mechanisms._sampling import uniform_below, uniform_index, uniform_words
 
@@ -327,7 +327,7 @@ class Collision(CollisionRates, BsvsMechanism):
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     del key  # no server-side randomness
     n = _validate.integer("num_clients", num_clients, minimum=1)
-    hits = np.asarray(stats, np.float64).reshape(self.shape.num_buckets, self.shape.num_labels)
+    hits = summed_stats("stats", stats, (self.shape.num_buckets, self.shape.num_labels), n)
     return (hits - n * self.q) / (self.p - self.q)
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
@@ -336,7 +336,11 @@ class Collision(CollisionRates, BsvsMechanism):
     return (a * p * (1 - p) + (n - a) * q * (1 - q)) / (p - q) ** 2
 
   def accuracy(self, beta: Any, num_clients: int, *, simultaneous: bool = False) -> float:
-    """Theorem 2 (Bernstein + union bound): alpha with failure <= beta."""
+    """Theorem 2 (Bernstein + union bound): alpha with failure <= beta.
+
+    ``simultaneous`` (a bool): over all s |Y| entries at once, else over one bucket's |Y| entries.
+    """
+    simultaneous = _validate.boolean("simultaneous", simultaneous)  # bool("no") is True
     entries = self.shape.num_labels * (self.shape.num_buckets if simultaneous else 1)
     return _bounds.collision_alpha(beta, p=self.p, q=self.q, num_clients=num_clients,
                                    num_entries=entries)

@@ -22,6 +22,7 @@ reproducible; the float64 estimate is formed on the host.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -30,9 +31,9 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
-from jaxdistill.mechanisms._base import BsvsMechanism, entry_counts
+from jaxdistill.mechanisms._base import BsvsMechanism, entry_counts, summed_stats
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
-from jaxdistill.mechanisms._collision import (CollisionMessage, CollisionRates, check_bloom_length,
+from jaxdistill.mechanisms._collision import (_MAX_BLOOM, CollisionMessage, CollisionRates, check_bloom_length,
                                               check_collision_rates, collision_hits, collision_randomize,
                                               collision_rates, default_bloom_length)
 
@@ -67,12 +68,16 @@ def _product_stats(bucket_hits: jax.Array, label_hits: jax.Array) -> ProductStat
                       label_hits.astype(jnp.int32))
 
 
-def _centered_products(stats: Any, num_clients: int, q1: float, q2: float) -> np.ndarray:
-  """sum_i (hit_ia - q1)(hit_ib - q2), float64 ``[s, |Y|]``, from integer sums."""
+def _centered_products(stats: Any, shape: BsvsShape, num_clients: int, q1: float, q2: float) -> np.ndarray:
+  """sum_i (hit_ia - q1)(hit_ib - q2), float64 ``[s, |Y|]``, from summed statistics (checked: in [0, n])."""
   num_clients = _validate.integer("num_clients", num_clients, minimum=1)
-  co = np.asarray(stats.cooccurrence, np.float64)
-  hb = np.asarray(stats.bucket_hits, np.float64)
-  hl = np.asarray(stats.label_hits, np.float64)
+  if not all(hasattr(stats, f) for f in ("cooccurrence", "bucket_hits", "label_hits")):
+    raise ValueError(f"Expected stats to be ProductStats (cooccurrence, bucket_hits, label_hits); got "
+                     f"{type(stats).__name__}.")
+  s, y = shape.num_buckets, shape.num_labels
+  co = summed_stats("stats.cooccurrence", stats.cooccurrence, (s, y), num_clients)
+  hb = summed_stats("stats.bucket_hits", stats.bucket_hits, (s,), num_clients)
+  hl = summed_stats("stats.label_hits", stats.label_hits, (y,), num_clients)
   return co - q2 * hb[:, None] - q1 * hl[None, :] + num_clients * q1 * q2
 
 
@@ -131,6 +136,11 @@ class Separation(BsvsMechanism):
     check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     object.__setattr__(self, "epsilon", eps)
+    c_max = max(self.shape.k, self.shape.r)
+    if eps / 2 > math.log(_MAX_BLOOM / c_max):  # named here: default_bloom_length would name eps / 2
+      raise ValueError(f"Expected epsilon={eps!r} <= {2 * math.log(_MAX_BLOOM / c_max):.3f}: each factor spends "
+                       f"epsilon / 2, and its default bloom length c e^(epsilon/2) + 2c - 1 (c = {c_max}) must fit "
+                       f"in int32.")
     for c in (self.shape.k, self.shape.r):
       l = check_bloom_length(default_bloom_length(eps / 2, c), c)
       check_collision_rates(eps / 2, c, l, value=eps)
@@ -178,7 +188,7 @@ class Separation(BsvsMechanism):
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     del key
     (p1, q1), (p2, q2) = self.bucket_rates, self.label_rates
-    return _centered_products(stats, num_clients, q1, q2) / ((p1 - q1) * (p2 - q2))
+    return _centered_products(stats, self.shape, num_clients, q1, q2) / ((p1 - q1) * (p2 - q2))
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     """Closed form; assumes every client holds exactly k buckets and r labels."""
@@ -314,7 +324,7 @@ class Concatenation(_Concatenated):
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     del key
     p, q = self.p, self.q
-    return -_centered_products(stats, num_clients, q, q) / (q * (p - q))
+    return -_centered_products(stats, self.shape, num_clients, q, q) / (q * (p - q))
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     """Closed form; assumes every client holds exactly k buckets and r labels."""
@@ -366,7 +376,7 @@ class ConcatenationLiteral(_Concatenated):
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     del key
     p, q = self.p, self.q
-    return _centered_products(stats, num_clients, q, q) / (p - q) ** 2
+    return _centered_products(stats, self.shape, num_clients, q, q) / (p - q) ** 2
 
   def entry_bias(self, counts: Any, num_clients: int) -> np.ndarray:
     """E[Â] - A = (bias_factor - 1) * A."""

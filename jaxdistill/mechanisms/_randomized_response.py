@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
 from typing import Any
 
@@ -13,11 +14,13 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill.accounting import MechanismAccount, PrivacyStatement, Relation
 from jaxdistill.accounting import randomized_response as rr_account
-from jaxdistill.mechanisms._base import BsvsMechanism
+from jaxdistill.mechanisms._base import BsvsMechanism, count_free_clients, summed_stats
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape, client_entries, entry_indicator
-from jaxdistill.mechanisms._sampling import bernoulli_dyadic, dyadic_ceil
+from jaxdistill.mechanisms._sampling import bernoulli_dyadic
 
 __all__ = ["RandomizedResponse"]
+
+_DECIMAL = decimal.Context(prec=60)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +68,13 @@ class RandomizedResponse(BsvsMechanism):
 
   @property
   def bit_epsilon(self) -> float:
-    """eps' = eps / (2kr)."""
-    return self.epsilon / (2 * self.shape.c)
+    """eps' = eps / (2kr) (float64, correctly rounded from :meth:`_exact_bit_epsilon`)."""
+    return float(self._exact_bit_epsilon())
+
+  def _exact_bit_epsilon(self) -> decimal.Decimal:
+    """eps / (2kr) to 60 digits: the flip threshold is computed from it."""
+    with decimal.localcontext(_DECIMAL):
+      return decimal.Decimal(self.epsilon) / (2 * self.shape.c)
 
   @property
   def sampler_bits(self) -> int:
@@ -82,13 +90,22 @@ class RandomizedResponse(BsvsMechanism):
 
   @property
   def flip_threshold(self) -> int:
-    """ceil(q * 2^b) >= 1: a bit flips iff a uniform b-bit integer is below it.
+    """ceil(q * 2^b) >= 1, q = 1 / (1 + e^{eps / (2kr)}) exactly: a bit flips iff a uniform b-bit integer is below it.
 
+    The ceiling is taken in 60-digit decimal arithmetic, not from the float q: where q * 2^b lies just
+    above an integer, the float q can land on that integer and the threshold came out one step low, a
+    flip probability below the exact q and a per-bit loss above eps' (by about 1e-16 relative).
     Beyond eps' = ln(2^32 - 1) ~ 22.18 the threshold is 1 (q sampled as 2^-32), so the sampler's
     per-bit loss stays at ln(2^32 - 1) < eps' (:attr:`effective_bit_epsilon`): the statement at eps
-    is conservative, never violated. The ``max`` keeps a q that underflowed to 0 from disabling noise.
+    is conservative, never violated, and no q underflows to 0 to disable the noise.
     """
-    return max(1, dyadic_ceil(self._flip_probability, self.sampler_bits))
+    bits = self.sampler_bits
+    if self.bit_epsilon > 23.0:  # q * 2^32 < 1 (e^23 > 2^33): the smallest threshold
+      return 1
+    with decimal.localcontext(_DECIMAL):
+      q = 1 / (1 + self._exact_bit_epsilon().exp())
+      t = int((q * 2**bits).to_integral_value(rounding=decimal.ROUND_CEILING))
+    return min(max(1, t), 2**bits)
 
   @property
   def keep_probability(self) -> float:
@@ -116,12 +133,11 @@ class RandomizedResponse(BsvsMechanism):
     n = _validate.integer("num_clients", num_clients, minimum=1)
     p = self.keep_probability
     q = 1.0 - p
-    total = np.asarray(stats, dtype=np.float64).reshape(self.shape.num_buckets, self.shape.num_labels)
+    total = summed_stats("stats", stats, (self.shape.num_buckets, self.shape.num_labels), n)
     return (total - n * q) / (p - q)
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
-    del counts  # every bit has variance pq whatever its true value
-    n = _validate.integer("num_clients", num_clients, minimum=1)
+    n = count_free_clients(self.shape, counts, num_clients)  # every bit has variance pq whatever A is
     p = self.keep_probability
     q = 1.0 - p
     v = n * p * q / (p - q) ** 2

@@ -15,7 +15,8 @@ A shuffler permutes all messages uniformly; the analyzer counts them:
    \\hat a_j = \\#(j,+) - \\#(j,-) = a_j + \\mathrm{DLap}(p),\\qquad
    \\mathrm{Var}[\\hat a_j] = \\frac{2p}{(1-p)^2},
 
-because n shares NB(1/n, p) sum to NB(1, p) (geometric), the difference of
+because n shares NB(1/n, p) sum to NB(1, p) (geometric; with float shares,
+at least NB(1, p): see :meth:`ShuffleMultiMessage.share_shapes`), the difference of
 two geometrics is discrete Laplace, and flooding cancels. The guarantee is
 *computed* (the paper's constants were not recovered): see
 :mod:`jaxdistill.accounting` (``multi_message_pld``) for the exact
@@ -31,6 +32,7 @@ uniformly random permutation and runs the analyzer on the shuffled list.
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import functools
 import math
 from typing import Any, NamedTuple
@@ -51,7 +53,7 @@ from jaxdistill.accounting._multi_message import (
     multi_message_statement,
 )
 from jaxdistill.mechanisms import _bounds
-from jaxdistill.mechanisms._base import BsvsMechanism, check_clients_fit
+from jaxdistill.mechanisms._base import BsvsMechanism, check_clients_fit, count_free_clients
 from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, check_shape, client_entries, entry_histogram
 from jaxdistill.mechanisms._nb_sampler import (
     MIN_PROB,
@@ -167,14 +169,29 @@ class ShuffleMultiMessage(BsvsMechanism):
                        f"its delta at epsilon is {achieved:.4g}.")
 
   # -- sampler ---------------------------------------------------------------------
+  def share_shapes(self) -> tuple[float, float]:
+    """One client's NB shapes ``(a, b)``: the geometric streams' and the flooding stream's.
+
+    The n shares sum to NB(n a, p) and NB(n b, p_flood). ``a`` and ``b`` are the smallest float64
+    with n a >= 1 and n b >= rho exactly: fl(1/n) and fl(rho/n) alone can fall short (n = 3,000:
+    n fl(1/n) = 1 - 3.3e-17), and less noise than analysed is not covered by the statement. A surplus
+    (at most an ulp per client) is independent extra noise on the counts, NB(n a - 1, p) on each of
+    #(j, +) and #(j, -), a post-processing of the analysed view.
+    """
+    return _share(1.0, self.num_clients), _share(self.noise.rho, self.num_clients)
+
   def tables(self) -> CompoundPoissonTables:
     """Host tables of the three noise streams (Z1, Z2, Z3) over the d entries."""
-    n = self.num_clients
+    a, b = self.share_shapes()
     nz = self.noise
-    return compound_poisson_tables((1.0 / n, 1.0 / n, nz.rho / n), (nz.p, nz.p, nz.p_flood), self.shape.d)
+    return compound_poisson_tables((a, a, b), (nz.p, nz.p, nz.p_flood), self.shape.d)
 
   def sampler_tv_bound(self) -> float:
-    """Total variation between all n clients' sampled messages and the analysed law."""
+    """Total variation between all n clients' sampled messages and the law of :meth:`share_shapes`.
+
+    That law is the analysed one plus independent surplus noise (a post-processing), so this bound is
+    all the statement adds to delta.
+    """
     return self.num_clients * self.tables().tv_bound
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
@@ -249,8 +266,7 @@ class ShuffleMultiMessage(BsvsMechanism):
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     """2 (m/n) p/(1-p)^2 with m participating clients (2p/(1-p)^2 when m = n)."""
-    del counts
-    m = _validate.integer("num_clients", num_clients, minimum=1)
+    m = count_free_clients(self.shape, counts, num_clients)
     v = (m / self.num_clients) * self.noise.entry_variance
     return np.full((self.shape.num_buckets, self.shape.num_labels), v, dtype=np.float64)
 
@@ -288,6 +304,14 @@ def _event_buffer(chunk: int, rate: float) -> int:
   mean = chunk * rate
   want = max(16.0, mean + 6.0 * math.sqrt(mean) + 1.0)
   return 1 << int(math.ceil(math.log2(want)))
+
+
+def _share(total: float, n: int) -> float:
+  """The smallest float64 a >= fl(total / n) with n a >= total, decided exactly."""
+  a = total / n
+  while n * fractions.Fraction(a) < fractions.Fraction(total):
+    a = math.nextafter(a, math.inf)
+  return a
 
 
 @functools.lru_cache(maxsize=64)

@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation, ShuffleAmplification, shuffle_local_epsilon
-from jaxdistill.accounting._shuffle import _MAX_EPS0
+from jaxdistill.accounting._shuffle import _MAX_EPS0, MAX_N, _check_eps_floor, _check_numeric_n
 from jaxdistill.mechanisms._base import BsvsMechanism
 from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape
 from jaxdistill.mechanisms._collision import Collision
@@ -110,11 +110,19 @@ class ShuffleSingleMessage(BsvsMechanism):
       raise ValueError(f"Expected epsilon={eps!r} <= {_MAX_EPS0:g}, the largest central epsilon the shuffle "
                        f"accounting supports.")
     delta = _validate.open_unit("delta", self.delta)
-    n = _validate.integer("num_clients", self.num_clients, minimum=1)
+    n = _validate.integer("num_clients", self.num_clients, minimum=1, maximum=MAX_N)
     local = _validate.choice("local", self.local, LOCAL_RANDOMIZERS)
     method = _validate.choice("method", self.method, ("numeric", "closed-form"))
+    # The accounting's own limits, checked under this class's names (it calls them target_epsilon and n).
+    _check_eps_floor("epsilon", eps)
+    if method == "numeric":
+      _check_numeric_n(n, "num_clients")
     amp = _amplification(eps, n, delta, method)
-    mech = _local_mechanism(local, self.shape, amp.eps0)
+    try:
+      mech = _local_mechanism(local, self.shape, amp.eps0)
+    except ValueError as err:  # it names "epsilon", which here is eps0, not the caller's epsilon
+      raise ValueError(f"The calibrated local eps0={amp.eps0!r} (from epsilon={eps!r}, delta={delta!r}, "
+                       f"num_clients={n}) does not fit local={local!r}: {_validate.first_line(err)}") from None
     for name, value in (("epsilon", eps), ("delta", delta), ("num_clients", n), ("eps0", amp.eps0),
                         ("amplification", amp), ("local_mechanism", mech)):
       object.__setattr__(self, name, value)

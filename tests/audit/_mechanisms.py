@@ -41,9 +41,8 @@ LAPLACE_PAIR = (jnp.float32(10.0), jnp.float32(10.0 + DELTA))
 class RandomizedResponseEpsOverKr(M.RandomizedResponse):
   """Planted bug: eps' = eps / (kr) per bit instead of eps / (2kr) (true eps 2 eps)."""
 
-  @property
-  def bit_epsilon(self) -> float:
-    return self.epsilon / self.shape.c
+  def _exact_bit_epsilon(self):  # the sampler's threshold and bit_epsilon both derive from it
+    return super()._exact_bit_epsilon() * 2
 
 
 RR_SHAPE = M.BsvsShape(4, 2, 2)  # k = 2: the worst pair differs in 2kr = 4 bits

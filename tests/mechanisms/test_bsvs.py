@@ -132,11 +132,66 @@ def test_closed_forms_refuse_counts_no_votes_could_give(make):
   for bad_n in (-4, 0, 2.5, None):
     with pytest.raises(ValueError, match="num_clients"):
       mech.entry_variance(counts, bad_n)
-  if make is not M.RandomizedResponse:  # its variance does not depend on the counts
-    for bad, needle in ((counts * 10, r"counts in \[0, num_clients=4\]"), (-counts, "counts in"),
-                        (counts[:2], "s\\*\\|Y\\| = 3\\*2 entries")):
-      with pytest.raises(ValueError, match=needle):
-        mech.entry_variance(bad, 4)
+  # RandomizedResponse's variance does not depend on the counts; they are checked all the same.
+  for bad, needle in ((counts * 10, r"counts in \[0, num_clients=4\]"), (-counts, "counts in"),
+                      (counts[:2], "s\\*\\|Y\\| = 3\\*2 entries")):
+    with pytest.raises(ValueError, match=needle):
+      mech.entry_variance(bad, 4)
+
+
+@pytest.mark.parametrize("build", [
+    lambda shape: M.RandomizedResponse(shape, 1.0),
+    lambda shape: M.CentralLaplace(shape, 1.0),
+    lambda shape: M.CentralDiscreteLaplace(shape, 1.0),
+    lambda shape: M.ShuffleMultiMessage(shape, 1.0, 1e-6, 100),
+])
+def test_count_free_variances_still_check_the_counts_they_are_given(build):
+  # These variances do not depend on A, and counts went unread: "abc" or NaN passed. None still means
+  # "not given"; anything else is checked as the other closed forms check it.
+  mech = build(M.BsvsShape(3, 2, 1))
+  counts = np.array([[2, 0], [0, 1], [1, 0]])
+  ref = mech.entry_variance(None, 4)
+  np.testing.assert_array_equal(mech.entry_variance(counts, 4), ref)
+  for bad, needle in (("abc", "counts"), (np.full((3, 2), np.nan), r"counts in \[0, num_clients=4\]"),
+                      (counts * 10, r"counts in \[0, num_clients=4\]"), (counts[:2], "s\\*\\|Y\\| = 3\\*2 entries")):
+    with pytest.raises(ValueError, match=needle):
+      mech.entry_variance(bad, 4)
+
+
+@pytest.mark.parametrize("make", [M.RandomizedResponse, M.Collision])
+def test_local_estimates_refuse_statistics_no_clients_could_send(make):
+  # NaN gave a NaN estimate, -5 a finite one, a bool array was counted as 0/1, a transposed [|Y|, s]
+  # array was reshaped into scrambled entries, and a wrong size raised NumPy's reshape error.
+  mech = make(M.BsvsShape(3, 2, 1), 1.0)
+  key = jax.random.key(0)
+  stats = np.array([[2, 0], [0, 1], [1, 0]])
+  ref = mech.estimate(key, stats, 4)
+  np.testing.assert_array_equal(mech.estimate(key, stats.reshape(-1), 4), ref)  # flat [s |Y|] is the same
+  half = mech.estimate(key, np.full((3, 2), 0.5), 4) - mech.estimate(key, np.zeros((3, 2)), 4)
+  np.testing.assert_allclose(mech.estimate(key, stats + 0.5, 4), ref + half, rtol=1e-12)  # fractions pass
+  for bad, needle in ((np.full((3, 2), np.nan), r"stats to hold counts in \[0, num_clients=4\]; found nan"),
+                      (-stats - 1, r"found -3.0"), (stats * 10, r"found 20.0"),
+                      (stats.T, r"stats of shape \[3, 2\] \(or flat \[6\]\); got shape \[2, 3\]"),
+                      (np.arange(5), r"got shape \[5\]"), (stats > 0, "stats to hold real numbers")):
+    with pytest.raises(ValueError, match=needle):
+      mech.estimate(key, bad, 4)
+
+
+@pytest.mark.parametrize("make", [M.Separation, M.Concatenation, M.ConcatenationLiteral])
+def test_product_estimates_refuse_statistics_no_clients_could_send(make):
+  shape = M.BsvsShape(3, 2, 1)
+  mech = make(shape, 1.0)
+  inp, _ = M.make_bsvs_input([[0], [2], [1]], [[1], [0], [0]], num_buckets=3, num_labels=2, k=1)
+  keys = jax.random.split(jax.random.key(0), 3)
+  stats = mech.chunk_statistics(keys, inp.buckets, inp.labels, jax.numpy.ones(3, bool))
+  assert np.isfinite(mech.estimate(None, stats, 3)).all()
+  co = np.asarray(stats.cooccurrence)
+  for bad, needle in ((stats._replace(cooccurrence=co.T), r"stats.cooccurrence of shape \[3, 2\]"),
+                      (stats._replace(bucket_hits=np.full(3, np.nan)), r"stats.bucket_hits to hold counts"),
+                      (stats._replace(label_hits=np.array([-1, 0])), r"stats.label_hits to hold counts"),
+                      (co, "stats to be ProductStats")):
+    with pytest.raises(ValueError, match=needle):
+      mech.estimate(None, bad, 3)
 
 
 def test_repeated_in_rows_matches_a_set_count_on_numpy_and_jax():

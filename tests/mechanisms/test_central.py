@@ -366,6 +366,9 @@ def test_estimate_refuses_stats_no_counts_could_give(cls):
               np.full(12, 2**62, np.int64), np.zeros(11), "12", [True] * 12):
     with pytest.raises(ValueError, match="stats"):
       mech.estimate(key, bad, 5)
+  # Any shape of 12 entries used to pass: a transposed [|Y|, s] array was reshaped into scrambled entries.
+  with pytest.raises(ValueError, match=r"stats of shape \[s, \|Y\|\] = \[4, 3\] \(or flat \[12\]\); got shape \[3, 4"):
+    mech.estimate(key, np.zeros((3, 4), np.int64), 5)
   # Whole floats, lists and any integer dtype are the same counts.
   ref = mech.estimate(key, np.arange(12, dtype=np.int64), 5)
   for same in (np.arange(12.0), list(range(12)), np.arange(12, dtype=np.int32).reshape(4, 3),

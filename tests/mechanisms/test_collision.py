@@ -256,6 +256,11 @@ def test_bad_input():
   with pytest.raises(ValueError, match="r"):
     M.Collision(M.BsvsShape(2, 2, 1, 0), 1.0)
   assert M.Collision(shape, 1.0, bloom_length=3).bloom_length == 3
+  # simultaneous is a flag: "no" was truthy and gave the bound over all entries.
+  mech = M.Collision(shape, 1.0)
+  assert mech.accuracy(0.05, 1000, simultaneous=True) > mech.accuracy(0.05, 1000, simultaneous=False)
+  with pytest.raises(ValueError, match="Expected simultaneous to be a bool, got 'no'"):
+    mech.accuracy(0.05, 1000, simultaneous="no")
 
 
 def test_coin_thresholds_are_exactly_m_times_p():

@@ -286,6 +286,14 @@ def test_bad_input(cls):
     cls((3, 2, 1), 1.0)
   with pytest.raises(ValueError, match="k"):
     cls(M.BsvsShape(2, 2, 3), 1.0)
+  # Too large for an int32 bloom length: the message gives the epsilon passed (Separation's said 25.0 for 50).
+  with pytest.raises(ValueError, match=r"Expected epsilon=50.0 <= "):
+    cls(shape, 50.0)
+  if cls is M.Separation:  # each factor spends epsilon / 2: the largest epsilon is twice Collision's (c = 1)
+    limit = 2 * math.log(2**31 - 1)
+    assert cls(shape, limit * (1 - 1e-9)).bucket_bloom_length <= 2**31 - 1
+    with pytest.raises(ValueError, match=f"Expected epsilon={limit * (1 + 1e-9)!r} <= {limit:.3f}: each factor"):
+      cls(shape, limit * (1 + 1e-9))
 
 
 @pytest.mark.parametrize("cls", [M.Separation, M.Concatenation, M.ConcatenationLiteral])

@@ -1,5 +1,6 @@
 """Randomized response: exact pmf, tight privacy, unbiasedness and variance."""
 
+import decimal
 import itertools
 import math
 
@@ -113,6 +114,24 @@ def test_flip_probability_is_dyadic_and_rounded_towards_one_half(eps, k, bits):
   assert q_exact <= q < q_exact + 2.0**-bits
   assert mech.effective_bit_epsilon <= mech.bit_epsilon * (1 + 1e-15)
   assert mech.effective_bit_epsilon >= mech.bit_epsilon * (1 - 1e-3)
+
+
+def test_flip_threshold_is_the_exact_ceiling_on_the_grid_edges():
+  # Epsilons whose exact q * 2^16 lies within a few ulps of an integer j. The threshold came from the float
+  # q, which can land on j when the exact value is just above it: a flip probability below q and a per-bit
+  # loss above eps' (about 1e-16 relative; 3,791 such epsilons in a finer search). Checked exactly.
+  shape = M.BsvsShape(4, 4, 1)  # c = 1: eps' = eps / 2
+  with decimal.localcontext(decimal.Context(prec=60)):
+    for j in range(1000, 30000, 97):
+      eps = 2 * math.log((2**16 - j) / j)
+      for step in range(-4, 5):
+        e = eps
+        for _ in range(abs(step)):
+          e = math.nextafter(e, math.inf if step > 0 else 0.0)
+        mech = M.RandomizedResponse(shape, e)
+        assert mech.sampler_bits == 16
+        exact = 2**16 / (1 + (decimal.Decimal(e) / 2).exp())  # q * 2^16
+        assert mech.flip_threshold - 1 < exact <= mech.flip_threshold, (e, mech.flip_threshold, exact)
 
 
 def test_flip_frequency_matches_the_dyadic_probability():

@@ -7,6 +7,7 @@ shuffle is checked against the client-order rows rebuilt from the clients' own
 messages and by Monte Carlo permutation tests of the arrangement.
 """
 
+import fractions
 import functools
 import math
 
@@ -124,6 +125,26 @@ def test_tables_encode_the_exact_law_and_n_shares_sum_to_geometric(n, p):
     base = np.convolve(base, base)[:K + 1]
     m >>= 1
   np.testing.assert_allclose(total, (1 - p) * p ** np.arange(K + 1), rtol=1e-8, atol=1e-15)
+
+
+@pytest.mark.parametrize("n", [3000, 10**6, 3_000_001])
+def test_client_shares_sum_to_at_least_the_analysed_shapes(n):
+  # fl(1/n) and fl(rho/n) summed over n clients can fall short of 1 and rho (n = 3,000: by 3.3e-17), less
+  # noise than the statement analyses. The shares are now the smallest floats whose n-fold sum reaches them
+  # (decided in exact rational arithmetic), and the sampler's tables are built from them.
+  mech = M.ShuffleMultiMessage(M.BsvsShape(2, 2, 1), 1.0, 1e-6, n)
+  a, b = mech.share_shapes()
+  for share, total in ((a, 1.0), (b, mech.noise.rho)):
+    assert n * fractions.Fraction(share) >= fractions.Fraction(total)
+    assert n * fractions.Fraction(math.nextafter(share, 0.0)) < fractions.Fraction(total)  # the smallest
+    assert share in (total / n, math.nextafter(total / n, math.inf))
+  probs = (mech.noise.p, mech.noise.p, mech.noise.p_flood)
+  ours = mech.tables()
+  np.testing.assert_array_equal(ours.count, nbs.compound_poisson_tables((a, a, b), probs, 4).count)
+  if n == 3000:  # n fl(1/n) < 1 here: the float shares gave other (smaller) event probabilities
+    assert a > 1.0 / n
+    floats = nbs.compound_poisson_tables((1.0 / n, 1.0 / n, mech.noise.rho / n), probs, 4)
+    assert not np.array_equal(ours.count, floats.count)
 
 
 def test_expected_messages_formula_matches_the_sampler_tables():

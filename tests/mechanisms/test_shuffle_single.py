@@ -191,6 +191,14 @@ def test_audit_alarms_when_eps0_is_calibrated_for_too_many_clients():
     ({"delta": 0.0}, "delta"), ({"delta": 1.5}, "delta"), ({"delta": math.nan}, "delta"),
     ({"num_clients": 0}, "num_clients"), ({"num_clients": math.nan}, "num_clients"),
     ({"local": "laplace"}, "local"), ({"method": "exact"}, "method"),
+    # The accounting's limits, under this class's names (they were target_epsilon and n).
+    ({"epsilon": 1e-10}, r"Expected epsilon=1e-10 >= 1e-09"),
+    ({"num_clients": 10**13}, r"Expected num_clients=10000000000000 <= 1e\+12 .* method='closed-form'"),
+    ({"num_clients": 10**19, "method": "closed-form"}, r"num_clients=10000000000000000000 <= 1000000000000000000"),
+    # A calibrated eps0 the local randomizer cannot take: named as eps0, not as the caller's epsilon.
+    ({"epsilon": 40.0, "local": "collision"},
+     r"The calibrated local eps0=\S+ \(from epsilon=40.0, delta=1e-06, num_clients=1000\) does not fit "
+     r"local='collision': Expected epsilon=\S+ <= 21.488"),
 ])
 def test_bad_input(kwargs, param):
   args = {"shape": M.BsvsShape(2, 2, 1), "epsilon": 1.0, "delta": 1e-6, "num_clients": 1000, **kwargs}
