@@ -12,6 +12,12 @@
 Each rule returns BSVS buckets ready for
 :func:`jaxdistill.mechanisms.make_bsvs_input`, and :func:`connection_privacy`
 says what each rule does and does not guarantee.
+
+Precision: distances are float32, ``||x||^2 - 2 x.q + ||q||^2`` (one matrix
+product per block), whose rounding grows with ``||x||^2``, not with the
+distance. Centre features that sit far from the origin compared with their
+spread (subtract D_pub's mean: public, so free); the library's own
+representations are centred, unit-norm or bounded.
 """
 
 from jaxdistill.connection._kmeans import KMeansResult

@@ -20,6 +20,17 @@ The results are bitwise independent of ``block_size`` whenever the products
 are exact in float32 (e.g. small-integer features); otherwise a block size
 may change float32 rounding, and with it the order of candidates whose
 distances agree to float32 precision.
+
+Precision: the expansion's rounding error scales with ``||x||^2 + ||q||^2``,
+not with the distance, so it is not translation invariant. Features far from
+the origin compared with their spread lose their distances: 4 well-separated
+clusters of 8-dimensional points (centres a few units apart), shifted by
+10^4 in every coordinate, left 75% of the points at a k-means centre other
+than their nearest.
+The library's representations are centred (PCA), unit-norm (contrastive, the
+student embedding) or bounded (pixels, HOG, SCAN); centre other features,
+e.g. by subtracting D_pub's mean (public, so free), before the connection
+rules or k-means.
 """
 
 from __future__ import annotations

@@ -157,7 +157,10 @@ def kmeans(key: jax.Array, features: Any, num_clusters: int, *, max_iterations: 
 
   Args:
     key: PRNG key (seeding).
-    features: float ``[m, d]`` points, finite.
+    features: float ``[m, d]`` points, finite, roughly centred: float32
+      distances lose precision in proportion to ``||x||^2`` (see
+      :mod:`jaxdistill.connection`, "Precision"), so subtract the mean of
+      features far from the origin compared with their spread.
     num_clusters: s, with ``1 <= s <= m``.
     max_iterations: Lloyd iteration cap, in ``[1, MAX_ITERATIONS]`` (10^7).
     num_trials: candidates per seeding step, in ``[1, 1024]``.
