@@ -61,15 +61,19 @@ def test_counts_refuse_inputs_that_do_not_fit_the_shape():
     M.bsvs_counts(inp, (2, 3, 1))
 
 
+def three_clients_statistics(mech):
+  """The summed statistics of 3 clients (one bucket and one label each) under ``mech`` (s = 3, |Y| = 2)."""
+  inp, _ = M.make_bsvs_input([[0], [2], [1]], [[1], [0], [0]], num_buckets=3, num_labels=2, k=1)
+  keys = jax.random.split(jax.random.key(0), 3)
+  return mech.chunk_statistics(keys, inp.buckets, inp.labels, jax.numpy.ones(3, bool))
+
+
 @pytest.mark.parametrize("make", [M.RandomizedResponse, M.Collision, M.Separation, M.Concatenation,
                                   M.ConcatenationLiteral])
 def test_estimates_refuse_a_bad_num_clients(make):
   # num_clients is the debiasing n: -5, 0 or 2.5 gave a finite, meaningless estimate.
-  shape = M.BsvsShape(3, 2, 1)
-  mech = make(shape, 1.0)
-  inp, _ = M.make_bsvs_input([[0], [2], [1]], [[1], [0], [0]], num_buckets=3, num_labels=2, k=1)
-  keys = jax.random.split(jax.random.key(0), 3)
-  stats = mech.chunk_statistics(keys, inp.buckets, inp.labels, jax.numpy.ones(3, bool))
+  mech = make(M.BsvsShape(3, 2, 1), 1.0)
+  stats = three_clients_statistics(mech)
   assert np.isfinite(mech.estimate(jax.random.key(1), stats, 3)).all()
   for bad in (-5, 0, 2.5, None):
     with pytest.raises(ValueError, match="num_clients"):
@@ -179,11 +183,8 @@ def test_local_estimates_refuse_statistics_no_clients_could_send(make):
 
 @pytest.mark.parametrize("make", [M.Separation, M.Concatenation, M.ConcatenationLiteral])
 def test_product_estimates_refuse_statistics_no_clients_could_send(make):
-  shape = M.BsvsShape(3, 2, 1)
-  mech = make(shape, 1.0)
-  inp, _ = M.make_bsvs_input([[0], [2], [1]], [[1], [0], [0]], num_buckets=3, num_labels=2, k=1)
-  keys = jax.random.split(jax.random.key(0), 3)
-  stats = mech.chunk_statistics(keys, inp.buckets, inp.labels, jax.numpy.ones(3, bool))
+  mech = make(M.BsvsShape(3, 2, 1), 1.0)
+  stats = three_clients_statistics(mech)
   assert np.isfinite(mech.estimate(None, stats, 3)).all()
   co = np.asarray(stats.cooccurrence)
   for bad, needle in ((stats._replace(cooccurrence=co.T), r"stats.cooccurrence of shape \[3, 2\]"),
