@@ -80,6 +80,16 @@ def test_damaged_idx_files_are_one_line_errors(tmp_path, damage, match):
   assert "train-images-idx3-ubyte.gz" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_gzip_file_without_the_gz_suffix_is_named_as_such(tmp_path):
+  # It was "not an unsigned-byte IDX file", although its content is one, compressed.
+  write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((2, 28, 28)))
+  write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.array([0, 1]))
+  with pytest.raises(ValueError, match=r"train-images-idx3-ubyte is gzip-compressed but not named \.gz: rename it "
+                                       r"to train-images-idx3-ubyte\.gz or decompress it\.$") as err:
+    data.load_idx_dir(tmp_path, "train")
+  assert "\n" not in str(err.value)
+
+
 def test_idx_pixels_are_always_bytes(tmp_path):
   # Pixels that happen to be only 0 and 1 are still bytes: 1 means 1/255, not full ink.
   imgs = np.random.default_rng(1).integers(0, 2, (4, 28, 28))

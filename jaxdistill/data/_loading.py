@@ -156,6 +156,8 @@ def _read_idx(path: pathlib.Path) -> np.ndarray:
   if len(data) < 4:
     raise ValueError(f"{path} is not an IDX file (too short).")
   zero, dtype_code, ndim = data[0:2], data[2], data[3]
+  if data[:2] == b"\x1f\x8b":  # gzip's magic: "not an IDX file" would send the user looking elsewhere
+    raise ValueError(f"{path} is gzip-compressed but not named .gz: rename it to {path.name}.gz or decompress it.")
   if zero != b"\x00\x00" or dtype_code != 0x08:
     raise ValueError(f"{path} is not an unsigned-byte IDX file.")
   if len(data) < 4 + 4 * ndim:
