@@ -108,6 +108,12 @@ def test_bias_matches_the_spec_numbers():
   # spec §5 I5: -0.31 at eps = 2 and -0.06 at eps = 3.5 for c = k + r = 2.
   assert M.ConcatenationLiteral(M.BsvsShape(10, 10, 1), 2.0).bias_factor == pytest.approx(-0.311, abs=5e-4)
   assert M.ConcatenationLiteral(M.BsvsShape(10, 10, 1), 3.5).bias_factor == pytest.approx(-0.06, abs=5e-3)
+  # README: relative bias -3.81 at eps = 0.5, by hand: l = floor(2 e^0.5 + 3) = 6, q = 1/6,
+  # p = e^0.5 / (2 e^0.5 + l - 2).
+  e = math.exp(0.5)
+  p, q = e / (2 * e + 4), 1 / 6
+  assert round(-q / (p - q) - 1, 2) == -3.81
+  assert M.ConcatenationLiteral(M.BsvsShape(10, 10, 1), 0.5).bias_factor == pytest.approx(-q / (p - q), rel=1e-12)
 
 
 @pytest.mark.parametrize("s,y,k,eps", [(2, 2, 1, 1.0), (3, 2, 2, 0.6)])
