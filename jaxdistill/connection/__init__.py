@@ -17,7 +17,11 @@ Precision: distances are float32, ``||x||^2 - 2 x.q + ||q||^2`` (one matrix
 product per block), whose rounding grows with ``||x||^2``, not with the
 distance. Centre features that sit far from the origin compared with their
 spread (subtract D_pub's mean: public, so free); the library's own
-representations are centred, unit-norm or bounded.
+representations are centred, unit-norm or bounded. :func:`kmeans`,
+:func:`select_queries` and the connection rules issue a ``RuntimeWarning``
+when ``||mean||^2`` of the public features (D_pub, or the queries; never the
+private records) exceeds 1000 times their mean ``||x - mean||^2``: at that
+ratio 0.2% of Gaussian records already changed nearest query.
 """
 
 from jaxdistill.connection._kmeans import KMeansResult

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -60,6 +61,34 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
 
 #: float32's largest value / 4: ||x||^2 + ||q||^2 + 2|x.q| stays finite when both norms are below it.
 _MAX_SQUARED_NORM = float(np.finfo(np.float32).max) / 4
+
+
+#: ||mean||^2 / mean ||x - mean||^2 of public features above which :func:`warn_if_off_centre` warns. Measured
+#: (20,000 Gaussian records, 200 Gaussian queries, d = 2 and 64, both shifted alike): at a ratio of 10^3, 0.2% of
+#: the records' float32 nearest queries differ from the float64 ones; at 10^4, 2-4%; at 10^6, 65-77%.
+OFF_CENTRE_RATIO = 1e3
+
+
+def warn_if_off_centre(name: str, x: jax.Array, *, stacklevel: int) -> None:
+  """Warns (RuntimeWarning) when float32 distances on the public ``x`` lose precision to its offset.
+
+  The squared distances ``||x||^2 - 2 x.q + ||q||^2`` are rounded in
+  proportion to ``||x||^2``, not to the distance, so features far from the
+  origin compared with their spread change nearest neighbours. Call it on
+  public features only (D_pub, queries): the warning must reveal nothing
+  about private records.
+  """
+  if x.shape[0] < 2:
+    return
+  mean = jnp.mean(x, axis=0)
+  offset = float(jnp.sum(jnp.square(mean)))
+  spread = float(jnp.mean(jnp.sum(jnp.square(x - mean), axis=1)))
+  if spread > 0 and offset > OFF_CENTRE_RATIO * spread:
+    warnings.warn(
+        f"{name} sit far from the origin compared with their spread (||mean||^2 / mean ||x - mean||^2 = "
+        f"{offset / spread:.3g} > {OFF_CENTRE_RATIO:g}): float32 distances lose precision in proportion to "
+        f"||x||^2, so nearest neighbours may change. Subtract D_pub's mean from every feature set first "
+        f"(public, so free).", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def block_size(value: Any) -> int:

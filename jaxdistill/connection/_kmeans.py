@@ -19,7 +19,7 @@ import numpy as np
 from jax import lax
 
 from jaxdistill import _validate
-from jaxdistill.connection._common import as_features, block_size as _block_size
+from jaxdistill.connection._common import as_features, block_size as _block_size, warn_if_off_centre
 from jaxdistill.connection._distances import nearest_columns, squared_distances
 
 __all__ = ["KMeansResult", "kmeans", "QuerySelection", "select_queries"]
@@ -160,7 +160,8 @@ def kmeans(key: jax.Array, features: Any, num_clusters: int, *, max_iterations: 
     features: float ``[m, d]`` points, finite, roughly centred: float32
       distances lose precision in proportion to ``||x||^2`` (see
       :mod:`jaxdistill.connection`, "Precision"), so subtract the mean of
-      features far from the origin compared with their spread.
+      features far from the origin compared with their spread (a
+      ``RuntimeWarning`` says when).
     num_clusters: s, with ``1 <= s <= m``.
     max_iterations: Lloyd iteration cap, in ``[1, MAX_ITERATIONS]`` (10^7).
     num_trials: candidates per seeding step, in ``[1, 1024]``.
@@ -179,12 +180,20 @@ def kmeans(key: jax.Array, features: Any, num_clusters: int, *, max_iterations: 
   s = _validate.integer("num_clusters", num_clusters, minimum=1)
   if s > m:
     raise ValueError(f"Expected num_clusters={s} <= the number of points m={m}.")
+  return _kmeans(key, x, s, max_iterations, num_trials, block_size, name="features")
+
+
+def _kmeans(key: jax.Array, x: jax.Array, s: int, max_iterations: Any, num_trials: Any, block_size: Any, *,
+            name: str) -> KMeansResult:
+  """:func:`kmeans` after its key, features and ``s`` are checked; warns about off-centre ``x`` as ``name``."""
+  m = x.shape[0]
   # Caps: the jitted loop keeps a [max_iterations] trace and int32 counters; seeding draws num_trials candidates
   # per step ([num_trials, m] distances).
   max_iterations = _validate.integer("max_iterations", max_iterations, minimum=1, maximum=MAX_ITERATIONS)
   trials = 2 + int(math.log(s)) if num_trials is None else num_trials
   trials = _validate.integer("num_trials", trials, minimum=1, maximum=MAX_TRIALS)
   bs = min(_block_size(block_size), m)
+  warn_if_off_centre(name, x, stacklevel=3)  # 1 = _kmeans, 2 = kmeans or select_queries, 3 = their caller
   seeds = _kmeans_pp(key, x, s, trials)
   centres, assignment, dmin, it, converged, history = _lloyd(x, x[seeds], s, max_iterations, bs)
   it = int(it)
@@ -283,7 +292,6 @@ def select_queries(key: jax.Array, public_features: Any, num_queries: int, *,
   s = _validate.integer("num_queries", num_queries, minimum=1)
   if s > m:
     raise ValueError(f"Expected num_queries={s} <= the number of public samples m_pub={m}.")
-  result = kmeans(key, x, s, max_iterations=max_iterations, num_trials=num_trials,
-                  block_size=block_size)
+  result = _kmeans(key, x, s, max_iterations, num_trials, block_size, name="public_features")
   queries, assignment = _queries_from_clusters(np.asarray(x), result.centres, result.assignment)
   return QuerySelection(queries, assignment, result)

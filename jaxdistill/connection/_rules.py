@@ -33,7 +33,7 @@ from jax import lax
 
 from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyWarning, Relation
-from jaxdistill.connection._common import as_features, block_size as _block_size
+from jaxdistill.connection._common import as_features, block_size as _block_size, warn_if_off_centre
 from jaxdistill.connection._distances import nearest_columns, nearest_rows, squared_distances
 from jaxdistill.mechanisms._bsvs import repeated_in_rows
 
@@ -237,6 +237,7 @@ def _check_pair(private_features: Any, query_features: Any, k: int, *, k_at_most
     raise ValueError(f"Expected k={k} <= num_queries s={q.shape[0]}.")
   if k_at_most == "n" and k > x.shape[0]:
     raise ValueError(f"Expected k={k} <= the number of private records n={x.shape[0]}.")
+  warn_if_off_centre("query_features", q, stacklevel=3)  # decided from the (public) queries alone
   return x, q, k
 
 
