@@ -407,10 +407,10 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
         else:
           with _bar(len(priv), f"student embedding of D_priv t={t}", progress) as bar:
             parts = []
-            for a in range(0, len(priv), 4096):
-              parts.append(embed(priv.images[a:a + 4096]))
+            for part in embed._feature_batches(priv.images):  # one compilation for all the batches
+              parts.append(part)
               if bar is not None:
-                bar.update(parts[-1].shape[0])
+                bar.update(part.shape[0])
             priv_emb = np.concatenate(parts)
       with timer("connection"):
         buckets = (cache[(t, "buckets")] if (t, "buckets") in cache

@@ -19,7 +19,7 @@ as a fixed public function, which costs no privacy.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -118,22 +118,28 @@ class Representation:
     Raises:
       ValueError: bad images (see :func:`as_images`) or batch size.
     """
+    return np.concatenate(list(self._feature_batches(images, batch_size=batch_size)))
+
+  def _feature_batches(self, images: Any, *, batch_size: int = 2048) -> Iterator[np.ndarray]:
+    """``__call__``'s features batch by batch (for a progress bar), from one :meth:`_runner` (one compilation).
+
+    Each batch is checked before it is yielded; concatenated they are ``self(images, batch_size=batch_size)``.
+    """
     x = as_images("images", images, shape=self.input_shape)
     n = x.shape[0]
     # Batches of min(batch_size, next power of two >= N) images: few distinct
     # shapes, hence few compilations, whatever N is.
     bs = min(_validate.integer("batch_size", batch_size, minimum=1), 1 << (n - 1).bit_length())
     run = self._runner()
-    out = []
     for start in range(0, n, bs):
       chunk = x[start:start + bs]
-      if chunk.shape[0] < bs:
-        chunk = np.concatenate([chunk, np.zeros((bs - chunk.shape[0],) + chunk.shape[1:], np.float32)])
-      out.append(np.asarray(run(jnp.asarray(chunk)), np.float32))
-    feats = np.concatenate(out)[:n]
-    if not np.isfinite(feats).all():
-      raise ValueError(f"Representation {self.name!r} produced NaN or inf features.")
-    return feats
+      size = chunk.shape[0]
+      if size < bs:
+        chunk = np.concatenate([chunk, np.zeros((bs - size,) + chunk.shape[1:], np.float32)])
+      feats = np.asarray(run(jnp.asarray(chunk)), np.float32)[:size]
+      if not np.isfinite(feats).all():
+        raise ValueError(f"Representation {self.name!r} produced NaN or inf features.")
+      yield feats
 
 
 def register(cls, data_fields: list[str], meta_fields: list[str]):

@@ -366,6 +366,25 @@ def test_embed_with_reads_the_weights_at_each_call(mnist):
                                rtol=1e-5)
 
 
+def test_one_call_traces_the_model_once_for_all_its_batches(mnist):
+  # Each call jits model_fn afresh (above); its batches must share that one trace, or the pipeline's
+  # batch-by-batch student embedding of D_priv would compile once per batch (1.6 s each for the student CNN).
+  traces = []
+
+  def model_fn(z):
+    traces.append(z.shape)
+    return z.reshape(z.shape[0], -1)[:, :4]
+
+  rep = R.embed_with(model_fn)
+  x = mnist.images[:7]
+  whole = rep(x, batch_size=2)
+  assert traces == [(2, 28, 28, 1)]  # four batches of 2 (the last one padded), one trace
+  parts = list(rep._feature_batches(x, batch_size=2))  # pylint: disable=protected-access
+  assert [p.shape for p in parts] == [(2, 4), (2, 4), (2, 4), (1, 4)] and len(traces) == 2
+  np.testing.assert_array_equal(np.concatenate(parts), whole)
+  np.testing.assert_array_equal(whole, x.reshape(7, -1)[:, :4])
+
+
 def test_fit_representation_by_name(mnist):
   x = mnist.images[:200]
   key = jax.random.key(0)
