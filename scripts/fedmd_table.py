@@ -10,7 +10,9 @@ between runs):
   of the 6 private classes; Dirichlet splits can leave a party with fewer
   than k records, which WOR sampling cannot serve);
 * baselines FedMD-NP, centralized, local (all data), local (k-sample) and
-  FedMD-LDP (Gaussian, eps = 1 at NFDP's delta), IID and non-IID.
+  FedMD-LDP (Gaussian, eps = 1 at NFDP's delta p = k/n for the nominal party
+  size n = private records / N, one public delta for every party), IID and
+  non-IID.
 
 Writes ``table.md``, ``table.csv``, ``summary.json``, ``accuracy_vs_k.png``, and
 for the main row (NFDP, N = 10, IID, k = 16, WOR, argmax) ``ldp_sigma.csv`` and
@@ -36,7 +38,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this che
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxdistill import fedmd  # noqa: E402
+from jaxdistill import accounting, fedmd  # noqa: E402
 
 
 def profile(res: fedmd.FedMDResult) -> str:
@@ -106,6 +108,9 @@ def main() -> None:
   key = jax.random.key(a.seed)
   for i, (group, n_parties, part, kw) in enumerate(plan):
     d = data(n_parties, part)
+    if kw.get("method") == "ldp":  # one public delta: NFDP's p at the nominal size, not each party's own n_i
+      nominal = sum(d.party_sizes) // n_parties
+      kw = dict(kw, ldp_delta=accounting.nfdp_inclusion_probability(nominal, kw["k"]))
     cfg = fedmd.FedMDConfig(num_parties=n_parties, **base, **kw)
     t = time.perf_counter()
     # The sigma table is the same for every NFDP row of one (n, k): compute it for the main row only.

@@ -64,7 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--architectures", default="fedmd",
     help="'fedmd' (the ten FedMD CNNs, cycled) or ';'-separated specs like '128,256:0.2;64,128,256:0.2'")
   a("--ldp-epsilon", type=float, default=1.0, help="FedMD-LDP target epsilon")
-  a("--ldp-delta", type=float, default=None, help="FedMD-LDP target delta (default: NFDP's p)")
+  a("--ldp-delta", type=float, default=None,
+    help="FedMD-LDP target delta, a public number (required with --method ldp; e.g. NFDP's p at the planned n)")
   a("--ldp-clip", type=float, default=10.0, help="L2 clip of logits releases under LDP")
   a("--ldp-table-epsilons", default="0,0.1,0.5,1,2,4,8",
     help="epsilons of the report's FedMD-LDP sigma table at NFDP's delta ('' for none)")

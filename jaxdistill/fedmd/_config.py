@@ -53,8 +53,12 @@ class FedMDConfig:
     public_batch_size: batch size on public data.
     ldp_epsilon: FedMD-LDP's target epsilon, at most
       :data:`~jaxdistill.fedmd.MAX_LDP_EPSILON`.
-    ldp_delta: FedMD-LDP's target delta (None: the party's NFDP delta p for
-      the same n, k and sampling).
+    ldp_delta: FedMD-LDP's target delta, the same for every party. None
+      means each party's NFDP delta p for the same n_i, k and sampling, and
+      is accepted only under ``relation="replace-one"``: under add/remove n_i
+      changes with the data, and a sigma calibrated to p(n_i) would make the
+      noise scale itself depend on the private data (sigma_i(n) differs from
+      sigma_i(n - 1), which many noisy releases reveal).
     ldp_clip: L2 clip norm of logits releases under FedMD-LDP.
     relation: neighbouring relation of the privacy reports.
     vmap: ``on`` (same-architecture parties as one vmapped batch), ``off``
@@ -130,6 +134,12 @@ class FedMDConfig:
       s("ldp_delta", _validate.open_unit("ldp_delta", self.ldp_delta))
     s("ldp_clip", check_clip("ldp_clip", self.ldp_clip))
     s("relation", Relation.parse(self.relation).value)
+    if self.method == "ldp" and self.ldp_delta is None and self.relation != Relation.REPLACE_ONE.value:
+      raise ValueError(
+          f"Expected a public ldp_delta for method='ldp' under relation={self.relation!r}: the default, NFDP's p "
+          "for each party's size n_i, changes when a record is added or removed, so the noise scale itself would "
+          "depend on the private data. Pass ldp_delta (CLI: --ldp-delta), e.g. NFDP's p at a public nominal size "
+          "(accounting.nfdp_inclusion_probability), or relation='replace-one', under which n_i is fixed.")
     _validate.choice("vmap", self.vmap, VMAP_MODES)
     s("eval_every", _validate.integer("eval_every", self.eval_every, minimum=1))
 

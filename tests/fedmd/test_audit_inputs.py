@@ -225,7 +225,8 @@ def test_the_ldp_side_table_never_blocks_an_nfdp_run(data3):
 def test_ldp_k_errors_say_that_k_only_sets_the_delta(data3, monkeypatch, kw, needle):
   no_training(monkeypatch)
   with pytest.raises(ValueError, match=needle) as err:
-    fedmd.run_fedmd(jax.random.key(0), tiny_config(method="ldp", rounds=1, **kw), data3, ldp_table_epsilons=())
+    fedmd.run_fedmd(jax.random.key(0), tiny_config(method="ldp", rounds=1, relation="replace-one", **kw), data3,
+                    ldp_table_epsilons=())
   assert "\n" not in str(err.value)
 
 

@@ -98,8 +98,20 @@ def test_epsilons_and_deltas_the_calibration_cannot_handle_are_refused_by_name()
 def test_large_epsilons_up_to_the_cap_calibrate_tightly():
   # The cap was 100, which refused --ldp-epsilon 200 and --ldp-table-epsilons 0,1,150 (sweeps that calibrate
   # fine). At the new cap the sigma meets delta, checked in closed form (Balle & Wang), and 3% less does not.
-  assert fedmd.FedMDConfig(method="ldp", ldp_epsilon=fedmd.MAX_LDP_EPSILON).ldp_epsilon == 500.0
+  assert fedmd.FedMDConfig(method="ldp", ldp_epsilon=fedmd.MAX_LDP_EPSILON, ldp_delta=1e-5).ldp_epsilon == 500.0
   sigma = fedmd.calibrate_ldp_sigma(fedmd.MAX_LDP_EPSILON, 1e-5, sensitivity=2.0, count=100_000)
   exact = lambda s: fedmd.analytic_gaussian_delta(fedmd.MAX_LDP_EPSILON, sigma=s, sensitivity=2.0,  # noqa: E731
                                                   count=100_000)
   assert exact(sigma) <= 1e-5 < exact(0.97 * sigma)
+
+
+@pytest.mark.parametrize("relation", ["add-remove", "add-one", "remove-one"])
+def test_ldp_needs_a_public_delta_where_the_relation_changes_n(relation):
+  # The default delta was each party's NFDP p = k/n_i. Under add/remove n_i moves with the data, and so did
+  # sigma_i: removing one of 24 records moved it from 8.836 to 8.685, which Q x R x C noisy coordinates reveal
+  # (at the CLI's defaults the noise scale alone gave delta(eps=1) = 0.36 against a stated 0.053).
+  with pytest.raises(ValueError, match=f"Expected a public ldp_delta for method='ldp' under relation='{relation}'"):
+    fedmd.FedMDConfig(method="ldp", relation=relation)
+  assert fedmd.FedMDConfig(method="ldp", relation=relation, ldp_delta=0.01).ldp_delta == 0.01
+  assert fedmd.FedMDConfig(method="ldp", relation="replace-one").ldp_delta is None  # n_i fixed: p(n_i) is public
+  assert fedmd.FedMDConfig(method="nfdp", relation=relation).ldp_delta is None  # its sigma table is a side note

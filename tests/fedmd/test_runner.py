@@ -166,7 +166,7 @@ def test_secret_seed_draws_the_samples_and_the_noise(data3):
   # LDP: the secret seed changes the noise alone. Up to round 1's releases the np and ldp runs train the
   # same models with the same keys, so ldp - np is the noise: N(0, sigma^2) from the secret key, not the
   # public one. The mean of z^2 over 3 x 24 x 16 = 1,152 entries has sd 0.042: the bounds are 7 sd wide.
-  ldp_cfg = tiny_config(method="ldp", rounds=1, ldp_epsilon=2.0)
+  ldp_cfg = tiny_config(method="ldp", rounds=1, ldp_epsilon=2.0, relation="replace-one")  # default delta: p(n_i)
   clean = run(key, np_cfg, data3, record_releases=True).releases[0].astype(np.float64)
   noises = []
   for seed in (None, secret):
@@ -302,7 +302,8 @@ def test_baselines_run_and_report(data3):
   key = jax.random.key(3)
   out = {}
   for method in ("np", "ldp", "local", "local-sample", "centralized"):
-    cfg = tiny_config(method=method, rounds=1, ldp_epsilon=2.0)
+    cfg = tiny_config(method=method, rounds=1, ldp_epsilon=2.0,
+                      ldp_delta=4 / data3.party_sizes[0] if method == "ldp" else None)
     out[method] = run(key, cfg, data3, record_releases=True)
     acc = out[method].accuracy
     assert acc.shape == (2, 3) and np.all((acc >= 0) & (acc <= 1))
@@ -311,7 +312,7 @@ def test_baselines_run_and_report(data3):
   assert out["np"].privacy[0]["guarantee"] == "none" and "warnings" not in out["np"].privacy[0]
   ldp = out["ldp"].privacy[0]
   # The float32 noise and the key's public seed are disclosed beside the Gaussian's (eps, delta), and so
-  # is the default target delta = p = k/n >= 1/n.
+  # is the target delta 4/n (NFDP's p) >= 1/n.
   assert {w["code"] for w in ldp["warnings"]} == {"float_gaussian_output", "delta_at_least_1_over_n",
                                                   "randomness_from_run_key"}
   assert "subtract it" in [w for w in ldp["warnings"] if w["code"] == "randomness_from_run_key"][0]["message"]
@@ -392,7 +393,8 @@ def test_ldp_noise_beyond_float32_is_refused_before_training(data3, monkeypatch)
   # Before: a RuntimeWarning (float32 overflow) and "Expected finite released" after training.
   with pytest.raises(ValueError, match=r"standard deviation of .* \(ldp_clip=1e\+38, ldp_epsilon=1\).*"
                                        r"lower ldp_clip or raise ldp_epsilon") as err:
-    run(jax.random.key(0), tiny_config(method="ldp", aggregation="logits", ldp_clip=1e38, ldp_epsilon=1.0), data3)
+    run(jax.random.key(0), tiny_config(method="ldp", aggregation="logits", ldp_clip=1e38, ldp_epsilon=1.0,
+                                       ldp_delta=1e-5), data3)
   assert "\n" not in str(err.value)
 
 
