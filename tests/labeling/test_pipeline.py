@@ -514,6 +514,40 @@ def test_ledger_refuses_unreadable_or_misplaced_releases(tmp_path):
   assert index  # the original index was readable JSON
 
 
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_two_ledgers_racing_for_one_iteration_release_it_once(tmp_path, monkeypatch, hard_links):
+  # Without the out dir's flock (NFS), two ledgers may both find iteration 1 unreleased. record() checked
+  # path.exists() and then os.replace()d, so both "released" it and the second file silently replaced the
+  # first (and the second key replaced the first, and one ledger.json write dropped the other's). Here B
+  # records while A is writing its file: exactly one must win, and nothing may be replaced.
+  from jaxdistill.labeling import _ledger
+  if not hard_links:  # a file system without hard links: the exclusive-create fallback
+    def no_link(src, dst):
+      raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(_ledger.os, "link", no_link)
+  a = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  b = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  real_savez, outcome = np.savez, {}
+
+  def savez_while_b_records(f, **arrays):
+    monkeypatch.setattr(_ledger.np, "savez", real_savez)  # B writes normally
+    outcome["B"] = b.record(1, np.full((2, 3), 2.0), np.arange(2), np.zeros(5, np.int64), {"who": "B"})
+    real_savez(f, **arrays)
+
+  monkeypatch.setattr(_ledger.np, "savez", savez_while_b_records)
+  with pytest.raises(ValueError, match="already exists; refusing to overwrite"):
+    a.record(1, np.full((2, 3), 1.0), np.arange(2), np.zeros(5, np.int64), {"who": "A"})
+  with np.load(tmp_path / "release-iter1.npz") as z:
+    assert np.array_equal(z["votes"], outcome["B"].votes) and json.loads(str(z["record"]))["who"] == "B"
+  a.finish()  # A's index, read before B released, is merged with the file on disk, not written over it
+  index = json.loads((tmp_path / "ledger.json").read_text())
+  assert [e["iteration"] for e in index["releases"]] == [1]
+  assert sorted(r["released"] for r in index["runs"]) == [[], [1]]  # both runs kept, only B released
+  assert not list(tmp_path.glob(".*.tmp"))
+  # One key: B adopted the key A saved first, so the release's keyed data hash checks out for a later run.
+  assert labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash").lookup(1).record["who"] == "B"
+
+
 def test_ledger_stores_a_keyed_hash_of_the_data(tmp_path):
   # A plain sha256 of D_priv in a release file would let anyone holding the file test a candidate data
   # set; the file holds HMAC(key, hash) with a random per-directory key instead.
