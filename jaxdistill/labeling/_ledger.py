@@ -8,17 +8,20 @@ the same private data, silently doubling the cost. The ledger prevents it:
 * right after iteration t's votes are computed, ``release-iter{t}.npz`` is
   written to the output directory (atomically, and never over an existing
   release: temporary file, fsync, then a hard link that fails if the name
-  is taken, so of two writers without a lock only one releases). It holds the noisy votes ``[s, |Y|] float64``, the query indices
-  and the public samples' cluster assignment it was computed for, and a JSON
-  record of what was released (mechanism, parameters, privacy statement,
-  iteration, seed, the run's release fingerprint, a keyed hash of the data);
+  is taken, so of two writers without a lock only one releases). It holds
+  the noisy votes ``[s, |Y|] float64``, the query indices and the public
+  samples' cluster assignment it was computed for, and a JSON record of
+  what was released (mechanism, parameters, privacy statement, iteration,
+  seed, the run's release fingerprint, a keyed hash of the data);
 * ``ledger.json`` indexes the releases and records every run that used the
   directory (which iterations it released, which it reused); it is re-read
   and merged before every write;
 * a later run with the same output directory *reuses* a stored release
   instead of drawing noise again, and refuses (``ValueError``) to release
   anything when the stored releases were made with other settings or other
-  data, which would also spend budget again.
+  data, which would also spend budget again, or (``check``; the pipeline
+  compares the recorded privacy calibration and budget split) differ from
+  what the run would release.
 
 Reuse is post-processing of a release already paid for, so it costs nothing.
 
@@ -43,7 +46,7 @@ import pathlib
 import secrets
 import tempfile
 import zipfile
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -140,14 +143,19 @@ class ReleaseLedger:
     fingerprint: the settings releases depend on
       (:meth:`LabelingConfig.release_fingerprint`).
     data_hash: :func:`data_fingerprint` of the private and public data.
+    check: optional ``check(record) -> str | None`` run on every stored
+      release's record: a description of how the release differs from what
+      this run would release (its privacy calibration, say), or None when
+      it fits.
 
   Raises:
     ValueError: if the directory holds releases made with other settings or
-      other data (reusing them would be wrong, releasing again would spend
-      budget again).
+      other data, or that ``check`` describes as different (reusing them
+      would be wrong, releasing again would spend budget again).
   """
 
-  def __init__(self, out_dir: Any, fingerprint: dict, data_hash: str):
+  def __init__(self, out_dir: Any, fingerprint: dict, data_hash: str,
+               check: Callable[[dict], str | None] | None = None):
     out_dir = _validate.as_path("out_dir", out_dir)
     if not isinstance(fingerprint, dict):
       raise ValueError(f"Expected fingerprint to be a dict of settings; got {type(fingerprint).__name__}.")
@@ -158,6 +166,9 @@ class ReleaseLedger:
     except (TypeError, ValueError) as err:
       raise ValueError(f"Expected fingerprint to hold JSON values only (it is stored in every release); {err}.") \
           from None
+    if check is not None and not callable(check):
+      raise ValueError(f"Expected check to be callable or None; got {type(check).__name__}.")
+    self.check = check
     self.dir = pathlib.Path(out_dir)
     if self.dir.exists() and not self.dir.is_dir():
       raise ValueError(f"Expected out_dir={str(self.dir)!r} to be a directory; it is a file.")
@@ -261,10 +272,15 @@ class ReleaseLedger:
     if record.get("data_hash") != self.data_hash:
       raise ValueError(f"Output directory {str(self.dir)!r} holds a release ({path.name}) about other data "
                        "(data hash differs). Use another --out-dir.")
+    difference = self.check(record) if self.check is not None else None
+    if difference:
+      raise ValueError(f"Output directory {str(self.dir)!r} holds a release ({path.name}) that differs from what "
+                       f"this run would release ({difference}); its votes were drawn as recorded, so this run's "
+                       "statement would not describe them. Use another --out-dir.")
 
   # -- API -------------------------------------------------------------------------
-  def lookup(self, iteration: int) -> StoredRelease | None:
-    """The stored release of ``iteration``, or None (then the caller may release)."""
+  def peek(self, iteration: int) -> StoredRelease | None:
+    """The stored release of ``iteration`` (read and checked as by :meth:`lookup`) or None, not recorded as reused."""
     iteration = _iteration(iteration)
     path = self.path(iteration)
     if not path.exists():
@@ -283,6 +299,14 @@ class ReleaseLedger:
       raise ValueError(f"{path.name} holds the release of iteration {stored.iteration}, not {iteration} (renamed?); "
                        "inspect or move it.")
     self._check_compatible(stored.record, path)
+    return stored
+
+  def lookup(self, iteration: int) -> StoredRelease | None:
+    """The stored release of ``iteration``, or None (then the caller may release)."""
+    stored = self.peek(iteration)
+    if stored is None:
+      return None
+    iteration, path = stored.iteration, pathlib.Path(stored.path)
     if not any(e.get("iteration") == iteration for e in self.index["releases"]):
       # Written but not indexed (interrupted between the two writes): index it now.
       self.index["releases"].append({**_summary(stored.record, path), "indexed": "recovered"})
