@@ -47,6 +47,18 @@ MAX_SEED = 2**32 - 1
 EARLIER_PLOTS = "*.png"
 
 
+def _shown(value: Any) -> str:
+  """``repr(value)`` cut to one short line (an int of 10**5000 has no repr at all: too many digits)."""
+  if isinstance(value, int) and not _is_bool(value) and value.bit_length() > 200:
+    return f"an integer of {value.bit_length()} bits"
+  try:
+    text = repr(value)
+  except ValueError:  # a huge int inside another object
+    return f"a {type(value).__name__}"
+  text = " ".join(text.split())
+  return text if len(text) <= 80 else text[:77] + "..."
+
+
 def integer(name: str, value: Any, *, minimum: int | None = None,
             maximum: int | None = None) -> int:
   """Returns ``value`` as a Python int, or raises naming ``name``.
@@ -58,7 +70,7 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
     raise ValueError(f"Expected {name} to be an integer, got {value!r}.")
   if isinstance(value, numbers.Integral):
     out = int(value)
-  elif isinstance(value, numbers.Real) and math.isfinite(float(value)) and float(value).is_integer():
+  elif isinstance(value, numbers.Real) and math.isfinite(_to_float(name, value)) and float(value).is_integer():
     out = int(value)
   elif isinstance(value, np.ndarray) and value.ndim == 0:
     return integer(name, value.item(), minimum=minimum, maximum=maximum)
@@ -79,13 +91,21 @@ def finite(name: str, value: Any) -> float:
   """
   if _is_bool(value) or isinstance(value, (str, bytes)):
     raise ValueError(f"Expected {name} to be a real number, got {value!r}.")
-  try:
-    out = float(value)
-  except (TypeError, ValueError):
-    raise ValueError(f"Expected {name} to be a real number, got {value!r}.") from None
+  out = _to_float(name, value)
   if not math.isfinite(out):
     raise ValueError(f"Expected {name} to be finite, got {out!r}.")
   return out
+
+
+def _to_float(name: str, value: Any) -> float:
+  """``float(value)``, or a one-line ValueError naming ``name``: not a number, or beyond float64 (|x| >= 2^1024)."""
+  try:
+    return float(value)
+  except OverflowError:  # an int or Fraction of 10**400: too large for any float, so not a usable epsilon
+    raise ValueError(f"Expected {name} to be a real number within float64's range (|x| < 1.8e308), got "
+                     f"{_shown(value)}.") from None
+  except (TypeError, ValueError):
+    raise ValueError(f"Expected {name} to be a real number, got {_shown(value)}.") from None
 
 
 def real_array(name: str, value: Any) -> np.ndarray:
@@ -97,21 +117,21 @@ def real_array(name: str, value: Any) -> np.ndarray:
   (NaN and inf pass): the caller states its own range.
   """
   if _is_bool(value) or isinstance(value, (str, bytes)):
-    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {value!r}.")
+    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {_shown(value)}.")
   try:
     arr = np.asarray(value)
   except (TypeError, ValueError):
-    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {value!r}.") from None
+    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {_shown(value)}.") from None
   if arr.dtype.kind == "O":
     flat = arr.reshape(-1)
     if not all(isinstance(v, numbers.Real) and not _is_bool(v) for v in flat):
-      raise ValueError(f"Expected {name} to hold only real numbers; got {value!r}.")
+      raise ValueError(f"Expected {name} to hold only real numbers; got {_shown(value)}.")
   elif arr.dtype.kind in "USbcmM" or (arr.dtype.kind == "V" and not is_float_like(arr.dtype)):
     raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype} ({value!r}).")
   try:
     return arr.astype(np.float64)
   except (TypeError, ValueError, OverflowError):
-    raise ValueError(f"Expected {name} to hold real numbers; got {value!r}.") from None
+    raise ValueError(f"Expected {name} to hold real numbers; got {_shown(value)}.") from None
 
 
 def is_float_like(dtype: np.dtype) -> bool:
@@ -133,7 +153,7 @@ def _is_plus_inf(value: Any) -> bool:
     return False
   try:
     return float(value) == math.inf
-  except (TypeError, ValueError):
+  except (TypeError, ValueError, OverflowError):  # 10**400 is finite: finite() then names it
     return False
 
 

@@ -2,6 +2,7 @@
 
 import errno
 import math
+from fractions import Fraction
 import os
 import pathlib
 
@@ -30,6 +31,20 @@ def test_integer_accepts_whole_numbers():
 def test_positive_rejects(value):
   with pytest.raises(ValueError, match="epsilon"):
     v.positive("epsilon", value)
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), Fraction(10**400, 3), 10**5000],
+                         ids=["1e400", "-1e400", "fraction", "1e5000"])
+def test_numbers_beyond_float64_are_named_not_overflow_errors(value):
+  # float(10**400) raises OverflowError, which finite() did not catch (nor _is_plus_inf under allow_inf).
+  checks = [v.finite, v.positive, v.nonnegative, v.probability, v.open_unit,
+            lambda name, x: v.positive(name, x, allow_inf=True), v.real_array]
+  if isinstance(value, Fraction):  # a whole Fraction goes through float() in integer(); an int never does
+    checks.append(v.integer)
+  for check in checks:
+    with pytest.raises(ValueError, match=r"^Expected epsilon") as err:
+      check("epsilon", value)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 200  # one short line, however long the number
 
 
 def test_positive_allows_inf_on_request():

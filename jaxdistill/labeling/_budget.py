@@ -202,8 +202,8 @@ def plan_budget(mechanism: str, epsilon: Any, delta: Any, iterations: Any, *, k:
 
   Args:
     mechanism: one of :data:`jaxdistill.labeling.MECHANISMS`.
-    epsilon: total epsilon > 0 (``inf`` for ``none``).
-    delta: total delta in [0, 1) (> 0 for shuffle).
+    epsilon: total epsilon > 0 (``inf`` allowed only for ``none``, which ignores it).
+    delta: total delta in [0, 1) (> 0 for shuffle; checked for ``none`` too).
     iterations: T in [1, ``MAX_PAIRS_COUNT`` (10,000)], the bound of the
       shuffle composition's PLD (a plan for more iterations than
       :class:`LabelingConfig` runs, 100, is allowed).
@@ -226,12 +226,13 @@ def plan_budget(mechanism: str, epsilon: Any, delta: Any, iterations: Any, *, k:
   k = _validate.integer("k", k, minimum=1, maximum=2**31 - 1)
   r = _validate.integer("r", r, minimum=1, maximum=2**31 - 1)
   noise = _validate.choice("central_noise", central_noise, CENTRAL_NOISES)
-  if mech == "none":
-    return BudgetPlan("none", math.inf, 0.0, t, math.inf, 0.0, math.inf, 0.0, "none")
-  eps = _validate.positive("epsilon", epsilon)
+  # Checked for every mechanism, none included: a NaN or negative budget is a caller's bug whatever is run.
+  eps = _validate.positive("epsilon", epsilon, allow_inf=mech == "none")
   d = _validate.probability("delta", delta)
   if d >= 1:
     raise ValueError(f"Expected delta={d!r} < 1.")
+  if mech == "none":
+    return BudgetPlan("none", math.inf, 0.0, t, math.inf, 0.0, math.inf, 0.0, "none")
   if mech == "central":
     return _central_plan(eps, d, t, k, r, noise)
   if mech.startswith("local"):

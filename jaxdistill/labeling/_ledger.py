@@ -6,17 +6,22 @@ started again, drawing fresh noise would release a *second* noisy view of
 the same private data, silently doubling the cost. The ledger prevents it:
 
 * right after iteration t's votes are computed, ``release-iter{t}.npz`` is
-  written to the output directory (atomically: temporary file, fsync,
-  rename). It holds the noisy votes ``[s, |Y|] float64``, the query indices
-  and the public samples' cluster assignment it was computed for, and a JSON
-  record of what was released (mechanism, parameters, privacy statement,
-  iteration, seed, the run's release fingerprint, a keyed hash of the data);
+  written to the output directory (atomically, and never over an existing
+  release: temporary file, fsync, then a hard link that fails if the name
+  is taken, so of two writers without a lock only one releases). It holds
+  the noisy votes ``[s, |Y|] float64``, the query indices and the public
+  samples' cluster assignment it was computed for, and a JSON record of
+  what was released (mechanism, parameters, privacy statement, iteration,
+  seed, the run's release fingerprint, a keyed hash of the data);
 * ``ledger.json`` indexes the releases and records every run that used the
-  directory (which iterations it released, which it reused);
+  directory (which iterations it released, which it reused); it is re-read
+  and merged before every write;
 * a later run with the same output directory *reuses* a stored release
   instead of drawing noise again, and refuses (``ValueError``) to release
   anything when the stored releases were made with other settings or other
-  data, which would also spend budget again.
+  data, which would also spend budget again, or (``check``; the pipeline
+  compares the recorded privacy calibration and budget split) differ from
+  what the run would release.
 
 Reuse is post-processing of a release already paid for, so it costs nothing.
 
@@ -41,7 +46,7 @@ import pathlib
 import secrets
 import tempfile
 import zipfile
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -80,6 +85,35 @@ def _atomic_write(path: pathlib.Path, write) -> None:
     raise
 
 
+def _publish(path: pathlib.Path, write) -> bool:
+  """Writes ``path`` whole (temporary file, fsync) without ever replacing an existing one; False if one exists.
+
+  ``os.link(tmp, path)`` fails when ``path`` exists, so of two writers racing for one name exactly one wins,
+  even without a lock (flock can fail on NFS). Where hard links are not supported, an exclusive create
+  (``O_EXCL``) claims the name first and the written file then replaces that empty claim.
+  """
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      write(f)
+      f.flush()
+      os.fsync(f.fileno())
+    try:
+      os.link(tmp, path)
+    except FileExistsError:
+      return False
+    except OSError:  # no hard links here (some network or FAT file systems)
+      try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+      except FileExistsError:
+        return False
+      os.replace(tmp, path)  # over our own empty claim only
+    return True
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+
+
 @dataclasses.dataclass(frozen=True)
 class StoredRelease:
   """One released iteration, as stored.
@@ -109,14 +143,19 @@ class ReleaseLedger:
     fingerprint: the settings releases depend on
       (:meth:`LabelingConfig.release_fingerprint`).
     data_hash: :func:`data_fingerprint` of the private and public data.
+    check: optional ``check(record) -> str | None`` run on every stored
+      release's record: a description of how the release differs from what
+      this run would release (its privacy calibration, say), or None when
+      it fits.
 
   Raises:
     ValueError: if the directory holds releases made with other settings or
-      other data (reusing them would be wrong, releasing again would spend
-      budget again).
+      other data, or that ``check`` describes as different (reusing them
+      would be wrong, releasing again would spend budget again).
   """
 
-  def __init__(self, out_dir: Any, fingerprint: dict, data_hash: str):
+  def __init__(self, out_dir: Any, fingerprint: dict, data_hash: str,
+               check: Callable[[dict], str | None] | None = None):
     out_dir = _validate.as_path("out_dir", out_dir)
     if not isinstance(fingerprint, dict):
       raise ValueError(f"Expected fingerprint to be a dict of settings; got {type(fingerprint).__name__}.")
@@ -127,6 +166,9 @@ class ReleaseLedger:
     except (TypeError, ValueError) as err:
       raise ValueError(f"Expected fingerprint to hold JSON values only (it is stored in every release); {err}.") \
           from None
+    if check is not None and not callable(check):
+      raise ValueError(f"Expected check to be callable or None; got {type(check).__name__}.")
+    self.check = check
     self.dir = pathlib.Path(out_dir)
     if self.dir.exists() and not self.dir.is_dir():
       raise ValueError(f"Expected out_dir={str(self.dir)!r} to be a directory; it is a file.")
@@ -134,8 +176,10 @@ class ReleaseLedger:
     self.index_path = self.dir / "ledger.json"
     self.index = self._read_index()
     self._unsaved_key: bytes | None = None  # a new directory's key, saved with its first release
-    self.data_hash = hmac.new(self._key(), str(data_hash).encode(), hashlib.sha256).hexdigest()
-    self.run = {"started": _now(), "released": [], "reused": []}
+    self._plain_hash = str(data_hash)
+    self.data_hash = hmac.new(self._key(), self._plain_hash.encode(), hashlib.sha256).hexdigest()
+    # The id tells this run's entry apart when ledger.json is re-read and merged before every write.
+    self.run = {"id": secrets.token_hex(8), "started": _now(), "released": [], "reused": []}
     self.index["runs"].append(self.run)
     for path in sorted(self.dir.glob("release-iter*.npz")):
       self._check_compatible(self._load(path).record, path)
@@ -179,6 +223,19 @@ class ReleaseLedger:
     return {"version": _VERSION, "releases": [], "runs": []}
 
   def _write_index(self) -> None:
+    """Writes ledger.json, merged with what is on disk now: another ledger on this directory may have written it.
+
+    Releases indexed there and runs of others are kept; this run's entry (by id) and releases are added. (Two
+    writers interleaving read and write can still drop an index entry; :meth:`lookup` then re-indexes the
+    release from its file, which is the record.)
+    """
+    disk = self._read_index()
+    indexed = {e.get("iteration") for e in disk["releases"]}
+    releases = disk["releases"] + [e for e in self.index["releases"] if e.get("iteration") not in indexed]
+    runs = [self.run if r.get("id") == self.run["id"] else r for r in disk["runs"]]
+    if self.run not in runs:
+      runs.append(self.run)
+    self.index = {**disk, "releases": releases, "runs": runs}
     text = json.dumps(self.index, indent=2, sort_keys=False).encode()
     _atomic_write(self.index_path, lambda f: f.write(text))
 
@@ -215,10 +272,15 @@ class ReleaseLedger:
     if record.get("data_hash") != self.data_hash:
       raise ValueError(f"Output directory {str(self.dir)!r} holds a release ({path.name}) about other data "
                        "(data hash differs). Use another --out-dir.")
+    difference = self.check(record) if self.check is not None else None
+    if difference:
+      raise ValueError(f"Output directory {str(self.dir)!r} holds a release ({path.name}) that differs from what "
+                       f"this run would release ({difference}); its votes were drawn as recorded, so this run's "
+                       "statement would not describe them. Use another --out-dir.")
 
   # -- API -------------------------------------------------------------------------
-  def lookup(self, iteration: int) -> StoredRelease | None:
-    """The stored release of ``iteration``, or None (then the caller may release)."""
+  def peek(self, iteration: int) -> StoredRelease | None:
+    """The stored release of ``iteration`` (read and checked as by :meth:`lookup`) or None, not recorded as reused."""
     iteration = _iteration(iteration)
     path = self.path(iteration)
     if not path.exists():
@@ -237,6 +299,14 @@ class ReleaseLedger:
       raise ValueError(f"{path.name} holds the release of iteration {stored.iteration}, not {iteration} (renamed?); "
                        "inspect or move it.")
     self._check_compatible(stored.record, path)
+    return stored
+
+  def lookup(self, iteration: int) -> StoredRelease | None:
+    """The stored release of ``iteration``, or None (then the caller may release)."""
+    stored = self.peek(iteration)
+    if stored is None:
+      return None
+    iteration, path = stored.iteration, pathlib.Path(stored.path)
     if not any(e.get("iteration") == iteration for e in self.index["releases"]):
       # Written but not indexed (interrupted between the two writes): index it now.
       self.index["releases"].append({**_summary(stored.record, path), "indexed": "recovered"})
@@ -266,8 +336,9 @@ class ReleaseLedger:
     if not isinstance(record, dict):
       raise ValueError(f"Expected record to be a dict; got {type(record).__name__}.")
     path = self.path(iteration)
+    exists = f"Release {path} already exists; refusing to overwrite a release already paid for."
     if path.exists():
-      raise ValueError(f"Release {path} already exists; refusing to overwrite a release already paid for.")
+      raise ValueError(exists)
     full = {**record, "iteration": iteration, "fingerprint": self.fingerprint, "data_hash": self.data_hash,
             "released_at": _now()}
     try:
@@ -278,9 +349,16 @@ class ReleaseLedger:
               "assignment": np.asarray(assignment, np.int64), "record": np.asarray(text)}
     if self._unsaved_key is not None:  # the key first: a release must never be on disk without it
       key = self._unsaved_key.hex().encode()
-      _atomic_write(self.dir / ".ledger-key", lambda f: f.write(key))
       self._unsaved_key = None
-    _atomic_write(path, lambda f: np.savez(f, **arrays))
+      if not _publish(self.dir / ".ledger-key", lambda f: f.write(key)):
+        # Another ledger on this directory saved its key first: adopt it (never replace it: its releases'
+        # data hashes are keyed with it).
+        self.data_hash = hmac.new(self._key(), self._plain_hash.encode(), hashlib.sha256).hexdigest()
+        full["data_hash"] = self.data_hash
+        arrays["record"] = np.asarray(json.dumps(full))
+    # Never os.replace: a release another ledger published since the check above must not be overwritten.
+    if not _publish(path, lambda f: np.savez(f, **arrays)):
+      raise ValueError(exists)
     self.index["releases"].append(_summary(full, path))
     self.run["released"].append(iteration)
     self._write_index()

@@ -175,17 +175,84 @@ def build_mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.Bs
   return mech_lib.ShuffleSingleMessage(shape, eps, delta, num_private, local=config.shuffle_local)
 
 
+def _release_statement(config: LabelingConfig, mech: mech_lib.BsvsMechanism | None) -> PrivacyStatement | None:
+  """The privacy statement of one release (None for ``none``), as the report and the ledger record it.
+
+  It is ``mech.privacy()`` when the connection rule bounds the sensitivity
+  of A. Appendix C's balanced rules do not (one record can re-route other
+  records' edges), so no finite (epsilon, delta) holds: the statement is
+  epsilon = inf, delta = 1, method ``no-guarantee``, and what the noise was
+  calibrated for is kept as ``nominal_epsilon``, ``nominal_delta`` and
+  ``nominal_method`` in its parameters (as in the total statement).
+  """
+  if mech is None:
+    return None
+  statement = mech.privacy()
+  if components.connection_privacy(config.connection, config.k, config.num_queries).dp_valid:
+    return statement
+  return dataclasses.replace(
+      statement, epsilon=math.inf, delta=1.0, method="no-guarantee",
+      parameters={**statement.parameters, "nominal_epsilon": statement.epsilon, "nominal_delta": statement.delta,
+                  "nominal_method": statement.method})
+
+
+def _calibration(privacy: Any) -> Any:
+  """What a recorded release statement says the noise was drawn under: its numbers, not its words.
+
+  Warnings and the method's name are left out; a ``no-guarantee`` statement
+  contributes its nominal epsilon and delta, so a balanced-rule release
+  recorded before those were rewritten (finite epsilon) still compares equal.
+  """
+  if not isinstance(privacy, dict):
+    return privacy
+  params = dict(privacy.get("parameters") or {})
+  nominal = {name: params.pop(f"nominal_{name}") for name in ("epsilon", "delta", "method")
+             if f"nominal_{name}" in params}
+  return {"mechanism": privacy.get("mechanism"), "relation": privacy.get("relation"),
+          "epsilon": nominal.get("epsilon", privacy.get("epsilon")),
+          "delta": nominal.get("delta", privacy.get("delta")), "count": privacy.get("count"), "parameters": params}
+
+
+def _differences(name: str, old: Any, new: Any) -> list[str]:
+  """``name.key: old -> new`` for every differing (nested) entry of two JSON values."""
+  if isinstance(old, dict) and isinstance(new, dict):
+    return [d for key in sorted(set(old) | set(new), key=str)
+            for d in _differences(f"{name}.{key}", old.get(key), new.get(key))]
+  return [] if old == new else [f"{name}: {old!r} -> {new!r}"]
+
+
+def _privacy_check(statement: PrivacyStatement | None, plan: BudgetPlan) -> Callable[[dict], str | None]:
+  """The ledger's check of a stored release: was it drawn under the calibration this run would use?
+
+  A library version that calibrates the same settings differently (another noise parameter, budget split or
+  analysis) would otherwise have its statement printed for votes drawn under the earlier one.
+  """
+  expected = json.loads(json.dumps({"privacy": _calibration(statement.to_dict() if statement else None),
+                                    "budget": plan.to_dict()}))
+
+  def check(record: dict) -> str | None:
+    found = {"privacy": _calibration(record.get("privacy")), "budget": record.get("budget")}
+    diff = _differences("privacy", found["privacy"], expected["privacy"]) + _differences(
+        "budget", found["budget"], expected["budget"])
+    if not diff:
+      return None
+    shown = "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
+    return f"recorded privacy calibration -> this run's: {shown}"
+
+  return check
+
+
 def _warnings(config: LabelingConfig, plan: BudgetPlan, statement: PrivacyStatement | None,
               n: int, rule: Any) -> list[PrivacyWarning]:
   out: list[PrivacyWarning] = list(rule.warnings)
   if config.mechanism == "none":
     out.append(PrivacyWarning("no_privacy", "mechanism=none releases the exact votes: nothing is private."))
-  if config.mechanism.startswith("shuffle") and plan.total_delta >= 1.0 / n:
+  if config.mechanism != "none" and plan.composed_delta >= 1.0 / n:  # the delta the T releases compose to
     out.append(PrivacyWarning(
         "delta_at_least_1_over_n",
-        f"delta={plan.total_delta:.3g} >= 1/n={1.0 / n:.3g}: a mechanism that publishes one random record "
+        f"delta={plan.composed_delta:.3g} >= 1/n={1.0 / n:.3g}: a mechanism that publishes one random record "
         "verbatim meets such a delta; choose delta well below 1/n.",
-        {"delta": plan.total_delta, "one_over_n": 1.0 / n}))
+        {"delta": plan.composed_delta, "one_over_n": 1.0 / n}))
   if config.mechanism.startswith("local") and config.delta:
     out.append(PrivacyWarning("delta_unused", f"delta={config.delta} is not used: the local mechanisms are "
                               "pure eps-LDP (delta = 0).", {"delta": config.delta}))
@@ -263,7 +330,9 @@ class IterationResult:
     acc_pc: student accuracy on the evaluation split.
     reused: whether the votes came from the ledger.
     release_file: the ledger file of the release (None without a ledger).
-    privacy: the iteration mechanism's statement (None for ``none``).
+    privacy: the release's statement (None for ``none``; epsilon = inf,
+      the calibrated numbers as ``nominal_*`` parameters, under a
+      connection rule without a guarantee).
     timings: seconds per stage.
     student: the final student of the iteration.
     refined_acc_pl: fraction of D_pub whose last self-training target
@@ -374,20 +443,28 @@ def _targets(config: LabelingConfig, votes: np.ndarray, assignment: np.ndarray, 
 
 def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingSplits, num_classes: int,
                embed0: Callable[[np.ndarray], np.ndarray], key: jax.Array, ledger: ReleaseLedger | None,
-               progress: bool, cache: dict) -> ChainResult:
+               progress: bool, cache: dict, mech: mech_lib.BsvsMechanism | None,
+               representation_source: str) -> ChainResult:
+  """T iterations with ``mech`` (the same mechanism every iteration; None: exact votes).
+
+  ``cache`` shares the first iteration between chains (it is the same for every chain): its embeddings,
+  queries, clusters and connections, or the queries and clusters of a stored first release.
+  """
   pub, priv, ev = splits.public, splits.private, splits.evaluation
   n, s, k = len(priv), config.num_queries, config.k
   results: list[IterationResult] = []
   student: Student | None = None
   degree = components.connection_privacy(config.connection, k, s).shape_k  # s for k-NN labeling
   shape = mech_lib.BsvsShape(s, num_classes, degree)
-  mech = build_mechanism(config, plan, shape, n)  # the same mechanism every iteration
+  statement = _release_statement(config, mech)
   for t in range(1, config.iterations + 1):
     timer = _Timer()
     stored = ledger.lookup(t) if ledger is not None else None
     if stored is not None:
       queries, assignment, votes = stored.queries, stored.assignment, stored.votes
       _check_stored(stored, s, num_classes, len(pub))
+      if t == 1:  # the noise-free chain starts from the released queries, as it does after a fresh release
+        cache[(1, "queries")] = (queries, assignment)
     else:
       with timer("embed"):
         embed = embed0 if t == 1 else student.embedding(
@@ -429,8 +506,9 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
           votes = simulate(noise_key, mech, inputs).estimate
       if ledger is not None:
         record = {"mechanism": config.mechanism, "bsvs_mechanism": mech.name if mech else "none",
-                  "privacy": mech.privacy().to_dict() if mech else None, "seed": config.seed,
-                  "budget": plan.to_dict(), "num_clients": n, "num_queries": s, "k": k}
+                  "privacy": statement.to_dict() if statement else None, "seed": config.seed,
+                  "budget": plan.to_dict(), "num_clients": n, "num_queries": s, "k": k,
+                  "representation_source": representation_source, "library_version": _library_version()}
         stored_file = ledger.record(t, votes, queries, assignment, record).path
     query_labels = np.argmax(votes, axis=1).astype(np.int64)
     pseudo = query_labels[assignment]
@@ -454,9 +532,40 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
       release_file = pathlib.Path(stored.path if stored is not None else stored_file).name
     results.append(IterationResult(t, np.asarray(queries), np.asarray(assignment), votes, query_labels, pseudo,
                                    acc_pl, acc_pc, stored is not None, release_file,
-                                   mech.privacy() if mech else None, timer.times, student, refined_acc_pl,
+                                   statement, timer.times, student, refined_acc_pl,
                                    tuple(acc_pc_draws)))
   return ChainResult(config.mechanism, results)
+
+
+def _library_version() -> str | None:
+  import jaxdistill  # pylint: disable=import-outside-toplevel
+  return getattr(jaxdistill, "__version__", None)
+
+
+def _check_first_queries(stored: StoredRelease, embed0: Callable[[np.ndarray], np.ndarray], key: jax.Array,
+                         pub: data_lib.ImageData, s: int, source: str, cache: dict) -> None:
+  """A stored first release must have the queries and clusters this run's first representation gives.
+
+  The first queries are not in the release fingerprint: a caller's ``representation`` is a function. A re-run
+  passing another one would reuse the release (queries of the first) while its noise-free chain used the
+  second. Checked when this run or the release used a caller's representation (a fitted one is pinned by the
+  fingerprint's settings); the embedding of D_pub is kept in ``cache`` for the noise-free chain.
+  """
+  if source != "caller" and stored.record.get("representation_source") != "caller":
+    return
+  pub_emb = embed0(pub.images)
+  queries, assignment = components.select_queries(jax.random.fold_in(jax.random.fold_in(key, _KMEANS), 1), pub_emb, s)
+  queries, assignment = np.asarray(queries), np.asarray(assignment)
+  if queries.shape != stored.queries.shape or assignment.shape != stored.assignment.shape:
+    return  # _check_stored names the shapes
+  moved = int(np.sum(queries != stored.queries)) + int(np.sum(assignment != stored.assignment))
+  if moved:
+    was = stored.record.get("representation_source", "not recorded")
+    raise ValueError(f"Stored release {stored.path} was made with other first-iteration queries than this run's "
+                     f"representation gives ({moved} query or cluster entries differ; representation: {was!r} "
+                     f"then, {source!r} now): reusing it would label with another representation's clusters. "
+                     "Pass the representation it was made with, or use another --out-dir.")
+  cache[(1, "pub")] = pub_emb
 
 
 def _check_stored(stored: StoredRelease, s: int, num_classes: int, num_public: int) -> None:
@@ -594,20 +703,28 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   degree = components.connection_privacy(config.connection, config.k, config.num_queries).shape_k
   plan = plan_budget(config.mechanism, config.epsilon, delta, config.iterations, k=degree,
                      central_noise=config.central_noise)
+  # Built here, before any fitting: a mechanism's own bounds (local-collision's epsilon, say) fail at once.
+  mech = build_mechanism(config, plan, mech_lib.BsvsShape(config.num_queries, num_classes, degree), n)
+  source = "caller" if representation is not None else "fitted on D_pub"
   key = jax.random.key(config.seed)
   ledger = None
   if config.out_dir is not None and config.mechanism != "none":
     with timer("data"):
       digest = data_fingerprint(priv.images, priv.labels, pub.images)
-    ledger = ReleaseLedger(config.out_dir, config.release_fingerprint(), digest)
+    ledger = ReleaseLedger(config.out_dir, config.release_fingerprint(), digest,
+                           check=_privacy_check(_release_statement(config, mech), plan))
   with timer("representation"):
     if representation is not None:
       embed0 = _checked_embedding(representation)
     else:
       embed0 = fit_first_representation(config, pub.images, progress=progress)
   cache: dict = {}
+  first = ledger.peek(1) if ledger is not None else None
+  if first is not None:
+    with timer("queries"):
+      _check_first_queries(first, embed0, key, pub, config.num_queries, source, cache)
   with timer("private_chain"):
-    chain = _run_chain(config, plan, splits, num_classes, embed0, key, ledger, progress, cache)
+    chain = _run_chain(config, plan, splits, num_classes, embed0, key, ledger, progress, cache, mech, source)
   noise_free = None
   ceiling_draws: list[float] = []
   if config.baselines:
@@ -617,7 +734,8 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
       else:
         nf_config = config.replace(mechanism="none", epsilon=math.inf, delta=None)
         nf_plan = plan_budget("none", math.inf, 0.0, config.iterations, k=degree)
-        noise_free = _run_chain(nf_config, nf_plan, splits, num_classes, embed0, key, None, progress, cache)
+        noise_free = _run_chain(nf_config, nf_plan, splits, num_classes, embed0, key, None, progress, cache, None,
+                                source)
     with timer("ceiling"):
       ceiling_key = jax.random.fold_in(jax.random.fold_in(key, _STUDENT), 1)
       with _bar(config.student.epochs * config.ceiling_seeds, "student supervised ceiling", progress) as bar:
@@ -630,7 +748,7 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   privacy = privacy_report(config, plan, [it.privacy for it in chain.iterations], n)
   report = _report(config, plan, splits, num_classes, chain, noise_free, ceiling_draws, privacy, timer.times,
                    ledger)
-  report["settings"]["representation_source"] = "caller" if representation is not None else "fitted on D_pub"
+  report["settings"]["representation_source"] = source
   result = LabelingResult(config, plan, chain, noise_free, ceiling_draws[0] if ceiling_draws else None, report, splits,
                           # The caller's own object (its attributes, and no second wrapper when it is passed back).
                           representation if representation is not None else embed0, tuple(ceiling_draws))

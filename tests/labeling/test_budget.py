@@ -139,6 +139,16 @@ def test_none_is_not_private():
   assert math.isinf(plan.composed_epsilon) and plan.method == "none"
 
 
+@pytest.mark.parametrize("eps,delta,match", [(-1.0, 0.0, r"epsilon=-1.0 > 0"), (math.nan, 0.0, "epsilon"),
+                                             (0.0, 0.0, "epsilon"), (1.0, 7, "delta"), (1.0, 1.0, "delta"),
+                                             (math.inf, -0.1, "delta"), ("1", 0.0, "epsilon")])
+def test_none_checks_its_budget_arguments_like_every_mechanism(eps, delta, match):
+  # mechanism="none" returned its plan before looking at epsilon and delta (accepting -1, NaN, delta=7).
+  with pytest.raises(ValueError, match=match):
+    labeling.plan_budget("none", eps, delta, 1, k=1)
+  assert labeling.plan_budget("none", 2.0, 0.5, 1, k=1).method == "none"  # a finite budget is fine, and ignored
+
+
 @pytest.mark.parametrize("args,match", [
     (("central", -1.0, 0.0, 1), "epsilon"),
     (("central", 1.0, 1.5, 1), "delta"),

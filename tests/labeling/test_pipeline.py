@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+import jaxdistill
 from jaxdistill import _files
 from jaxdistill import data as data_lib
 from jaxdistill import labeling
@@ -281,6 +282,134 @@ def test_resume_reuses_released_votes_and_never_releases_twice(splits, tmp_path,
     labeling.run_labeling(cfg.replace(epsilon=3.0), splits=splits)
 
 
+def _rewrite_record(path, change):
+  """Rewrites the JSON record inside a release file (what another library version could have written)."""
+  with np.load(path) as z:
+    arrays = {name: z[name] for name in z.files}
+  record = json.loads(str(arrays["record"]))
+  change(record)
+  arrays["record"] = np.asarray(json.dumps(record))
+  np.savez(path, **arrays)
+  return record
+
+
+def test_a_release_drawn_under_another_calibration_is_refused_not_restated(splits, tmp_path, monkeypatch):
+  # A release stored by a library version that calibrated the same settings differently (here: twice the
+  # noise parameter, i.e. epsilon 2 per release) was reused while the report printed this version's analysis.
+  cfg = tiny(mechanism="central", epsilon=1.0, iterations=1, out_dir=str(tmp_path))
+  first = labeling.run_labeling(cfg, splits=splits)
+  path = tmp_path / "release-iter1.npz"
+  as_released = json.loads(str(np.load(path)["record"]))
+
+  def older_calibration(record):
+    record["privacy"]["epsilon"] *= 2
+    record["privacy"]["parameters"]["parameter"] *= 2
+    record["budget"]["noise_parameter"] *= 2
+
+  _rewrite_record(path, older_calibration)
+
+  def no_fit(*args, **kwargs):
+    raise AssertionError("fitted the representation before comparing the stored privacy")
+
+  with monkeypatch.context() as m:
+    m.setattr(_pipeline, "fit_first_representation", no_fit)
+    with pytest.raises(ValueError) as err:
+      labeling.run_labeling(cfg, splits=splits)
+  message = one_line(err)
+  for named in ("privacy.epsilon", "privacy.parameters.parameter", "budget.noise_parameter"):
+    assert named in message
+  assert "Use another --out-dir" in message
+  assert [e["iteration"] for e in json.loads((tmp_path / "ledger.json").read_text())["releases"]] == [1]
+  # Restored, it is reused, and the re-used iteration states what its record says.
+  _rewrite_record(path, lambda record: record.update(as_released))
+  again = labeling.run_labeling(cfg, splits=splits)
+  assert again.report["releases"]["reused"] == [1]
+  assert again.report["iterations"][0]["privacy"] == again.report["releases"]["all"][0]["privacy"]
+  assert again.report["iterations"][0]["privacy"] == as_released["privacy"] == first.report["iterations"][0]["privacy"]
+  assert as_released["library_version"] == jaxdistill.__version__
+
+
+def test_balanced_rules_state_no_guarantee_in_every_release_entry(splits, tmp_path):
+  # The total statement said epsilon = inf, but each release's entry (ledger record, ledger.json, the report's
+  # iterations and per_iteration) stated the finite epsilon the noise was calibrated for.
+  cfg = tiny(mechanism="central", epsilon=1.0, iterations=1, connection="balanced-max-min", out_dir=str(tmp_path))
+  res = labeling.run_labeling(cfg, splits=splits)
+  plan = labeling.plan_budget("central", 1.0, 0.0, 1, k=1)
+  with np.load(tmp_path / "release-iter1.npz") as z:
+    record = json.loads(str(z["record"]))["privacy"]
+  entries = {"record": record,
+             "ledger.json": json.loads((tmp_path / "ledger.json").read_text())["releases"][0]["privacy"],
+             "iterations": res.report["iterations"][0]["privacy"],
+             "per_iteration": res.report["privacy"]["per_iteration"][0]}
+  for where, st in entries.items():
+    assert (st["epsilon"], st["delta"], st["method"]) == ("inf", 1.0, "no-guarantee"), where
+    assert st["parameters"]["nominal_epsilon"] == pytest.approx(plan.epsilon_per_iteration), where
+    assert st["parameters"]["nominal_delta"] == 0.0, where
+  assert math.isinf(res.private.iterations[0].privacy.epsilon)
+  # A release recorded before this (finite epsilon, no nominal_*) was drawn under the same calibration: reused.
+  def as_before(rec):
+    params = rec["privacy"]["parameters"]
+    rec["privacy"].update(epsilon=params.pop("nominal_epsilon"), delta=params.pop("nominal_delta"),
+                          method=params.pop("nominal_method"))
+  _rewrite_record(tmp_path / "release-iter1.npz", as_before)
+  again = labeling.run_labeling(cfg, splits=splits)
+  assert again.report["releases"]["reused"] == [1]
+  assert again.report["iterations"][0]["privacy"]["epsilon"] == "inf"
+
+
+def test_a_different_caller_representation_is_refused_on_resume(splits, tmp_path):
+  # The caller's representation is not in the release fingerprint: a re-run passing another one reused the
+  # stored queries while its noise-free chain clustered with the new embedding.
+  proj = np.random.default_rng(0).normal(size=(int(np.prod(splits.public.images.shape[1:])), 16)).astype(np.float32)
+
+  def pixels(images):
+    return np.asarray(images, np.float32).reshape(len(images), -1)
+
+  def projected(images):
+    return -(pixels(images) @ proj)
+
+  cfg = tiny(mechanism="central", epsilon=1.0, iterations=1, out_dir=str(tmp_path))
+  first = labeling.run_labeling(cfg, splits=splits, representation=pixels)
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(cfg, splits=splits, representation=projected)
+  assert "other first-iteration queries" in one_line(err) and "another --out-dir" in one_line(err)
+  with pytest.raises(ValueError, match="other first-iteration queries"):  # nor the fitted one, which differs too
+    labeling.run_labeling(cfg, splits=splits)
+  again = labeling.run_labeling(cfg.replace(baselines=True, ceiling_seeds=1), splits=splits, representation=pixels)
+  assert again.report["releases"]["reused"] == [1]
+  assert np.array_equal(again.private.iterations[0].queries, first.private.iterations[0].queries)
+  assert np.array_equal(again.noise_free.iterations[0].queries, first.private.iterations[0].queries)
+
+
+def test_the_noise_free_chain_resumes_from_the_released_first_queries(splits, tmp_path):
+  # On a fresh run both chains share iteration 1's queries; on a resume the noise-free chain recomputed them.
+  # The stored queries are relabelled (query j -> s-1-j, same clusters) so a recomputation would show.
+  cfg = tiny(mechanism="central", epsilon=1.0, iterations=1, out_dir=str(tmp_path))
+  labeling.run_labeling(cfg, splits=splits)
+  path = tmp_path / "release-iter1.npz"
+  with np.load(path) as z:
+    arrays = {name: z[name] for name in z.files}
+  s = cfg.num_queries
+  arrays["queries"], arrays["assignment"] = arrays["queries"][::-1].copy(), (s - 1) - arrays["assignment"]
+  arrays["votes"] = arrays["votes"][::-1].copy()
+  np.savez(path, **arrays)
+  res = labeling.run_labeling(cfg.replace(baselines=True, ceiling_seeds=1), splits=splits)
+  assert res.report["releases"]["reused"] == [1]
+  assert np.array_equal(res.private.iterations[0].queries, arrays["queries"])
+  assert np.array_equal(res.noise_free.iterations[0].queries, arrays["queries"])
+  assert np.array_equal(res.noise_free.iterations[0].assignment, arrays["assignment"])
+
+
+def test_a_mechanism_bound_is_checked_before_any_fitting(splits, monkeypatch):
+  # local-collision's epsilon <= 21.488 was checked by build_mechanism inside the chain, after the fit.
+  def no_fit(*args, **kwargs):
+    raise AssertionError("fitted the representation before building the mechanism")
+
+  monkeypatch.setattr(_pipeline, "fit_first_representation", no_fit)
+  with pytest.raises(ValueError, match=r"epsilon=30.0 <= 21.488"):
+    labeling.run_labeling(tiny(mechanism="local-collision", epsilon=30.0), splits=splits)
+
+
 # -- bad input: one-line ValueErrors naming the problem ------------------------------
 def one_line(err):
   assert "\n" not in str(err.value)
@@ -514,6 +643,40 @@ def test_ledger_refuses_unreadable_or_misplaced_releases(tmp_path):
   assert index  # the original index was readable JSON
 
 
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_two_ledgers_racing_for_one_iteration_release_it_once(tmp_path, monkeypatch, hard_links):
+  # Without the out dir's flock (NFS), two ledgers may both find iteration 1 unreleased. record() checked
+  # path.exists() and then os.replace()d, so both "released" it and the second file silently replaced the
+  # first (and the second key replaced the first, and one ledger.json write dropped the other's). Here B
+  # records while A is writing its file: exactly one must win, and nothing may be replaced.
+  from jaxdistill.labeling import _ledger
+  if not hard_links:  # a file system without hard links: the exclusive-create fallback
+    def no_link(src, dst):
+      raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(_ledger.os, "link", no_link)
+  a = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  b = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  real_savez, outcome = np.savez, {}
+
+  def savez_while_b_records(f, **arrays):
+    monkeypatch.setattr(_ledger.np, "savez", real_savez)  # B writes normally
+    outcome["B"] = b.record(1, np.full((2, 3), 2.0), np.arange(2), np.zeros(5, np.int64), {"who": "B"})
+    real_savez(f, **arrays)
+
+  monkeypatch.setattr(_ledger.np, "savez", savez_while_b_records)
+  with pytest.raises(ValueError, match="already exists; refusing to overwrite"):
+    a.record(1, np.full((2, 3), 1.0), np.arange(2), np.zeros(5, np.int64), {"who": "A"})
+  with np.load(tmp_path / "release-iter1.npz") as z:
+    assert np.array_equal(z["votes"], outcome["B"].votes) and json.loads(str(z["record"]))["who"] == "B"
+  a.finish()  # A's index, read before B released, is merged with the file on disk, not written over it
+  index = json.loads((tmp_path / "ledger.json").read_text())
+  assert [e["iteration"] for e in index["releases"]] == [1]
+  assert sorted(r["released"] for r in index["runs"]) == [[], [1]]  # both runs kept, only B released
+  assert not list(tmp_path.glob(".*.tmp"))
+  # One key: B adopted the key A saved first, so the release's keyed data hash checks out for a later run.
+  assert labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash").lookup(1).record["who"] == "B"
+
+
 def test_ledger_stores_a_keyed_hash_of_the_data(tmp_path):
   # A plain sha256 of D_priv in a release file would let anyone holding the file test a candidate data
   # set; the file holds HMAC(key, hash) with a random per-directory key instead.
@@ -560,6 +723,20 @@ def test_knn_labeling_statement_grows_with_s_and_is_central_only():
   assert "knn_labeling_sensitivity_grows_with_s" in {w["code"] for w in rep["warnings"]}
   with pytest.raises(ValueError, match="knn-labeling"):
     labeling.LabelingConfig(mechanism="local-rr", connection="knn-labeling")
+
+
+@pytest.mark.parametrize("mechanism,delta,warned", [("central", 0.01, True), ("central", 1e-4, False),
+                                                     ("shuffle-multi", 0.01, True), ("local-rr", 0.01, False)])
+def test_delta_at_least_1_over_n_is_warned_for_every_mechanism(mechanism, delta, warned):
+  # Only shuffle was warned; central with delta >= 1/n said nothing. local-rr composes to delta = 0.
+  n = 300
+  cfg = labeling.LabelingConfig(mechanism=mechanism, epsilon=1.0, delta=delta)
+  plan = labeling.plan_budget(mechanism, 1.0, cfg.resolved_delta(n), 1, k=1)
+  rep = labeling.privacy_report(cfg, plan, [None], n)
+  codes = {w["code"]: w for w in rep["warnings"]}
+  assert ("delta_at_least_1_over_n" in codes) == warned == (plan.composed_delta >= 1 / n)
+  if warned:
+    assert codes["delta_at_least_1_over_n"]["details"] == {"delta": plan.composed_delta, "one_over_n": 1 / n}
 
 
 @pytest.mark.parametrize("rule", ["balanced-max-min", "balanced-harmonic"])
