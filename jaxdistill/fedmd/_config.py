@@ -7,6 +7,8 @@ import hashlib
 import json
 from typing import Any
 
+import numpy as np
+
 from jaxdistill import _validate
 from jaxdistill.accounting import Relation
 from jaxdistill.fedmd._aggregation import RELEASE_MODES, check_clip
@@ -42,7 +44,8 @@ class FedMDConfig:
     public_subset: public images drawn (without replacement) each round.
     aggregation: release mode ``argmax``, ``softmax`` or ``logits``.
     weighting: ``equal``, ``size`` (proportional to the party's number of
-      private records) or a tuple of N nonnegative public weights.
+      private records) or a tuple (list, 1-D array) of N finite nonnegative
+      public weights, not all zero: real numbers, not bools or text.
     pretrain_epochs: epochs of transfer learning on the public labels first
       (0: none).
     init_epochs: T1, epochs on the private view before collaborating.
@@ -113,10 +116,14 @@ class FedMDConfig:
     if isinstance(self.weighting, str):
       _validate.choice("weighting", self.weighting, ("equal", "size"))
     else:
-      try:
-        w = tuple(float(x) for x in self.weighting)
-      except (TypeError, ValueError):
-        raise ValueError(f"Expected weighting to be 'equal', 'size' or N numbers; got {self.weighting!r}.") from None
+      # Each weight a real number as given: float() took ("1", "2") and (True, False) as weights.
+      if isinstance(self.weighting, np.ndarray) and self.weighting.ndim == 1:
+        given = self.weighting.tolist()
+      elif isinstance(self.weighting, (list, tuple)):
+        given = list(self.weighting)
+      else:
+        raise ValueError(f"Expected weighting to be 'equal', 'size' or N numbers; got {self.weighting!r}.")
+      w = tuple(_validate.finite(f"weighting[{i}]", x) for i, x in enumerate(given))
       if len(w) != self.num_parties or any(not (x >= 0 and x < float("inf")) for x in w) or sum(w) <= 0:
         raise ValueError(f"Expected {self.num_parties} finite nonnegative weights, not all zero; got {w}.")
       s("weighting", w)

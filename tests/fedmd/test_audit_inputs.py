@@ -133,6 +133,57 @@ def test_make_fedmd_data_names_its_parameters(kw, needle):
   assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("kw,needle", [
+    # int(c) truncated 0.7 to 0 and took True as 1; "012" was read as 0, 1, 2; 5 and None were TypeErrors, and
+    # public=None an AttributeError.
+    (dict(private_classes=(0.7, 1.2, 2.9)), r"Expected private_classes\[0\] to be an integer, got 0\.7\."),
+    (dict(private_classes=(True, False)), r"Expected private_classes\[0\] to be an integer, got True\."),
+    (dict(private_classes=(0, "1")), r"Expected private_classes\[1\] to be an integer, got '1'\."),
+    (dict(private_classes="012"), r"Expected private_classes to be a list or tuple of class indices; got '012'\."),
+    (dict(private_classes=5), r"Expected private_classes to be a list or tuple of class indices; got 5\."),
+    (dict(private_classes=None), r"Expected private_classes to be a list or tuple of class indices; got None\."),
+    (dict(private_classes=(0, 10)), r"Expected private_classes\[1\]=10 <= 9\."),
+    (dict(private_classes=(1, 1)), r"Expected distinct private classes; got \[1, 1\]\."),
+    (dict(public=None), r"Expected public to be an ImageData \(jaxdistill.data\); got NoneType\."),
+    (dict(private_train=[1, 2]), r"Expected private_train to be an ImageData \(jaxdistill.data\); got list\."),
+    (dict(private_test="test"), r"Expected private_test to be an ImageData \(jaxdistill.data\); got str\."),
+])
+def test_make_fedmd_data_checks_classes_and_data_sets_as_given(kw, needle):
+  args = dict(public=synthetic(60, 10, 0), private_train=synthetic(300, 10, 1), private_test=synthetic(200, 10, 2),
+              num_parties=3, seed=0, private_per_class=12, test_per_class=8)
+  args.update(kw)
+  with pytest.raises(ValueError, match=needle) as err:
+    fedmd.make_fedmd_data(**args)
+  assert "\n" not in str(err.value)
+
+
+def test_make_fedmd_data_takes_classes_as_a_list_tuple_range_or_array():
+  args = dict(public=synthetic(60, 10, 0), private_train=synthetic(300, 10, 1), private_test=synthetic(200, 10, 2),
+              num_parties=3, seed=0, private_per_class=12, test_per_class=8)
+  for given in ([2, 0, 5], (2, 0, 5), np.array([2, 0, 5], np.int64)):
+    assert fedmd.make_fedmd_data(private_classes=given, **args).description["private_classes"] == [2, 0, 5]
+  assert fedmd.make_fedmd_data(private_classes=range(3), **args).description["private_classes"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("weighting,needle", [
+    # float() took text and bools as weights.
+    (("1", "2"), r"Expected weighting\[0\] to be a real number, got '1'\."),
+    ((True, False), r"Expected weighting\[0\] to be a real number, got True\."),
+    ((1.0, np.bool_(True)), r"Expected weighting\[1\] to be a real number, got (np\.)?True_?\)?\."),
+    ((1.0, float("nan")), r"Expected weighting\[1\] to be finite, got nan\."),
+    ((1.0, None), r"Expected weighting\[1\] to be a real number, got None\."),
+    ({"a": 1, "b": 2}, r"Expected weighting to be 'equal', 'size' or N numbers; got \{'a': 1, 'b': 2\}\."),
+    (3, r"Expected weighting to be 'equal', 'size' or N numbers; got 3\."),
+    ((1.0, -1.0), r"Expected 2 finite nonnegative weights, not all zero; got \(1\.0, -1\.0\)\."),
+])
+def test_config_weights_are_real_numbers_as_given(weighting, needle):
+  with pytest.raises(ValueError, match=needle) as err:
+    fedmd.FedMDConfig(num_parties=2, weighting=weighting)
+  assert "\n" not in str(err.value)
+  for good in ((1, 2.5), [1, 2.5], np.array([1.0, 2.5])):
+    assert fedmd.FedMDConfig(num_parties=2, weighting=good).weighting == (1.0, 2.5)
+
+
 def _fake_result(**config):
   return types.SimpleNamespace(accuracy=np.full((2, 3), 0.5), accuracy_private=None, eval_rounds=[0, 1],
                                config=tiny_config(**config), final_accuracy=np.full(3, 0.5))
