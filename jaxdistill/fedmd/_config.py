@@ -13,6 +13,7 @@ from jaxdistill import _validate
 from jaxdistill.accounting import Relation
 from jaxdistill.fedmd._aggregation import RELEASE_MODES, check_clip
 from jaxdistill.fedmd._privacy import check_ldp_epsilon
+from jaxdistill.fedmd._sampling import MAX_K
 from jaxdistill.models import FEDMD_SPECS, CNNSpec
 
 __all__ = ["FedMDConfig", "METHODS", "VMAP_MODES"]
@@ -36,7 +37,11 @@ class FedMDConfig:
     specs: per-party architectures, cycled to N (None: FedMD's ten,
       :data:`jaxdistill.models.FEDMD_SPECS`).
     width_multiplier: scales every conv width (1 = FedMD's sizes).
-    k: NFDP sample size per party.
+    k: NFDP sample size per party, 1 <= k <= :data:`~jaxdistill.fedmd.MAX_K`
+      (2^31 - 1: the sample's indices are int32). With replacement k may
+      exceed a party's n; :func:`~jaxdistill.fedmd.check_config` also
+      refuses a k whose samples (k images per party) would not fit in the
+      host's memory.
     with_replacement: WR (Theorem 2) or WOR (Theorem 1) sampling.
     resample_each_round: draw a fresh sample every round (accounted as R
       compositions) instead of the paper's single reused sample.
@@ -104,7 +109,7 @@ class FedMDConfig:
         raise ValueError(f"Expected specs to be a non-empty tuple of CNNSpec; got {self.specs!r}.")
       s("specs", specs)
     s("width_multiplier", _validate.positive("width_multiplier", self.width_multiplier))
-    s("k", _validate.integer("k", self.k, minimum=1))
+    s("k", _validate.integer("k", self.k, minimum=1, maximum=MAX_K))
     for name in ("with_replacement", "resample_each_round"):
       s(name, _validate.boolean(name, getattr(self, name)))
     if self.resample_each_round and not self.uses_sample:

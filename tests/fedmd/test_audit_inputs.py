@@ -323,3 +323,24 @@ def test_cli_stop_after_round_on_resume_reports_the_round_reached(capsys, tmp_pa
   path = tmp_path / "o" / "checkpoints" / "nfdp-k4-wor" / fedmd.CHECKPOINT_NAME
   meta, _ = fedmd._runner._read_checkpoint(path, meta_only=True)  # pylint: disable=protected-access
   assert meta["round"] == 2
+
+
+def test_a_with_replacement_k_too_large_for_memory_is_refused_before_training(data3, monkeypatch):
+  # k = 1e8 with replacement passed check_config and ended in a MemoryError (53.6 GiB of sampled images) after the
+  # pre-training. The samples' size is now compared with the host's memory first.
+  def no_training(*args, **kwargs):
+    raise AssertionError("trained before refusing k")
+  monkeypatch.setattr(fedmd._runner, "_fit_group", no_training)  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  monkeypatch.setattr(fedmd._runner, "_host_memory_bytes", lambda: 2**30, raising=False)
+  per_record = int(np.prod(data3.input_shape)) * data3.parties[0].images.itemsize
+  fits = 2**30 // (3 * per_record)  # three parties' samples of k images each
+  cfg = tiny_config(**dict(FAST, k=fits + 1, with_replacement=True))
+  needle = (rf"Expected k={fits + 1} with replacement to give samples that fit in memory: 3 parties x {fits + 1} "
+            rf"records x {per_record} bytes = 1 GiB > 1 GiB on this host\.")
+  for call in (lambda: fedmd.check_config(cfg, data3), lambda: fedmd.run_fedmd(jax.random.key(0), cfg, data3)):
+    with pytest.raises(ValueError, match=needle) as err:
+      call()
+    assert "\n" not in str(err.value)
+  fedmd.check_config(tiny_config(**dict(FAST, k=fits, with_replacement=True)), data3)  # the largest that fits
+  fedmd.check_config(tiny_config(**dict(FAST, k=4, with_replacement=False)), data3)  # WOR: k <= n is in memory
