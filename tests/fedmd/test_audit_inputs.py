@@ -234,6 +234,78 @@ def test_plot_accuracy_vs_k_takes_any_iterable_of_results(tmp_path):
   assert fedmd.plot_accuracy_vs_k((r for r in by_k.values()), tmp_path / "b.png").is_file()
 
 
+def test_plot_accuracy_vs_k_draws_parties_of_equal_accuracy(tmp_path):
+  # Ten parties at exactly 1/6 (one class each, no collaboration): their mean rounds above their max, and the
+  # negative bar length made matplotlib raise "'yerr' must not contain negative values".
+  acc = np.full(10, 1 / 6)
+  assert acc.mean() > acc.max()  # the float64 rounding this test is about
+  res = types.SimpleNamespace(**{**vars(_fake_result(num_parties=10, method="local-sample")),
+                                 "accuracy": np.tile(acc, (2, 1)), "final_accuracy": acc})
+  assert fedmd.plot_accuracy_vs_k([res], tmp_path / "k.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_accuracy_vs_k_draws_one_line_per_method_n_and_sampling(tmp_path, monkeypatch):
+  # Results of other methods and N were merged into one "without replacement" line, joined vertically at a k.
+  import matplotlib.axes  # pylint: disable=import-outside-toplevel
+  drawn = []
+  def spy(self, x, y, *args, **kwargs):
+    drawn.append((kwargs.get("label"), list(x), [round(float(v), 6) for v in y]))
+    return original(self, x, y, *args, **kwargs)
+  original = matplotlib.axes.Axes.errorbar
+  monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", spy)
+  def res(method, k, n, acc, wr=False):
+    r = _fake_result(method=method, k=k, num_parties=n, with_replacement=wr)
+    return types.SimpleNamespace(**{**vars(r), "accuracy": np.full((2, n), acc), "final_accuracy": np.full(n, acc)})
+  results = [res("nfdp", 16, 3, 0.4), res("local-sample", 3, 3, 0.6), res("nfdp", 3, 3, 0.1),
+             res("local-sample", 16, 2, 0.5), res("nfdp", 3, 3, 0.2, wr=True)]
+  fedmd.plot_accuracy_vs_k(results, tmp_path / "k.png")
+  assert sorted(drawn) == sorted([
+      ("nfdp, N=3, without replacement", [3, 16], [0.1, 0.4]),
+      ("local-sample, N=3, without replacement", [3], [0.6]),
+      ("local-sample, N=2, without replacement", [16], [0.5]),
+      ("nfdp, N=3, with replacement", [3], [0.2])])
+  drawn.clear()
+  fedmd.plot_accuracy_vs_k([res("nfdp", 3, 3, 0.1), res("nfdp", 3, 3, 0.2, wr=True)], tmp_path / "k2.png")
+  assert sorted(drawn) == [("with replacement", [3], [0.2]), ("without replacement", [3], [0.1])]  # as before
+  # Two results for one point of one line: refused, not joined vertically.
+  with pytest.raises(ValueError, match=r"Expected one result per k on each line \(method, N, sampling\); "
+                                       r"results\[0\] and results\[1\] are both nfdp, N=3, without replacement, "
+                                       r"sample reused at k=3\.") as err:
+    fedmd.plot_accuracy_vs_k([res("nfdp", 3, 3, 0.1), res("nfdp", 3, 3, 0.3)], tmp_path / "k3.png")
+  assert "\n" not in str(err.value) and not (tmp_path / "k3.png").exists()
+
+
+def test_cli_writes_the_report_before_the_plots_and_survives_a_failing_plot(capsys, tmp_path, monkeypatch):
+  # A plot that raised (matplotlib refusing the bars of equal accuracies) lost report.json after all the training,
+  # and --resume failed the same way every time.
+  fake_data(monkeypatch)
+  out = tmp_path / "o"
+  def fail(results, path, **kwargs):
+    assert (out / "report.json").is_file(), "a plot was drawn before the report was written"
+    raise ValueError("'yerr' must not contain negative values")
+  monkeypatch.setattr(fedmd, "plot_accuracy_vs_k", fail)
+  args = TINY_CLI + ["--rounds", "1", "--init-epochs", "1", "--k", "2,4", "--out", str(out)]  # trains: T1 = 1
+  assert main(args) == 1
+  captured = capsys.readouterr()
+  assert ("jaxdistill: could not draw accuracy_vs_k.png (ValueError: 'yerr' must not contain negative values); "
+          f"{out / 'report.json'} is written") in captured.err
+  assert "1 plot(s) could not be drawn" in captured.out
+  report = json.loads((out / "report.json").read_text())
+  assert [r["name"] for r in report["runs"]] == ["nfdp-k2-wor", "nfdp-k4-wor"]
+  assert (out / "accuracy_per_round_nfdp-k4-wor.png").is_file()  # the other plots are still drawn
+  assert not (out / "accuracy_vs_k.png").exists()
+  # --resume redraws the plots from the checkpoints, without training again.
+  monkeypatch.undo()
+  fake_data(monkeypatch)
+  def no_training(*args, **kwargs):
+    raise AssertionError("trained again on --resume of finished runs")
+  monkeypatch.setattr(fedmd._runner, "_fit_group", no_training)  # pylint: disable=protected-access
+  assert main(args + ["--resume"]) == 0
+  assert (out / "accuracy_vs_k.png").read_bytes()[:4] == b"\x89PNG"
+  assert json.loads((out / "report.json").read_text())["runs"][0]["name"] == "nfdp-k2-wor"
+  assert (out / "history" / "report-1.json").is_file()
+
+
 @pytest.mark.parametrize("call,needle", [
     (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config(), None), "Expected data to be a FedMDData"),
     (lambda d, ck: fedmd.run_fedmd(jax.random.key(0), tiny_config().to_dict(), d),
