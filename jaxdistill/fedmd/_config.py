@@ -64,7 +64,13 @@ class FedMDConfig:
     ldp_delta: FedMD-LDP's target delta (None: the party's NFDP delta p for
       the same n, k and sampling).
     ldp_clip: L2 clip norm of logits releases under FedMD-LDP.
-    relation: neighbouring relation of the privacy reports.
+    relation: neighbouring relation of the privacy reports (default
+      ``add-remove``, the paper's). ``add-one`` reports, for a party
+      holding n records, the delta of a record it does *not* hold being
+      added (k/(n+1) WOR): it says nothing about the n records the party
+      holds, whose delta is that of the pair (D minus x, D), k/n WOR, the
+      ``add-remove`` / ``remove-one`` figure. Use ``add-one`` only for that
+      hypothetical extra record.
     vmap: ``on`` (same-architecture parties as one vmapped batch), ``off``
       (one party at a time) or ``auto`` (``on`` except on CPU, where XLA's
       grouped convolutions are slower than a loop; see benchmarks). The two

@@ -136,7 +136,8 @@ class FedMDResult:
       parties were trained as one vmapped stack (``config.vmap`` resolved).
     samples: per party, the list of sample index arrays drawn (nfdp /
       local-sample). Resume restores them from the checkpoint; they are
-      not written to :meth:`to_report` (which users share), since they name
+      not written to :meth:`to_report` (which is shared more widely than
+      the checkpoints, though it is no DP release either), since they name
       exactly the private records that are exposed.
     public_subsets: ``[R, q] int`` public indices queried per round.
     consensus: ``[R, q, C] float32`` consensus broadcast per round.
@@ -174,7 +175,16 @@ class FedMDResult:
     raise ValueError(f"Expected a party index in [0, {self.config.num_parties}); got {party}.")
 
   def to_report(self) -> dict:
-    """A JSON-ready summary (no arrays of data, and no sampled record indices)."""
+    """A JSON-ready summary (no arrays of data, and no sampled record indices).
+
+    The experimenter's record, not a DP release: it holds every party's
+    exact size (``data.party_sizes``; n, 1/n and the paper's epsilon in
+    ``privacy``, and under the default add/remove relation n is itself
+    private) and accuracies of models trained on private data. The privacy
+    statements cover only what the parties release in the run (the
+    per-round releases and, for ``nfdp``, the final models), not this
+    report.
+    """
     acc = self.accuracy
     return {
         "config": self.config.to_dict(),
@@ -650,7 +660,14 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       it, but it is still kept in the checkpoint and checked on resume.
 
   Returns:
-    A :class:`FedMDResult`.
+    A :class:`FedMDResult`. It and its :meth:`~FedMDResult.to_report`
+    (the CLI's report.json) are the experimenter's record, not a DP
+    release: they hold every party's exact size n (with 1/n and the
+    paper's epsilon, functions of n, which under the default add/remove
+    relation is itself private) and the accuracies of models trained on
+    private data. The privacy statements cover only what the parties
+    release in the run: the per-round releases (and, for ``nfdp``, the
+    final models).
 
   Raises:
     ValueError: on a ``config`` or ``data`` of another type, a flag that is

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import pathlib
 import re
 import types
 
@@ -9,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdistill import fedmd
+from jaxdistill import accounting, fedmd
 from jaxdistill.cli.main import main
 from jaxdistill.data import ImageData
 
@@ -416,3 +417,21 @@ def test_a_with_replacement_k_too_large_for_memory_is_refused_before_training(da
     assert "\n" not in str(err.value)
   fedmd.check_config(tiny_config(**dict(FAST, k=fits, with_replacement=True)), data3)  # the largest that fits
   fedmd.check_config(tiny_config(**dict(FAST, k=4, with_replacement=False)), data3)  # WOR: k <= n is in memory
+
+
+def test_the_report_and_add_one_say_what_they_do_not_cover():
+  # report.json holds every party's exact size (n is private under add/remove) and accuracies of models trained on
+  # private data; relation="add-one" reports k/(n+1), which covers only a record the party does not hold.
+  flat = lambda text: " ".join(text.replace("*", "").split())  # noqa: E731  (no *emphasis*)
+  readme = flat((pathlib.Path(__file__).parents[2] / "README.md").read_text())
+  for text in (fedmd.FedMDResult.to_report.__doc__, fedmd.run_fedmd.__doc__, readme):
+    assert "experimenter's record, not a DP release" in flat(text)
+  for text in (fedmd.FedMDConfig.__doc__, accounting.nfdp_inclusion_probability.__doc__,
+               accounting.nfdp_privacy.__doc__):
+    assert all(words in flat(text) for words in ("k/(n+1)", "k/n", "add-remove", "not hold"))
+  # The figure the docs give for a held record x: the add-one pair (D minus x, D) is add-one at n - 1 records.
+  n, k = 6, 2
+  held = accounting.nfdp_privacy(n - 1, k, relation="add-one").flat_delta
+  assert held == pytest.approx(k / n) == pytest.approx(accounting.nfdp_privacy(n, k).flat_delta)
+  reported = accounting.nfdp_privacy(n, k, relation="add-one").flat_delta
+  assert reported == pytest.approx(k / (n + 1)) and reported < held
