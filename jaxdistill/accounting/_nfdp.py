@@ -131,6 +131,15 @@ def nfdp_inclusion_probability(n: int, k: int, *, with_replacement: bool = False
   replace-one (n vs n)          k/n          1 - (1 - 1/n)^k
   ============================  ===========  =====================
 
+  ``add-one`` takes the party's n records as the smaller dataset: its p is
+  the probability that a record the party does *not* hold, added as the
+  (n+1)-th, is sampled. It covers that hypothetical record only. For a
+  record x the party holds, the add-one pair is (D minus x, D), whose
+  larger dataset has n records, so its exact delta is k/n (WOR) or
+  1 - (1 - 1/n)^k (WR): the ``remove-one`` / ``add-remove`` figure, which is
+  larger than the ``add-one`` one. Report ``add-remove`` (the default) to
+  cover the records held.
+
   Args:
     n: the party's dataset size.
     k: sample size.
@@ -294,6 +303,10 @@ def nfdp_privacy(n: int, k: int, *, with_replacement: bool = False,
     k: sample size (1 <= k <= ``MAX_COUNT``; <= n WOR, <= n - 1 WOR under remove/add-remove).
     with_replacement: WR if True.
     relation: neighbouring relation (default add/remove, the paper's).
+      ``add-one`` gives the delta of a record the party does not hold,
+      added to its n records (k/(n+1) WOR), not of the records it holds
+      (k/n WOR, the ``add-remove`` figure); see
+      :func:`nfdp_inclusion_probability`.
     rounds: 1 <= R <= ``MAX_COUNT``.
     resample_each_round: whether a fresh sample is drawn every round.
 

@@ -10,6 +10,14 @@ report: it is moved to ``history/report-<N>.json`` (N one more than the
 largest number there, so no saved report is ever overwritten), and the
 earlier plots to ``history/report-<N>-<plot>.png``, before the new ones are
 written.
+
+The plots are drawn after ``report.json`` is written, so a plot that
+cannot be drawn never loses the report. Such a plot is named on stderr, the
+other plots are still drawn, and the command exits 1 (0: report and every
+plot written; 2: bad input, nothing run): the report is complete, but a
+script should notice the missing plot. ``--resume`` on the same ``--out``
+then rewrites the report (the earlier one moves to ``history/``) and draws
+the plots again without training.
 """
 
 from __future__ import annotations
@@ -246,10 +254,9 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
       stopped = (name, stop.args[0])
       break
     results.append((name, res))
-    if not archived:  # an earlier report and its plots move to history/ before the first new plot
+    if not archived:  # an earlier report and its plots move to history/ once a new run has finished
       keep_earlier_report(out)
       archived = True
-    fedmd.plot_accuracy_per_round(res, out / f"accuracy_per_round_{name}.png")
   if stopped:
     name, r = stopped
     # A resumed run already past --stop-after-round stops after its next round: say which one it was.
@@ -257,8 +264,6 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
               if r > args.stop_after_round else "")
     sys.stderr.write(f"jaxdistill: stopped after round {r} of run {name}{passed}; rerun with --resume\n")
     return 0
-  if args.method in ("nfdp", "local-sample"):
-    fedmd.plot_accuracy_vs_k([r for _, r in results], out / "accuracy_vs_k.png")
   report = {"command": " ".join(["jaxdistill", *getattr(args, "argv", sys.argv[1:])]),
             "wall_time_s": time.perf_counter() - t0, "backend": jax.default_backend(),
             "runs": [{"name": n, **r.to_report()} for n, r in results]}
@@ -271,7 +276,8 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
                     "secret seed): a party's sample for a smaller k is the first k records of its sample for "
                     "a larger k, with or without replacement, and the two samplings of one k read the same "
                     "random words, so the runs are paired, not independent.")}]
-  _write_report(out, report)
+  _write_report(out, report)  # before any plot: a plot that fails must not lose the report of all the training
+  failed = _draw_plots(args, out, results)
   rows = []
   for n, r in results:
     p = r.privacy[0]
@@ -279,5 +285,29 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
     rows.append([n, float(r.final_accuracy.mean()), float(r.final_accuracy.min()),
                  float(r.final_accuracy.max()), delta, r.timings["total_this_session"]])
   print_table(["run", "mean acc", "min", "max", "party-0 delta", "seconds"], rows)
+  if failed:
+    print(f"wrote {out / 'report.json'}; {len(failed)} plot(s) could not be drawn (see stderr)")
+    return 1
   print(f"wrote {out / 'report.json'} and plots")
   return 0
+
+
+def _draw_plots(args: argparse.Namespace, out: pathlib.Path, results: list) -> list[str]:
+  """Draws every plot into ``out``, after the report is written; returns the files that could not be drawn.
+
+  A plot that fails (matplotlib refused the bars of equal accuracies, which lost report.json after all the
+  training, and every --resume failed the same way) is said on stderr and the others are still drawn.
+  """
+  from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
+  plots = [(f"accuracy_per_round_{name}.png", fedmd.plot_accuracy_per_round, res) for name, res in results]
+  if args.method in ("nfdp", "local-sample"):
+    plots.append(("accuracy_vs_k.png", fedmd.plot_accuracy_vs_k, [r for _, r in results]))
+  failed = []
+  for file, plot, what in plots:
+    try:
+      plot(what, out / file)
+    except Exception as err:  # pylint: disable=broad-except  # drawing is after the report: nothing may lose it
+      failed.append(file)
+      sys.stderr.write(f"jaxdistill: could not draw {file} ({_validate.describe_error(err, limit=200)}); "
+                       f"{out / 'report.json'} is written; --resume draws the plots again\n")
+  return failed

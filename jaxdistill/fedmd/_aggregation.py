@@ -115,6 +115,10 @@ def _check_rows(name: str, x: Any) -> Any:
 MIN_CLIP = 1e-30
 MAX_CLIP = float(np.finfo(np.float32).max)
 
+#: Longest row :func:`clip_rows` takes: its float32 rounding margin, (C + 8) * 2^-24 of the clip, stays below
+#: 1/16 (a release has one entry per class).
+MAX_ROW = 2**20
+
 
 def check_clip(name: str, value: Any) -> float:
   """``value`` as a float in [MIN_CLIP, MAX_CLIP], or a ValueError naming ``name``."""
@@ -127,21 +131,41 @@ def check_clip(name: str, value: Any) -> float:
 def clip_rows(x: Any, clip: float) -> jax.Array:
   """Scales each row ``[..., C]`` down to L2 norm at most ``clip``.
 
+  A row longer than ``clip * (1 - (C + 8) * 2**-24)`` is scaled to that
+  length (a shrink of about 1.4e-6 of ``clip`` for C = 16): the float32
+  norm and division round, and without this margin about half the clipped
+  rows came out a few float32 ulps longer than ``clip``, so two releases
+  could lie further apart than :func:`release_sensitivity`, the diameter
+  the FedMD-LDP noise is calibrated to. With it, every returned row's exact
+  norm (of its float32 entries) is at most ``clip``: a computed sum of C
+  squares is within a factor ``1 +- C * 2**-24`` (to first order) of the
+  exact one, and the square root, division and product add one rounding
+  each. Shorter rows come back unchanged.
+
   Raises:
     ValueError: ``clip`` outside [MIN_CLIP, MAX_CLIP]; a scalar, an empty
-      last axis, or (for concrete input) NaN or inf entries.
+      last axis or one longer than MAX_ROW (2^20), or (for concrete input)
+      NaN or inf entries.
   """
   clip = check_clip("clip", clip)
   x = jnp.asarray(_check_rows("x", x), jnp.float32)
+  if x.shape[-1] > MAX_ROW:
+    raise ValueError(f"Expected x of shape [..., C] with C <= {MAX_ROW}; got shape {x.shape}.")
+  # The target length, rounded down to float32 (float32(clip) itself may round up past clip).
+  goal = clip * (1.0 - (x.shape[-1] + 8) * 2.0**-24)
+  target = np.float32(goal)
+  if float(target) > goal:
+    target = np.nextafter(target, np.float32(0))
   # Scale each row by an exact power of two to max|x| in [0.5, 1) before the norm: squares of entries above
   # ~1.8e19 overflow float32, and dividing by max|x| itself became a multiply by 1/max|x|, which float32 flushes
-  # to 0 above 2^126, so such rows came back unclipped. A clipped row is then (x / |x|) * clip, never
-  # x * (clip / |x|), whose factor underflowed to 0 for |x| / clip > 2^126.
+  # to 0 above 2^126, so such rows came back unclipped. A clipped row is then (x / |x|) * target, never
+  # x * (target / |x|), whose factor underflowed to 0 for |x| / clip > 2^126.
   _, e = jnp.frexp(jnp.max(jnp.abs(x), axis=-1, keepdims=True))
   u = jnp.ldexp(x, -e)
   n = jnp.linalg.norm(u, axis=-1, keepdims=True)  # in [0.5, sqrt(C)) unless the row is 0
-  too_long = jnp.ldexp(n, e) > clip  # inf when |x| > float32 max: still too long
-  return jnp.where(too_long, u / jnp.where(n > 0, n, 1.0) * jnp.float32(clip), x)
+  # Against the target, not clip: a row whose computed norm is just under clip may be just over it.
+  too_long = jnp.ldexp(n, e) > target  # inf when |x| > float32 max: still too long
+  return jnp.where(too_long, u / jnp.where(n > 0, n, 1.0) * target, x)
 
 
 def project_to_simplex(y: Any) -> jax.Array:

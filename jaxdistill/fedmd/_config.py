@@ -7,10 +7,13 @@ import hashlib
 import json
 from typing import Any
 
+import numpy as np
+
 from jaxdistill import _validate
 from jaxdistill.accounting import Relation
 from jaxdistill.fedmd._aggregation import RELEASE_MODES, check_clip
 from jaxdistill.fedmd._privacy import check_ldp_epsilon
+from jaxdistill.fedmd._sampling import MAX_K
 from jaxdistill.models import FEDMD_SPECS, CNNSpec
 
 __all__ = ["FedMDConfig", "METHODS", "VMAP_MODES"]
@@ -34,7 +37,11 @@ class FedMDConfig:
     specs: per-party architectures, cycled to N (None: FedMD's ten,
       :data:`jaxdistill.models.FEDMD_SPECS`).
     width_multiplier: scales every conv width (1 = FedMD's sizes).
-    k: NFDP sample size per party.
+    k: NFDP sample size per party, 1 <= k <= :data:`~jaxdistill.fedmd.MAX_K`
+      (2^31 - 1: the sample's indices are int32). With replacement k may
+      exceed a party's n; :func:`~jaxdistill.fedmd.check_config` also
+      refuses a k whose samples (k images per party) would not fit in the
+      host's memory.
     with_replacement: WR (Theorem 2) or WOR (Theorem 1) sampling.
     resample_each_round: draw a fresh sample every round (accounted as R
       compositions) instead of the paper's single reused sample.
@@ -42,7 +49,8 @@ class FedMDConfig:
     public_subset: public images drawn (without replacement) each round.
     aggregation: release mode ``argmax``, ``softmax`` or ``logits``.
     weighting: ``equal``, ``size`` (proportional to the party's number of
-      private records) or a tuple of N nonnegative public weights.
+      private records) or a tuple (list, 1-D array) of N finite nonnegative
+      public weights, not all zero: real numbers, not bools or text.
     pretrain_epochs: epochs of transfer learning on the public labels first
       (0: none).
     init_epochs: T1, epochs on the private view before collaborating.
@@ -60,7 +68,13 @@ class FedMDConfig:
       noise scale itself depend on the private data (sigma_i(n) differs from
       sigma_i(n - 1), which many noisy releases reveal).
     ldp_clip: L2 clip norm of logits releases under FedMD-LDP.
-    relation: neighbouring relation of the privacy reports.
+    relation: neighbouring relation of the privacy reports (default
+      ``add-remove``, the paper's). ``add-one`` reports, for a party
+      holding n records, the delta of a record it does *not* hold being
+      added (k/(n+1) WOR): it says nothing about the n records the party
+      holds, whose delta is that of the pair (D minus x, D), k/n WOR, the
+      ``add-remove`` / ``remove-one`` figure. Use ``add-one`` only for that
+      hypothetical extra record.
     vmap: ``on`` (same-architecture parties as one vmapped batch), ``off``
       (one party at a time) or ``auto`` (``on`` except on CPU, where XLA's
       grouped convolutions are slower than a loop; see benchmarks). The two
@@ -105,7 +119,7 @@ class FedMDConfig:
         raise ValueError(f"Expected specs to be a non-empty tuple of CNNSpec; got {self.specs!r}.")
       s("specs", specs)
     s("width_multiplier", _validate.positive("width_multiplier", self.width_multiplier))
-    s("k", _validate.integer("k", self.k, minimum=1))
+    s("k", _validate.integer("k", self.k, minimum=1, maximum=MAX_K))
     for name in ("with_replacement", "resample_each_round"):
       s(name, _validate.boolean(name, getattr(self, name)))
     if self.resample_each_round and not self.uses_sample:
@@ -117,10 +131,14 @@ class FedMDConfig:
     if isinstance(self.weighting, str):
       _validate.choice("weighting", self.weighting, ("equal", "size"))
     else:
-      try:
-        w = tuple(float(x) for x in self.weighting)
-      except (TypeError, ValueError):
-        raise ValueError(f"Expected weighting to be 'equal', 'size' or N numbers; got {self.weighting!r}.") from None
+      # Each weight a real number as given: float() took ("1", "2") and (True, False) as weights.
+      if isinstance(self.weighting, np.ndarray) and self.weighting.ndim == 1:
+        given = self.weighting.tolist()
+      elif isinstance(self.weighting, (list, tuple)):
+        given = list(self.weighting)
+      else:
+        raise ValueError(f"Expected weighting to be 'equal', 'size' or N numbers; got {self.weighting!r}.")
+      w = tuple(_validate.finite(f"weighting[{i}]", x) for i, x in enumerate(given))
       if len(w) != self.num_parties or any(not (x >= 0 and x < float("inf")) for x in w) or sum(w) <= 0:
         raise ValueError(f"Expected {self.num_parties} finite nonnegative weights, not all zero; got {w}.")
       s("weighting", w)

@@ -106,6 +106,25 @@ def _check_disjoint(public: ImageData, pool: ImageData) -> None:
                      "(CLI: --public-dataset).")
 
 
+def _class_list(private_classes: Any, num_source_classes: int) -> list[int]:
+  """``private_classes`` as a non-empty list of distinct class indices, each checked as given.
+
+  ``int(c)`` truncated 0.7 to 0 and took True as 1; a string was read character by character ("012"), and a
+  lone integer or None was a TypeError.
+  """
+  if isinstance(private_classes, np.ndarray) and private_classes.ndim == 1:
+    given = private_classes.tolist()
+  elif isinstance(private_classes, (list, tuple, range)):
+    given = list(private_classes)
+  else:
+    raise ValueError(f"Expected private_classes to be a list or tuple of class indices; got {private_classes!r}.")
+  classes = [_validate.integer(f"private_classes[{i}]", c, minimum=0, maximum=num_source_classes - 1)
+             for i, c in enumerate(given)]
+  if len(set(classes)) != len(classes) or not classes:
+    raise ValueError(f"Expected distinct private classes; got {given}.")
+  return classes
+
+
 def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: ImageData, *,
                     num_parties: int, seed: int, private_classes: Sequence[int] = (0, 1, 2, 3, 4, 5),
                     private_per_class: int | None = 500, test_per_class: int | None = 500,
@@ -119,7 +138,8 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
     private_test: its test split.
     num_parties: N >= 1.
     seed: seed of the class subsampling and of the partition.
-    private_classes: the source classes used as the private task (FedMD: 6).
+    private_classes: the source classes used as the private task (FedMD: 6),
+      a list or tuple (or 1-D array) of distinct integers.
     private_per_class: training images kept per private class (None: all).
     test_per_class: test images kept per private class (None: all).
     partition: ``iid``, ``dirichlet`` or ``classes``.
@@ -128,20 +148,21 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
     public_size: keep this many public images (None: all).
 
   Raises:
-    ValueError: on an unknown partition, N < 1, too few images, a test
+    ValueError: on data sets that are not :class:`ImageData`, private
+      classes that are not distinct integer classes of ``private_train``
+      (True, 0.7 or "0" included), an unknown partition, N < 1, too few images, a test
       split or public set whose image shape differs from the private
       training images', a public set holding any of the private records
       (byte-identical images, e.g. both from one split), or a party left
       without records.
   """
+  for name, value in (("public", public), ("private_train", private_train), ("private_test", private_test)):
+    if not isinstance(value, ImageData):  # None was an AttributeError
+      raise ValueError(f"Expected {name} to be an ImageData (jaxdistill.data); got {type(value).__name__}.")
   seed = _validate.integer("seed", seed, minimum=0, maximum=_validate.MAX_SEED)
   num_parties = _validate.integer("num_parties", num_parties, minimum=1)
   partition = _validate.choice("partition", partition, PARTITIONS)
-  classes = [int(c) for c in private_classes]
-  if len(set(classes)) != len(classes) or not classes:
-    raise ValueError(f"Expected distinct private classes; got {list(private_classes)}.")
-  for c in classes:
-    _validate.integer("private_classes", c, minimum=0, maximum=private_train.num_classes - 1)
+  classes = _class_list(private_classes, private_train.num_classes)
   if private_per_class is not None:
     private_per_class = _validate.integer("private_per_class", private_per_class, minimum=1)
   if test_per_class is not None:

@@ -106,13 +106,32 @@ def _short(value: Any) -> str:
   return text if len(text) <= 40 else f"a {type(value).__name__}"
 
 
+def _line_key(cfg: FedMDConfig) -> tuple:
+  return (cfg.method, cfg.num_parties, cfg.with_replacement, cfg.resample_each_round)
+
+
+def _line_label(key: tuple, varies: set[int]) -> str:
+  """A line's label: its sampling, and its method, N or resampling where the lines differ in them."""
+  method, parties, wr, resampled = key
+  parts = [method] if 0 in varies else []
+  parts += [f"N={parties}"] if 1 in varies else []
+  parts.append("with replacement" if wr else "without replacement")
+  parts += (["resampled each round"] if resampled else ["sample reused"]) if 3 in varies else []
+  return ", ".join(parts)
+
+
 def plot_accuracy_vs_k(results: Iterable[Any], path: Any, *, baselines: dict | None = None) -> pathlib.Path:
-  """Final mean accuracy (bars: min-max over parties) against k, one line per WR / WOR.
+  """Final mean accuracy (bars: min-max over parties) against k, one line per method, N and sampling.
+
+  Results of different methods, numbers of parties N, samplings (WR / WOR)
+  or resampling schedules are drawn as separate lines, labelled by what
+  differs between them (by WR / WOR alone when only the sampling does).
+  Each line holds at most one result per k.
 
   Args:
     results: one or more results of ``method`` ``"nfdp"`` or
-      ``"local-sample"`` (the methods that sample k records), any mix of k
-      and sampling.
+      ``"local-sample"`` (the methods that sample k records), any mix of k,
+      sampling, method and N.
     path: the image file, as in :func:`plot_accuracy_per_round`.
     baselines: optional ``{label: accuracy}`` (finite numbers) drawn as
       horizontal lines.
@@ -122,8 +141,9 @@ def plot_accuracy_vs_k(results: Iterable[Any], path: Any, *, baselines: dict | N
 
   Raises:
     ValueError: ``results`` is empty or holds anything but results of a
-      method that samples k records; a baseline is not a finite number; a
-      bad ``path`` (see :func:`plot_accuracy_per_round`).
+      method that samples k records; two results would give one line two
+      points at the same k; a baseline is not a finite number; a bad
+      ``path`` (see :func:`plot_accuracy_per_round`).
   """
   # [] drew an empty plot; one result (not in a list) was a TypeError. Any iterable (dict values, a generator,
   # which was read twice and under-plotted) is taken as a list.
@@ -134,29 +154,37 @@ def plot_accuracy_vs_k(results: Iterable[Any], path: Any, *, baselines: dict | N
     results = []
   if not results:
     raise ValueError(f"Expected results to be a non-empty list of FedMD results; got {_short(given)}.")
+  lines: dict[tuple, dict[int, int]] = {}  # (method, N, WR, resampled) -> {k: index in results}
   for i, r in enumerate(results):
     _accuracy(f"results[{i}]", r)
     if r.config.method not in ("nfdp", "local-sample"):  # k is unused (np, local, centralized) or a default (ldp)
       raise ValueError(f"Expected results[{i}] of a method that samples k records ('nfdp' or 'local-sample'); "
                        f"got method={r.config.method!r}.")
+    # Results of other methods or N were merged into one "without replacement" line, joined at a shared k.
+    line = lines.setdefault(_line_key(r.config), {})
+    if r.config.k in line:
+      j = line[r.config.k]
+      raise ValueError(f"Expected one result per k on each line (method, N, sampling); results[{j}] and "
+                       f"results[{i}] are both {_line_label(_line_key(r.config), {0, 1, 3})} at k={r.config.k}.")
+    line[r.config.k] = i
   if baselines is not None and not isinstance(baselines, dict):
     raise ValueError(f"Expected baselines to be a dict {{label: accuracy}} or None; got {type(baselines).__name__}.")
   baselines = {str(label): _validate.finite(f"baselines[{label!r}]", v) for label, v in (baselines or {}).items()}
   plt = _plt()
   out = _output_path(path)
   fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-  for wr, marker in ((False, "o"), (True, "s")):
-    rs = sorted((r for r in results if r.config.with_replacement == wr), key=lambda r: r.config.k)
-    if not rs:
-      continue
+  varies = {i for i in range(4) if len({key[i] for key in lines}) > 1}
+  for key in sorted(lines, key=lambda key: (key[2], key[0], key[1], key[3])):  # WOR lines first, as before
+    rs = [results[i] for _, i in sorted(lines[key].items())]
     ks = [r.config.k for r in rs]
-    mean = np.array([r.final_accuracy.mean() for r in rs])
-    lo = mean - np.array([r.final_accuracy.min() for r in rs])
-    hi = np.array([r.final_accuracy.max() for r in rs]) - mean
-    ax.errorbar(ks, mean, yerr=[lo, hi], marker=marker, capsize=3,
-                label="with replacement" if wr else "without replacement")
+    mean = np.array([np.mean(r.final_accuracy) for r in rs])
+    # The mean of equal floats can round above their max (ten copies of 1/6 average to 0.16666666666666669):
+    # a negative bar length, which matplotlib refuses.
+    lo = np.maximum(mean - np.array([np.min(r.final_accuracy) for r in rs]), 0.0)
+    hi = np.maximum(np.array([np.max(r.final_accuracy) for r in rs]) - mean, 0.0)
+    ax.errorbar(ks, mean, yerr=[lo, hi], marker="s" if key[2] else "o", capsize=3, label=_line_label(key, varies))
   for j, (label, value) in enumerate(baselines.items()):
-    ax.axhline(value, ls="--", lw=1, color=f"C{j + 2}", label=label)
+    ax.axhline(value, ls="--", lw=1, color=f"C{len(lines) + j}", label=label)  # colours after the lines
   ks = sorted({r.config.k for r in results})
   ax.set_xscale("log")
   ax.minorticks_off()

@@ -136,7 +136,8 @@ class FedMDResult:
       parties were trained as one vmapped stack (``config.vmap`` resolved).
     samples: per party, the list of sample index arrays drawn (nfdp /
       local-sample). Resume restores them from the checkpoint; they are
-      not written to :meth:`to_report` (which users share), since they name
+      not written to :meth:`to_report` (which is shared more widely than
+      the checkpoints, though it is no DP release either), since they name
       exactly the private records that are exposed.
     public_subsets: ``[R, q] int`` public indices queried per round.
     consensus: ``[R, q, C] float32`` consensus broadcast per round.
@@ -174,7 +175,16 @@ class FedMDResult:
     raise ValueError(f"Expected a party index in [0, {self.config.num_parties}); got {party}.")
 
   def to_report(self) -> dict:
-    """A JSON-ready summary (no arrays of data, and no sampled record indices)."""
+    """A JSON-ready summary (no arrays of data, and no sampled record indices).
+
+    The experimenter's record, not a DP release: it holds every party's
+    exact size (``data.party_sizes``; n, 1/n and the paper's epsilon in
+    ``privacy``, and under the default add/remove relation n is itself
+    private) and accuracies of models trained on private data. The privacy
+    statements cover only what the parties release in the run (the
+    per-round releases and, for ``nfdp``, the final models), not this
+    report.
+    """
     acc = self.accuracy
     return {
         "config": self.config.to_dict(),
@@ -442,9 +452,10 @@ def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = 
   """Raises the ``ValueError`` :func:`run_fedmd` would raise for ``config`` on ``data``, without training.
 
   Types of ``config`` and ``data``, party count, public subset, k against
-  every party's size (sampling without replacement), whether the privacy
-  of the schedule can be stated, FedMD-LDP's delta, and a checkpoint in
-  ``checkpoint_dir`` without ``resume``. A sweep over several configurations (the CLI's
+  every party's size (sampling without replacement) or against the host's
+  memory (with replacement: the N samples of k images must fit), whether
+  the privacy of the schedule can be stated, FedMD-LDP's delta, and a
+  checkpoint in ``checkpoint_dir`` without ``resume``. A sweep over several configurations (the CLI's
   ``--k 2,4,16``) checks them all before the first one trains.
   """
   _check_types(config, data)
@@ -462,6 +473,8 @@ def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = 
     for i, n in enumerate(data.party_sizes):
       if config.k > n:
         raise ValueError(f"Expected k={config.k} <= n={n} (party {i}) for sampling without replacement.")
+  if config.uses_sample and config.with_replacement:
+    _check_sample_memory(config, data)
   # Fail before any training if the privacy of this schedule cannot be stated.
   if config.uses_sample:
     for n in set(data.party_sizes):
@@ -473,6 +486,31 @@ def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = 
       _ldp_delta(config, n)
     if config.rounds == 0:
       raise ValueError("Expected rounds >= 1 for method='ldp'.")
+
+
+def _host_memory_bytes() -> int | None:
+  """The host's physical memory in bytes (None where the OS does not say)."""
+  try:
+    return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+  except (AttributeError, ValueError, OSError):
+    return None
+
+
+def _check_sample_memory(config: FedMDConfig, data: FedMDData) -> None:
+  """Refuses a with-replacement k whose samples cannot fit in the host's memory, before any training.
+
+  The parties' samples are held as k images each; k = 1e8 on 12x12 images ended in a MemoryError after the
+  pre-training. (Without replacement k <= n: the samples are no larger than the data already loaded.)
+  """
+  memory = _host_memory_bytes()
+  if memory is None:
+    return
+  per_record = int(np.prod(data.input_shape)) * max(p.images.itemsize for p in data.parties)
+  need = config.num_parties * config.k * per_record
+  if need > memory:
+    raise ValueError(f"Expected k={config.k} with replacement to give samples that fit in memory: "
+                     f"{config.num_parties} parties x {config.k} records x {per_record} bytes = "
+                     f"{need / 2**30:.3g} GiB > {memory / 2**30:.3g} GiB on this host.")
 
 
 def _check_types(config: Any, data: Any) -> None:
@@ -622,12 +660,20 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       it, but it is still kept in the checkpoint and checked on resume.
 
   Returns:
-    A :class:`FedMDResult`.
+    A :class:`FedMDResult`. It and its :meth:`~FedMDResult.to_report`
+    (the CLI's report.json) are the experimenter's record, not a DP
+    release: they hold every party's exact size n (with 1/n and the
+    paper's epsilon, functions of n, which under the default add/remove
+    relation is itself private) and the accuracies of models trained on
+    private data. The privacy statements cover only what the parties
+    release in the run: the per-round releases (and, for ``nfdp``, the
+    final models).
 
   Raises:
     ValueError: on a ``config`` or ``data`` of another type, a flag that is
       not a bool, a mismatch between config and data (N, k > n_i without
-      replacement, public subset too large), an existing checkpoint without
+      replacement, a k with replacement whose samples would not fit in
+      memory, public subset too large), an existing checkpoint without
       ``resume=True``, a checkpoint from a different run (other settings,
       data or key: the message names them; another ``secret_seed``; another
       ``record_releases``), a ``checkpoint_dir`` held by another run, bad

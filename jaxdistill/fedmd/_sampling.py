@@ -37,16 +37,22 @@ from jaxdistill import _validate
 from jaxdistill import accounting
 from jaxdistill.data import ImageData
 
-__all__ = ["NfdpSampler", "SampleOracle", "nfdp_sample"]
+__all__ = ["MAX_K", "NfdpSampler", "SampleOracle", "nfdp_sample"]
 
 
 #: Largest party size: the sample's indices are int32.
 _MAX_N = 2**31 - 1
 
+#: Largest sample size k, with or without replacement (2^31 - 1). Without replacement k <= n <= 2^31 - 1
+#: already; with replacement k had no bound: the sample is a [k] int32 array, and at k = 3e9 or 1e12 JAX aborted
+#: the whole process (``Check failed: buffer_.IsConcrete()``, SIGABRT) instead of raising. A k this large also
+#: needs k images in memory; :func:`jaxdistill.fedmd.check_config` compares that with the host's memory.
+MAX_K = 2**31 - 1
+
 
 def _check(n: Any, k: Any, with_replacement: Any) -> tuple[int, int, bool]:
   n = _validate.integer("n", n, minimum=1, maximum=_MAX_N)
-  k = _validate.integer("k", k, minimum=1)
+  k = _validate.integer("k", k, minimum=1, maximum=MAX_K)
   with_replacement = _validate.boolean("with_replacement", with_replacement)
   if not with_replacement and k > n:
     raise ValueError(f"Expected k={k} <= n={n} for sampling without replacement.")
@@ -80,14 +86,15 @@ def nfdp_sample(key: jax.Array, n: int, k: int, *, with_replacement: bool = Fals
   Args:
     key: PRNG key.
     n: number of records (>= 1).
-    k: sample size (>= 1; <= n without replacement).
+    k: sample size (1 <= k <= :data:`MAX_K` = 2^31 - 1; <= n without
+      replacement).
     with_replacement: WR if True, else WOR.
 
   Returns:
     ``[k] int32`` indices into the party's records (WOR: distinct).
 
   Raises:
-    ValueError: if k > n without replacement, or n, k < 1.
+    ValueError: if k > n without replacement, n, k < 1, or n, k > 2^31 - 1.
 
   >>> idx = nfdp_sample(jax.random.key(0), 10, 3)
   >>> idx.shape, len(set(idx.tolist()))
@@ -103,8 +110,9 @@ class NfdpSampler:
   """NFDP's sampler with its privacy description, from the same parameters.
 
   Attributes:
-    n: the party's number of records.
-    k: sample size.
+    n: the party's number of records (1 <= n <= 2^31 - 1).
+    k: sample size (1 <= k <= :data:`MAX_K` = 2^31 - 1; <= n without
+      replacement).
     with_replacement: WR or WOR.
   """
 

@@ -174,3 +174,37 @@ def test_release_refuses_what_is_not_real_numbers(bad):
   # Text was parsed and complex numbers lost their imaginary part, unlike clip_rows and aggregate.
   with pytest.raises(ValueError, match="logits to hold real numbers"):
     fedmd.release(bad, "softmax")
+
+
+@pytest.mark.parametrize("classes", [1, 2, 3, 16, 100, 1000])
+@pytest.mark.parametrize("clip", [1e-30, 1e-3, 1.0, 3.7, 10.0, 1e20, float(np.finfo(np.float32).max)])
+def test_clipped_rows_are_within_the_clip_in_exact_arithmetic(classes, clip):
+  # About half the clipped rows had a float32 norm a few ulps above clip (10.0000016 for clip 10), so two
+  # releases could lie further apart than release_sensitivity (2 * clip), the LDP noise's calibration.
+  rng = np.random.default_rng(classes)
+  rows = 4000 if classes <= 100 else 400
+  direction = rng.standard_normal((rows, classes))
+  sparse = rng.random((rows, classes)) < 0.3  # rows with many zeros, and a few 1-hot ones
+  direction = np.where(sparse & (np.arange(rows) % 2 == 0)[:, None], 0.0, direction)
+  direction[:5] = 0.0
+  direction[:5, 0] = 1.0
+  # Lengths around clip (just above and below) and far from it, up to the float32 range's ends.
+  length = np.concatenate([clip * (1 + rng.uniform(-1e-5, 1e-5, rows // 2)),
+                           10.0 ** rng.uniform(-37, 38, rows - rows // 2)])
+  size = np.linalg.norm(direction, axis=1)
+  scale = np.where(size > 0, length / np.where(size > 0, size, 1.0), 0.0)  # an all-zero row stays 0
+  x = np.clip(direction * scale[:, None], -3e38, 3e38).astype(np.float32)
+  got = np.asarray(fedmd.clip_rows(x, clip))
+  norms = np.linalg.norm(got.astype(np.float64), axis=1)  # exact enough: float64 holds float32 squares
+  assert np.all(np.isfinite(got))
+  assert norms.max() <= clip, f"a clipped row has norm {norms.max()!r} > clip={clip!r}"
+  # Rows within the clip come back unchanged; longer ones are shortened to just under it.
+  before = np.linalg.norm(x.astype(np.float64), axis=1)
+  short = before <= clip * (1 - 1e-4)
+  np.testing.assert_array_equal(got[short], x[short])
+  assert np.all(norms[before >= clip] >= clip * (1 - 1e-4))
+
+
+def test_clip_rows_refuses_rows_too_long_for_its_float32_margin():
+  with pytest.raises(ValueError, match=r"C <= 1048576; got shape \(1, 1048577\)"):
+    fedmd.clip_rows(np.ones((1, 2**20 + 1), np.float32), 1.0)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import pathlib
 import re
 import types
 
@@ -9,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdistill import fedmd
+from jaxdistill import accounting, fedmd
 from jaxdistill.cli.main import main
 from jaxdistill.data import ImageData
 
@@ -133,6 +134,57 @@ def test_make_fedmd_data_names_its_parameters(kw, needle):
   assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("kw,needle", [
+    # int(c) truncated 0.7 to 0 and took True as 1; "012" was read as 0, 1, 2; 5 and None were TypeErrors, and
+    # public=None an AttributeError.
+    (dict(private_classes=(0.7, 1.2, 2.9)), r"Expected private_classes\[0\] to be an integer, got 0\.7\."),
+    (dict(private_classes=(True, False)), r"Expected private_classes\[0\] to be an integer, got True\."),
+    (dict(private_classes=(0, "1")), r"Expected private_classes\[1\] to be an integer, got '1'\."),
+    (dict(private_classes="012"), r"Expected private_classes to be a list or tuple of class indices; got '012'\."),
+    (dict(private_classes=5), r"Expected private_classes to be a list or tuple of class indices; got 5\."),
+    (dict(private_classes=None), r"Expected private_classes to be a list or tuple of class indices; got None\."),
+    (dict(private_classes=(0, 10)), r"Expected private_classes\[1\]=10 <= 9\."),
+    (dict(private_classes=(1, 1)), r"Expected distinct private classes; got \[1, 1\]\."),
+    (dict(public=None), r"Expected public to be an ImageData \(jaxdistill.data\); got NoneType\."),
+    (dict(private_train=[1, 2]), r"Expected private_train to be an ImageData \(jaxdistill.data\); got list\."),
+    (dict(private_test="test"), r"Expected private_test to be an ImageData \(jaxdistill.data\); got str\."),
+])
+def test_make_fedmd_data_checks_classes_and_data_sets_as_given(kw, needle):
+  args = dict(public=synthetic(60, 10, 0), private_train=synthetic(300, 10, 1), private_test=synthetic(200, 10, 2),
+              num_parties=3, seed=0, private_per_class=12, test_per_class=8)
+  args.update(kw)
+  with pytest.raises(ValueError, match=needle) as err:
+    fedmd.make_fedmd_data(**args)
+  assert "\n" not in str(err.value)
+
+
+def test_make_fedmd_data_takes_classes_as_a_list_tuple_range_or_array():
+  args = dict(public=synthetic(60, 10, 0), private_train=synthetic(300, 10, 1), private_test=synthetic(200, 10, 2),
+              num_parties=3, seed=0, private_per_class=12, test_per_class=8)
+  for given in ([2, 0, 5], (2, 0, 5), np.array([2, 0, 5], np.int64)):
+    assert fedmd.make_fedmd_data(private_classes=given, **args).description["private_classes"] == [2, 0, 5]
+  assert fedmd.make_fedmd_data(private_classes=range(3), **args).description["private_classes"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("weighting,needle", [
+    # float() took text and bools as weights.
+    (("1", "2"), r"Expected weighting\[0\] to be a real number, got '1'\."),
+    ((True, False), r"Expected weighting\[0\] to be a real number, got True\."),
+    ((1.0, np.bool_(True)), r"Expected weighting\[1\] to be a real number, got (np\.)?True_?\)?\."),
+    ((1.0, float("nan")), r"Expected weighting\[1\] to be finite, got nan\."),
+    ((1.0, None), r"Expected weighting\[1\] to be a real number, got None\."),
+    ({"a": 1, "b": 2}, r"Expected weighting to be 'equal', 'size' or N numbers; got \{'a': 1, 'b': 2\}\."),
+    (3, r"Expected weighting to be 'equal', 'size' or N numbers; got 3\."),
+    ((1.0, -1.0), r"Expected 2 finite nonnegative weights, not all zero; got \(1\.0, -1\.0\)\."),
+])
+def test_config_weights_are_real_numbers_as_given(weighting, needle):
+  with pytest.raises(ValueError, match=needle) as err:
+    fedmd.FedMDConfig(num_parties=2, weighting=weighting)
+  assert "\n" not in str(err.value)
+  for good in ((1, 2.5), [1, 2.5], np.array([1.0, 2.5])):
+    assert fedmd.FedMDConfig(num_parties=2, weighting=good).weighting == (1.0, 2.5)
+
+
 def _fake_result(**config):
   return types.SimpleNamespace(accuracy=np.full((2, 3), 0.5), accuracy_private=None, eval_rounds=[0, 1],
                                config=tiny_config(**config), final_accuracy=np.full(3, 0.5))
@@ -181,6 +233,78 @@ def test_plot_accuracy_vs_k_takes_any_iterable_of_results(tmp_path):
   by_k = {k: _fake_result(k=k) for k in (2, 4)}
   assert fedmd.plot_accuracy_vs_k(by_k.values(), tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
   assert fedmd.plot_accuracy_vs_k((r for r in by_k.values()), tmp_path / "b.png").is_file()
+
+
+def test_plot_accuracy_vs_k_draws_parties_of_equal_accuracy(tmp_path):
+  # Ten parties at exactly 1/6 (one class each, no collaboration): their mean rounds above their max, and the
+  # negative bar length made matplotlib raise "'yerr' must not contain negative values".
+  acc = np.full(10, 1 / 6)
+  assert acc.mean() > acc.max()  # the float64 rounding this test is about
+  res = types.SimpleNamespace(**{**vars(_fake_result(num_parties=10, method="local-sample")),
+                                 "accuracy": np.tile(acc, (2, 1)), "final_accuracy": acc})
+  assert fedmd.plot_accuracy_vs_k([res], tmp_path / "k.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_accuracy_vs_k_draws_one_line_per_method_n_and_sampling(tmp_path, monkeypatch):
+  # Results of other methods and N were merged into one "without replacement" line, joined vertically at a k.
+  import matplotlib.axes  # pylint: disable=import-outside-toplevel
+  drawn = []
+  def spy(self, x, y, *args, **kwargs):
+    drawn.append((kwargs.get("label"), list(x), [round(float(v), 6) for v in y]))
+    return original(self, x, y, *args, **kwargs)
+  original = matplotlib.axes.Axes.errorbar
+  monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", spy)
+  def res(method, k, n, acc, wr=False):
+    r = _fake_result(method=method, k=k, num_parties=n, with_replacement=wr)
+    return types.SimpleNamespace(**{**vars(r), "accuracy": np.full((2, n), acc), "final_accuracy": np.full(n, acc)})
+  results = [res("nfdp", 16, 3, 0.4), res("local-sample", 3, 3, 0.6), res("nfdp", 3, 3, 0.1),
+             res("local-sample", 16, 2, 0.5), res("nfdp", 3, 3, 0.2, wr=True)]
+  fedmd.plot_accuracy_vs_k(results, tmp_path / "k.png")
+  assert sorted(drawn) == sorted([
+      ("nfdp, N=3, without replacement", [3, 16], [0.1, 0.4]),
+      ("local-sample, N=3, without replacement", [3], [0.6]),
+      ("local-sample, N=2, without replacement", [16], [0.5]),
+      ("nfdp, N=3, with replacement", [3], [0.2])])
+  drawn.clear()
+  fedmd.plot_accuracy_vs_k([res("nfdp", 3, 3, 0.1), res("nfdp", 3, 3, 0.2, wr=True)], tmp_path / "k2.png")
+  assert sorted(drawn) == [("with replacement", [3], [0.2]), ("without replacement", [3], [0.1])]  # as before
+  # Two results for one point of one line: refused, not joined vertically.
+  with pytest.raises(ValueError, match=r"Expected one result per k on each line \(method, N, sampling\); "
+                                       r"results\[0\] and results\[1\] are both nfdp, N=3, without replacement, "
+                                       r"sample reused at k=3\.") as err:
+    fedmd.plot_accuracy_vs_k([res("nfdp", 3, 3, 0.1), res("nfdp", 3, 3, 0.3)], tmp_path / "k3.png")
+  assert "\n" not in str(err.value) and not (tmp_path / "k3.png").exists()
+
+
+def test_cli_writes_the_report_before_the_plots_and_survives_a_failing_plot(capsys, tmp_path, monkeypatch):
+  # A plot that raised (matplotlib refusing the bars of equal accuracies) lost report.json after all the training,
+  # and --resume failed the same way every time.
+  fake_data(monkeypatch)
+  out = tmp_path / "o"
+  def fail(results, path, **kwargs):
+    assert (out / "report.json").is_file(), "a plot was drawn before the report was written"
+    raise ValueError("'yerr' must not contain negative values")
+  monkeypatch.setattr(fedmd, "plot_accuracy_vs_k", fail)
+  args = TINY_CLI + ["--rounds", "1", "--init-epochs", "1", "--k", "2,4", "--out", str(out)]  # trains: T1 = 1
+  assert main(args) == 1
+  captured = capsys.readouterr()
+  assert ("jaxdistill: could not draw accuracy_vs_k.png (ValueError: 'yerr' must not contain negative values); "
+          f"{out / 'report.json'} is written") in captured.err
+  assert "1 plot(s) could not be drawn" in captured.out
+  report = json.loads((out / "report.json").read_text())
+  assert [r["name"] for r in report["runs"]] == ["nfdp-k2-wor", "nfdp-k4-wor"]
+  assert (out / "accuracy_per_round_nfdp-k4-wor.png").is_file()  # the other plots are still drawn
+  assert not (out / "accuracy_vs_k.png").exists()
+  # --resume redraws the plots from the checkpoints, without training again.
+  monkeypatch.undo()
+  fake_data(monkeypatch)
+  def no_training(*args, **kwargs):
+    raise AssertionError("trained again on --resume of finished runs")
+  monkeypatch.setattr(fedmd._runner, "_fit_group", no_training)  # pylint: disable=protected-access
+  assert main(args + ["--resume"]) == 0
+  assert (out / "accuracy_vs_k.png").read_bytes()[:4] == b"\x89PNG"
+  assert json.loads((out / "report.json").read_text())["runs"][0]["name"] == "nfdp-k2-wor"
+  assert (out / "history" / "report-1.json").is_file()
 
 
 @pytest.mark.parametrize("call,needle", [
@@ -273,3 +397,42 @@ def test_cli_stop_after_round_on_resume_reports_the_round_reached(capsys, tmp_pa
   path = tmp_path / "o" / "checkpoints" / "nfdp-k4-wor" / fedmd.CHECKPOINT_NAME
   meta, _ = fedmd._runner._read_checkpoint(path, meta_only=True)  # pylint: disable=protected-access
   assert meta["round"] == 2
+
+
+def test_a_with_replacement_k_too_large_for_memory_is_refused_before_training(data3, monkeypatch):
+  # k = 1e8 with replacement passed check_config and ended in a MemoryError (53.6 GiB of sampled images) after the
+  # pre-training. The samples' size is now compared with the host's memory first.
+  def no_training(*args, **kwargs):
+    raise AssertionError("trained before refusing k")
+  monkeypatch.setattr(fedmd._runner, "_fit_group", no_training)  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  monkeypatch.setattr(fedmd._runner, "_host_memory_bytes", lambda: 2**30, raising=False)
+  per_record = int(np.prod(data3.input_shape)) * data3.parties[0].images.itemsize
+  fits = 2**30 // (3 * per_record)  # three parties' samples of k images each
+  cfg = tiny_config(**dict(FAST, k=fits + 1, with_replacement=True))
+  needle = (rf"Expected k={fits + 1} with replacement to give samples that fit in memory: 3 parties x {fits + 1} "
+            rf"records x {per_record} bytes = 1 GiB > 1 GiB on this host\.")
+  for call in (lambda: fedmd.check_config(cfg, data3), lambda: fedmd.run_fedmd(jax.random.key(0), cfg, data3)):
+    with pytest.raises(ValueError, match=needle) as err:
+      call()
+    assert "\n" not in str(err.value)
+  fedmd.check_config(tiny_config(**dict(FAST, k=fits, with_replacement=True)), data3)  # the largest that fits
+  fedmd.check_config(tiny_config(**dict(FAST, k=4, with_replacement=False)), data3)  # WOR: k <= n is in memory
+
+
+def test_the_report_and_add_one_say_what_they_do_not_cover():
+  # report.json holds every party's exact size (n is private under add/remove) and accuracies of models trained on
+  # private data; relation="add-one" reports k/(n+1), which covers only a record the party does not hold.
+  flat = lambda text: " ".join(text.replace("*", "").split())  # noqa: E731  (no *emphasis*)
+  readme = flat((pathlib.Path(__file__).parents[2] / "README.md").read_text())
+  for text in (fedmd.FedMDResult.to_report.__doc__, fedmd.run_fedmd.__doc__, readme):
+    assert "experimenter's record, not a DP release" in flat(text)
+  for text in (fedmd.FedMDConfig.__doc__, accounting.nfdp_inclusion_probability.__doc__,
+               accounting.nfdp_privacy.__doc__):
+    assert all(words in flat(text) for words in ("k/(n+1)", "k/n", "add-remove", "not hold"))
+  # The figure the docs give for a held record x: the add-one pair (D minus x, D) is add-one at n - 1 records.
+  n, k = 6, 2
+  held = accounting.nfdp_privacy(n - 1, k, relation="add-one").flat_delta
+  assert held == pytest.approx(k / n) == pytest.approx(accounting.nfdp_privacy(n, k).flat_delta)
+  reported = accounting.nfdp_privacy(n, k, relation="add-one").flat_delta
+  assert reported == pytest.approx(k / (n + 1)) and reported < held

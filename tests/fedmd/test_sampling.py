@@ -164,3 +164,17 @@ def test_party_sizes_beyond_int32_indices_are_refused():
     fedmd.NfdpSampler(2**40, 5, True)
   idx = np.asarray(fedmd.nfdp_sample(jax.random.key(0), 2**31 - 1, 5, with_replacement=True))
   assert idx.shape == (5,) and idx.min() >= 0
+
+
+@pytest.mark.parametrize("k", [2**31, 3 * 10**9, 10**12])
+def test_sample_sizes_beyond_int32_are_refused_with_replacement(k):
+  # With replacement k had no bound: k = 3e9 or 1e12 passed every check, then JAX aborted the whole process
+  # (SIGABRT, "Check failed: buffer_.IsConcrete()") when the [k] sample was drawn.
+  needle = rf"Expected k={k} <= 2147483647\."
+  for make in (lambda: fedmd.nfdp_sample(jax.random.key(0), 10, k, with_replacement=True),
+               lambda: fedmd.NfdpSampler(10, k, True),
+               lambda: fedmd.FedMDConfig(k=k, with_replacement=True)):
+    with pytest.raises(ValueError, match=needle) as err:
+      make()
+    assert "\n" not in str(err.value)
+  assert fedmd.MAX_K == 2**31 - 1 and fedmd.NfdpSampler(10, fedmd.MAX_K, True).k == fedmd.MAX_K
