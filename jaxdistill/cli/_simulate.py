@@ -73,18 +73,23 @@ def max_error_prediction(mech: Any, counts: np.ndarray, n: int,
   """A level-(1 - beta) bound on max |error| over all s|Y| entries, and how it was obtained.
 
   A mechanism may provide ``max_error_bound(beta, counts, num_clients)``
-  returning an exact bound or ``None`` (central Laplace and discrete Laplace:
-  Proposition 1 over all entries; the multi-message shuffle: its exact
-  discrete-Laplace error). Otherwise each entry's error is taken as normal
-  with its closed-form variance -- appropriate for the local mechanisms, whose
-  error is a sum of many independent bounded per-client terms -- and a union
-  bound over the d entries gives ``max_j |bias_j| + sigma_j * z_{beta / (2 d)}``.
+  returning a bound that holds with probability >= 1 - beta, or ``None``
+  (central Laplace and discrete Laplace: Proposition 1 over all entries; the
+  multi-message shuffle: its exact discrete-Laplace error; randomized response,
+  also inside ``shuffle-single``: a Chernoff bound on each entry's binomial
+  error, valid for any counts), named by its ``max_error_method`` (default
+  ``exact-tail-union``). Otherwise (``collision``, a shuffle with m != n
+  clients) each entry's error is taken as normal with its closed-form
+  variance and a union bound over the d entries gives
+  ``max_j |bias_j| + sigma_j * z_{beta / (2 d)}``: an approximation, not a
+  guarantee, which can fail where an entry's error is a sparse skewed count
+  (it did for randomized response at high epsilon).
   """
   hook = getattr(mech, "max_error_bound", None)
   if callable(hook):
     bound = hook(beta, counts, n)
     if bound is not None:
-      return float(bound), "exact-tail-union"
+      return float(bound), str(getattr(mech, "max_error_method", "exact-tail-union"))
   sigma = np.sqrt(np.asarray(mech.entry_variance(counts, n), np.float64))
   bias = np.abs(np.asarray(mech.entry_bias(counts, n), np.float64))
   z = sps.norm.isf(beta / (2 * sigma.size))

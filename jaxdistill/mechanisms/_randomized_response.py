@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import special
 
 from jaxdistill import _validate
 from jaxdistill.accounting import MechanismAccount, PrivacyStatement, Relation
@@ -142,6 +143,57 @@ class RandomizedResponse(BsvsMechanism):
     q = 1.0 - p
     v = n * p * q / (p - q) ** 2
     return np.full((self.shape.num_buckets, self.shape.num_labels), v, dtype=np.float64)
+
+  #: How :meth:`max_error_bound` is obtained (the ``simulate`` CLI prints it).
+  max_error_method = "chernoff-union"
+
+  def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float | None:
+    """Bound on max |error| over all d = s|Y| entries that holds w.p. >= 1 - beta, for any counts A.
+
+    With F1 ~ Bin(A_j, q) flips of entry j's 1-bits and F2 ~ Bin(n - A_j, q) of its 0-bits
+    (independent; q the sampled flip probability), the bit sum is A_j - F1 + F2, so
+
+    .. math::
+
+       (p - q)(\hat a_j - A_j) = S_j = (F_2 - (n - A_j) q) - (F_1 - A_j q),
+
+    a sum of n independent centred Bernoulli(q) terms, n - A_j with sign + and A_j with sign -.
+    A centred Bernoulli(q) term X has E e^{lX} >= E e^{-lX} for l >= 0 when q <= 1/2
+    (sinh(x)/x increases), so for every A_j each tail's Chernoff bound is at most that of
+    Bin(n, q) - nq (A_j = 0 for the upper tail, A_j = n for the lower):
+
+    .. math::
+
+       \Pr[|S_j| \ge t] \le 2 \exp(-n\,\mathrm{KL}(q + t/n \,\|\, q)).
+
+    The bound is t / (p - q) with the least t (bisection, rounded up) that makes d times this
+    <= beta (a union bound over the d entries), and never more than n(1 - q) / (p - q), which
+    |error| cannot exceed. Unlike a normal approximation it holds at high epsilon, where each
+    error is a sparse, skewed count (nq of order 1). ``counts`` is only checked. Returns
+    ``None`` (no bound) when ``num_clients`` is not given.
+    """
+    beta = _validate.open_unit("beta", beta)
+    if num_clients is None:
+      return None
+    n = count_free_clients(self.shape, counts, num_clients)
+    p = self.keep_probability
+    q = 1.0 - p
+    d = self.shape.d
+    log_target = math.log(beta / (2 * d))
+
+    def fails(a: float) -> bool:  # the union bound at t = n (a - q) still exceeds beta
+      kl = float(special.rel_entr(a, q) + special.rel_entr(1.0 - a, 1.0 - q))
+      return -n * kl > log_target
+
+    lo, hi = q, 1.0
+    if fails(hi):
+      return n * (1.0 - q) / (p - q)
+    for _ in range(200):  # invariant: fails(lo), not fails(hi)
+      mid = 0.5 * (lo + hi)
+      if mid in (lo, hi):
+        break
+      lo, hi = (mid, hi) if fails(mid) else (lo, mid)
+    return min(n * (hi - q), n * (1.0 - q)) / (p - q)
 
   def account(self) -> MechanismAccount:
     """The worst pair: 2kr binary randomized responses at the sampler's exact per-bit epsilon."""

@@ -143,6 +143,15 @@ class ShuffleSingleMessage(BsvsMechanism):
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
     return self.local_mechanism.entry_variance(counts, num_clients)
 
+  @property
+  def max_error_method(self) -> str:
+    return getattr(self.local_mechanism, "max_error_method", "exact-tail-union")
+
+  def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float | None:
+    """The wrapped local mechanism's bound (randomized response: Chernoff + union), or ``None``."""
+    hook = getattr(self.local_mechanism, "max_error_bound", None)
+    return hook(beta, counts, num_clients) if callable(hook) else None
+
   def privacy(self) -> PrivacyStatement:
     amp = self.amplification
     return PrivacyStatement(
