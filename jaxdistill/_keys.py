@@ -40,11 +40,13 @@ def secret_key(seed: int | None = None) -> jax.Array:
 
   All 64 bits of the seed enter the key (``jax.random.key`` keeps only 32
   without x64). A key made from a recorded seed lets anyone recompute the
-  noise and subtract it; this one is as secret as ``seed``.
+  noise and subtract it; this one is as secret as ``seed``. It is a threefry2x32
+  key whatever JAX's default implementation, as :func:`jaxdistill.simulation.simulate`
+  and the auditor require.
 
   >>> import jax
   >>> secret_key().dtype == jax.random.key(0).dtype
   True
   """
   seed = draw_secret_seed() if seed is None else check_secret_seed("seed", seed)
-  return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF), (seed >> 32) & 0xFFFFFFFF)
+  return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF, impl="threefry2x32"), (seed >> 32) & 0xFFFFFFFF)

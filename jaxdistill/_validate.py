@@ -8,6 +8,7 @@ JAX or dp-accounting code runs, so bad input fails with a one-line
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
@@ -270,7 +271,7 @@ def output_dir(name: str, value: Any, *, report: str | None = None, files: tuple
   return path
 
 
-def prng_key(name: str, value: Any, *, batched: bool = False) -> Any:
+def prng_key(name: str, value: Any, *, batched: bool = False, threefry: bool = False) -> Any:
   """Returns ``value`` as a typed PRNG key, or raises.
 
   Accepts a key from ``jax.random.key(seed)`` and, for code written against
@@ -282,6 +283,9 @@ def prng_key(name: str, value: Any, *, batched: bool = False) -> Any:
     name: the parameter's name for the error message.
     value: the key (a tracer is fine: only its dtype and shape are read).
     batched: expect a 1-D batch of keys instead of a single key.
+    threefry: refuse a key of another implementation (``rbg``, ``unsafe_rbg``): callers that
+      promise the same numbers whatever the chunking, batching or device count need threefry,
+      whose draws under ``vmap`` and sharding equal the unbatched ones; rbg's do not.
   """
   import jax  # pylint: disable=import-outside-toplevel
 
@@ -303,7 +307,24 @@ def prng_key(name: str, value: Any, *, batched: bool = False) -> Any:
     raise ValueError(f"Expected {name} to be a 1-D batch of PRNG keys; got key shape {tuple(key.shape)}.")
   if not batched and key.ndim != 0:
     raise ValueError(f"Expected {name} to be a single PRNG key; got a batch of shape {tuple(key.shape)}.")
+  if threefry:
+    impl = _impl_name(jax.random.key_impl(key))
+    if impl != _threefry_name():
+      raise ValueError(f"Expected {name} to be a threefry2x32 key (jax.random.key(seed, impl='threefry2x32')); "
+                       f"got a {impl} key, whose draws change with the chunking, batching or device count, "
+                       f"and the same numbers for the same key need threefry.")
   return key
+
+
+@functools.lru_cache(maxsize=1)
+def _threefry_name() -> str:
+  import jax  # pylint: disable=import-outside-toplevel
+  return _impl_name(jax.random.key_impl(jax.random.key(0, impl="threefry2x32")))
+
+
+def _impl_name(impl: Any) -> str:
+  """A PRNG implementation's name: ``jax.random.key_impl`` gives a str or, in some JAX versions, a spec."""
+  return str(getattr(impl, "name", None) or impl)
 
 
 def first_line(err: BaseException) -> str:

@@ -87,7 +87,7 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
   """Draws ``statistic(mechanism(key_j, x))`` for ``num_samples`` independent keys.
 
   Args:
-    key: PRNG key.
+    key: threefry2x32 PRNG key (an rbg key is refused: its samples would change with batch_size).
     mechanism: ``(key, x) -> output``, jittable and vmappable over keys; or,
       with ``batched=True``, ``(keys [m], x) -> outputs`` (any Python code,
       e.g. a host-side NumPy release).
@@ -112,7 +112,7 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
     ValueError: bad sizes, a statistic that is not one scalar per sample, or
       NaN statistics.
   """
-  key = _validate.prng_key("key", key)
+  key = _validate.prng_key("key", key, threefry=True)
   # Sample j's key folds in j as a uint32: beyond 2^32 samples the keys (and the samples) would repeat.
   num = _validate.integer("num_samples", num_samples, minimum=1, maximum=2**32)
   batch = min(_validate.integer("batch_size", batch_size, minimum=1), num)
@@ -280,7 +280,7 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   """Lower confidence bounds on epsilon and delta for one pair of neighbours.
 
   Args:
-    key: PRNG key (selection and estimation samples use independent keys).
+    key: threefry2x32 PRNG key (selection and estimation samples use independent keys).
     mechanism: ``(key, x) -> output`` (vmappable over keys), or with
       ``batched=True`` ``(keys [m], x) -> outputs`` (see
       :func:`sample_statistic`). Pass the same function object to reuse
@@ -318,7 +318,7 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   >>> r.alarm, 0.0 <= r.epsilon_lower <= 1.0
   (False, True)
   """
-  key = _validate.prng_key("key", key)
+  key = _validate.prng_key("key", key, threefry=True)
   check_input = getattr(mechanism, "check_input", None)  # set by local_randomizer
   if check_input is not None:
     check_input("x0", x0)

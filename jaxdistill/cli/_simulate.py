@@ -113,7 +113,8 @@ def run_simulate(args: argparse.Namespace) -> int:
                     "which implies every delta.")
   mech = simulation.build_mechanism(args.mechanism, shape, epsilon=args.epsilon, delta=delta, num_clients=n)
   privacy = mech.privacy()  # before the run: a bad calibration fails fast
-  key_work, key_run = jax.random.split(jax.random.key(seed))
+  # threefry explicitly: under JAX_DEFAULT_PRNG_IMPL=rbg the numbers would change with --chunk-size.
+  key_work, key_run = jax.random.split(jax.random.key(seed, impl="threefry2x32"))
   work = mechanisms.synthetic_workload(key_work, num_clients=n, num_buckets=shape.num_buckets,
                                        num_labels=shape.num_labels, k=shape.k, r=shape.r)
   res = simulation.simulate(key_run, mech, work, chunk_size=args.chunk_size, devices=args.devices,

@@ -297,7 +297,7 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
       are checked in the same pass (its clients exist only inside it), so
       that error comes after the pass, before any estimate.
   """
-  key = _validate.prng_key("key", key)
+  key = _validate.prng_key("key", key, threefry=True)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
       mechanism, clients, chunk_size, devices)
   return _checked(_run(key, clients, jnp.uint32(n), mechanism, source_fn, sharded_rows, per_device, chunk,
@@ -330,7 +330,9 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
 
   Returns:
     A :class:`SimulationResult`. The same key gives bitwise-identical
-    statistics and estimate for any ``chunk_size`` and any number of devices.
+    statistics and estimate for any ``chunk_size`` and any number of devices
+    (a threefry2x32 key, the default; an ``rbg`` or ``unsafe_rbg`` key, whose
+    vmapped and sharded draws differ, is refused).
 
   Raises:
     ValueError: as :func:`client_statistics`.
@@ -340,7 +342,7 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
   >>> simulate(jax.random.key(1), M.RandomizedResponse(w.shape, 1.0), w).estimate.shape
   (4, 2)
   """
-  key = _validate.prng_key("key", key)
+  key = _validate.prng_key("key", key, threefry=True)
   start = time.perf_counter()
   clients_key, server_key = jax.random.split(key)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(

@@ -422,3 +422,16 @@ def test_local_randomizer_refuses_a_neighbour_the_mechanism_cannot_take():
                       ((jnp.array([0], jnp.int32), jnp.array([1], jnp.int32)), r"x0's labels .* \[0, 1\)")):
     with pytest.raises(ValueError, match=needle):
       audit.audit_privacy(jax.random.key(0), rand, bad, ok, num_samples=100)
+
+
+def test_non_threefry_keys_are_refused():
+  # Sample j uses fold_in(key, j) "whatever batch_size" held only for threefry: with an rbg key
+  # the samples changed with batch_size.
+  lap = lambda k, x: x + jax.random.laplace(k)
+  key = jax.random.key(0, impl="rbg")
+  with pytest.raises(ValueError, match="threefry2x32 key.*got a rbg key"):
+    audit.sample_statistic(key, lap, jnp.float32(0), 16, batch_size=7)
+  with pytest.raises(ValueError, match="threefry2x32 key.*got a rbg key"):
+    audit.audit_privacy(key, lap, jnp.float32(0), jnp.float32(1), num_samples=100, claimed_epsilon=1.0)
+  a = audit.sample_statistic(jax.random.key(0), lap, jnp.float32(0), 16, batch_size=16)
+  assert np.array_equal(a, audit.sample_statistic(jax.random.key(0), lap, jnp.float32(0), 16, batch_size=7))

@@ -298,3 +298,32 @@ def test_shuffle_fast_path_with_many_event_rounds(monkeypatch, shared_clients):
   from jaxdistill.mechanisms._nb_sampler import compound_poisson_event_counts
   events = np.asarray(compound_poisson_event_counts(keys, mech.tables()))[valid].sum()
   assert events > 16 * 10  # more than 10 rounds were needed
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_non_threefry_keys_are_refused(impl):
+  # rbg's vmapped draws differ from its unbatched ones, so "same key -> same numbers whatever
+  # the chunk size or device count" failed silently for such keys.
+  w = M.synthetic_workload(jax.random.key(0), num_clients=20, num_buckets=4, num_labels=2, k=1)
+  mech = M.RandomizedResponse(w.shape, 1.0)
+  key = jax.random.key(5, impl=impl)
+  for run in (simulation.simulate, simulation.client_statistics):
+    with pytest.raises(ValueError, match=f"threefry2x32 key.*got a {impl} key"):
+      run(key, mech, w)
+  simulation.simulate(jax.random.key(5, impl="threefry2x32"), mech, w)  # the default impl passes
+
+
+def test_secret_key_and_cli_keys_are_threefry_under_an_rbg_default(capsys):
+  # JAX_DEFAULT_PRNG_IMPL=rbg made the CLI's numbers change with --chunk-size; it now makes
+  # threefry keys explicitly, as secret_key does.
+  from tests.test_cli import run_json
+  argv = ["simulate", "--mechanism", "rr", "--clients", "60", "--buckets", "6", "--labels", "3", "--k", "2",
+          "--epsilon", "1", "--json", "--chunk-size"]
+  old = jax.config.jax_default_prng_impl
+  jax.config.update("jax_default_prng_impl", "rbg")
+  try:
+    assert jax.random.key_impl(simulation.secret_key(3)) == jax.random.key_impl(jax.random.key(0, impl="threefry2x32"))
+    errors = [run_json(capsys, [*argv, cs])["error"] for cs in ("7", "60")]
+  finally:
+    jax.config.update("jax_default_prng_impl", old)
+  assert errors[0] == errors[1]
