@@ -8,7 +8,8 @@ function I_x(a, b) (SciPy's ``betainc``; ``betaincc`` is 1 - I):
 
 SciPy's inverse (``beta.ppf`` / ``beta.isf``) loses the root for large n (lower(1000, 1e9, 0.05)
 was 1.9e-6, above k / n = 1e-6), so each quantile is checked against the forward function and,
-where it is off by more than a relative ``_RTOL``, replaced by a bisection on the float64 grid.
+where it is on the anti-conservative side of the root or off by more than ``_RTOL`` min(p, 1 - p),
+replaced by a bisection on the float64 grid.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ __all__ = ["clopper_pearson_lower", "clopper_pearson_upper"]
 #: NaN for larger parameters (e.g. I_x(1e20, 1e25) near its median).
 MAX_TRIALS = 2.0**53
 
-#: A quantile p from SciPy is kept if the root lies in [p (1 - _RTOL), p (1 + _RTOL)].
+#: A quantile p from SciPy is kept if it is on the conservative side of the root and within
+#: _RTOL min(p, 1 - p) of it.
 _RTOL = 1e-9
 
 
@@ -72,8 +74,8 @@ def clopper_pearson_lower(successes: Any, trials: Any, alpha: Any) -> Any:
 
   .. math:: L = \\mathrm{Beta}^{-1}(\\alpha;\\, k,\\, n - k + 1),\\quad L = 0 \\text{ if } k = 0,
 
-  i.e. the root of P[Bin(n, L) >= k] = I_L(k, n - k + 1) = alpha. Where SciPy's quantile misses
-  the root by more than a relative 1e-9, L is the largest float64 with I_L(k, n - k + 1) <= alpha
+  i.e. the root of P[Bin(n, L) >= k] = I_L(k, n - k + 1) = alpha. Where SciPy's quantile has
+  I_L > alpha or misses the root by more than 1e-9 min(L, 1 - L), L is the largest float64 with I_L(k, n - k + 1) <= alpha
   (bisection). For alpha <= 1/2, L <= k / n (the median of Beta(k, n - k + 1) is <= k / n), which
   is enforced against rounding. Requires 1 <= n <= 2^53.
 
@@ -90,9 +92,10 @@ def clopper_pearson_lower(successes: Any, trials: Any, alpha: Any) -> Any:
   with np.errstate(all="ignore"), warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)  # SciPy warns where its inverse fails; checked below
     q = stats.beta.ppf(a, kp, bp)
-    # Keep q iff I(q (1 - r)) <= alpha <= I(q (1 + r)): the root is within a relative r of q.
-    good = (special.betainc(kp, bp, q * (1 - _RTOL)) <= a) \
-        & (special.betainc(kp, bp, np.minimum(q * (1 + _RTOL), 1.0)) >= a)
+    # Keep q iff I(q) <= alpha <= I(q + r m), m = min(q, 1 - q): q is on the conservative side of
+    # the root and within r m of it (a tolerance relative to q alone exceeded 1 - q near p = 1).
+    good = (special.betainc(kp, bp, q) <= a) \
+        & (special.betainc(kp, bp, np.minimum(q + _RTOL * np.minimum(q, 1 - q), 1.0)) >= a)
   if not np.all(good):
     kb, bb = kp[~good], bp[~good]
     lo, _ = _bisect(lambda x: _finite("lower", special.betainc(kb, bb, x), n) <= a, kb.size)
@@ -107,7 +110,7 @@ def clopper_pearson_upper(successes: Any, trials: Any, alpha: Any) -> Any:
   .. math:: U = \\mathrm{Beta}^{-1}(1 - \\alpha;\\, k + 1,\\, n - k),\\quad U = 1 \\text{ if } k = n,
 
   i.e. the root of P[Bin(n, U) <= k] = 1 - I_U(k + 1, n - k) = alpha. Where SciPy's quantile
-  misses the root by more than a relative 1e-9, U is the smallest float64 with
+  has 1 - I_U > alpha or misses the root by more than 1e-9 min(U, 1 - U), U is the smallest float64 with
   1 - I_U(k + 1, n - k) <= alpha (bisection). For alpha <= 1/2, U >= k / n, enforced against
   rounding. Requires 1 <= n <= 2^53.
   """
@@ -118,9 +121,10 @@ def clopper_pearson_upper(successes: Any, trials: Any, alpha: Any) -> Any:
   with np.errstate(all="ignore"), warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)  # SciPy warns where its inverse fails; checked below
     q = stats.beta.isf(a, ap, bp)
-    # Keep q iff S(q (1 - r)) >= alpha >= S(q (1 + r)) for the survival function S = 1 - I.
-    good = (special.betaincc(ap, bp, q * (1 - _RTOL)) >= a) \
-        & (special.betaincc(ap, bp, np.minimum(q * (1 + _RTOL), 1.0)) <= a)
+    # Keep q iff S(q - r m) >= alpha >= S(q), m = min(q, 1 - q), for the survival function S = 1 - I:
+    # q is on the conservative side of the root and within r m of it.
+    good = (special.betaincc(ap, bp, np.maximum(q - _RTOL * np.minimum(q, 1 - q), 0.0)) >= a) \
+        & (special.betaincc(ap, bp, q) <= a)
   if not np.all(good):
     ab, bb = ap[~good], bp[~good]
     _, hi = _bisect(lambda x: _finite("upper", special.betaincc(ab, bb, x), n) > a, ab.size)

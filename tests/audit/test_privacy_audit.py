@@ -435,3 +435,17 @@ def test_non_threefry_keys_are_refused():
     audit.audit_privacy(key, lap, jnp.float32(0), jnp.float32(1), num_samples=100, claimed_epsilon=1.0)
   a = audit.sample_statistic(jax.random.key(0), lap, jnp.float32(0), 16, batch_size=16)
   assert np.array_equal(a, audit.sample_statistic(jax.random.key(0), lap, jnp.float32(0), 16, batch_size=7))
+
+
+@pytest.mark.parametrize("n, k", [(2**53, 2**53 - 2), (10**15, 10**15 - 5), (10**14, 10**14 - 1)])
+def test_clopper_pearson_is_conservative_near_one(n, k):
+  # SciPy's quantile was accepted within a relative 1e-9 of the root, more than 1 - p near p = 1:
+  # the lower bound for (2^53 - 2 of 2^53) had tail 0.0138 at alpha 0.01. Checked exactly here
+  # (mpmath at 60 digits): each bound's tail at it must be <= alpha.
+  mp = pytest.importorskip("mpmath")
+  alpha = 0.01
+  lo, hi = audit.clopper_pearson_lower(k, n, alpha), audit.clopper_pearson_upper(k, n, alpha)
+  with mp.workdps(60):
+    assert mp.betainc(k, n - k + 1, 0, mp.mpf(lo), regularized=True) <= alpha  # P[Bin(n, L) >= k]
+    if hi < 1.0:
+      assert 1 - mp.betainc(k + 1, n - k, 0, mp.mpf(hi), regularized=True) <= alpha  # P[Bin(n, U) <= k]
