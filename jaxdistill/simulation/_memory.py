@@ -90,10 +90,14 @@ def measure_subprocess(argv: Sequence[str], *, env: Mapping[str, str] | None = N
     timeout: seconds before the child is killed (``None``: no limit).
 
   Raises:
-    ValueError: an empty ``argv``.
+    ValueError: an empty ``argv``, or a ``str``/``bytes`` (one command line would be split into
+      characters: pass a list of arguments).
     subprocess.TimeoutExpired: the child ran past ``timeout`` (it is killed
       and reaped first).
   """
+  if isinstance(argv, (str, bytes, bytearray)):
+    raise ValueError(f"Expected argv to be a list of arguments, e.g. [sys.executable, 'script.py']; got a "
+                     f"{type(argv).__name__} {str(argv)[:60]!r}.")
   if not argv:
     raise ValueError("Expected a non-empty argv.")
   with tempfile.TemporaryDirectory() as tmp:

@@ -140,7 +140,10 @@ def _source(clients: Any) -> tuple[int, SourceFn, bool]:
     return clients.num_clients, _from_arrays, True
   if hasattr(clients, "client") and hasattr(clients, "num_clients"):
     # Generators are pytrees (their key is data), so they travel as arguments.
-    return int(clients.num_clients), _from_generator, False
+    # Validated raw: int() turned 2.5 into 2, True into 1 and '7' into 7, and NaN failed deep inside.
+    raw = clients.num_clients
+    raw = np.asarray(raw) if isinstance(raw, jax.Array) else raw
+    return _validate.integer("num_clients", raw), _from_generator, False
   raise ValueError(f"Expected clients to be a BsvsInput or a workload with client(index); got {type(clients)}.")
 
 

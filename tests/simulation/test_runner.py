@@ -4,6 +4,7 @@ import dataclasses
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -327,3 +328,24 @@ def test_secret_key_and_cli_keys_are_threefry_under_an_rbg_default(capsys):
   finally:
     jax.config.update("jax_default_prng_impl", old)
   assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("count", [2.5, True, "7", float("nan"), float("inf")])
+def test_generator_num_clients_is_validated_not_cast(count):
+  # int() made 2.5 -> 2, True -> 1 and '7' -> 7 silently, and NaN/inf failed deep inside.
+  class Clients:
+    num_clients = count
+
+    def client(self, index):
+      return jnp.array([index % 4], jnp.int32), jnp.array([index % 2], jnp.int32)
+
+  mech = M.RandomizedResponse(M.BsvsShape(4, 2, 1), 1.0)
+  with pytest.raises(ValueError, match="Expected num_clients to be an integer"):
+    simulation.simulate(jax.random.key(0), mech, Clients())
+
+
+@pytest.mark.parametrize("argv", ["echo hi", b"ls"])
+def test_measure_subprocess_refuses_a_command_string(argv):
+  # A string was split into characters: "echo hi" ran the program "e".
+  with pytest.raises(ValueError, match="Expected argv to be a list of arguments"):
+    simulation.measure_subprocess(argv)
