@@ -105,3 +105,19 @@ def test_console_entry_point_has_no_traceback():
                          "--k", "9"], capture_output=True, text=True, check=False)
   assert proc.returncode == 2
   assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+def test_out_of_memory_in_simulate_names_chunk_size(capsys, monkeypatch):
+  # The hint named the distillation flags (--student-widths ...), which simulate does not have.
+  import jax  # pylint: disable=import-outside-toplevel
+  from jaxdistill.cli import _simulate  # pylint: disable=import-outside-toplevel
+
+  def fail(args):
+    raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1 bytes.")
+
+  monkeypatch.setattr(_simulate, "run_simulate", fail)
+  argv = ["simulate", "--mechanism", "rr", "--clients", "10", "--buckets", "2", "--labels", "2", "--k", "1",
+          "--epsilon", "1"]
+  assert main(argv) == 1
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "--chunk-size" in err and "--student-widths" not in err

@@ -27,6 +27,7 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
   """Runs the CLI; bad input exits 2 and running out of memory exits 1, each with one line on stderr."""
+  args = None
   try:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what was asked, for reports
@@ -45,8 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = _validate.first_line(err)
     if "RESOURCE_EXHAUSTED" not in first and "out of memory" not in first.lower():
       raise  # not a resource problem: the traceback is the useful report
-    sys.stderr.write(f"jaxdistill: error: out of memory ({first[:200]}); use smaller models (--student-widths, "
-                     "--width-multiplier, --architectures), batches or data sizes.\n")
+    if getattr(args, "command", None) == "simulate":  # memory ~ chunk x d (the _simulate docstring)
+      hint = "use a smaller --chunk-size (working memory grows with it times s*|Y|)"
+    else:
+      hint = "use smaller models (--student-widths, --width-multiplier, --architectures), batches or data sizes"
+    sys.stderr.write(f"jaxdistill: error: out of memory ({first[:200]}); {hint}.\n")
     return 1
   except KeyboardInterrupt:
     sys.stderr.write("jaxdistill: interrupted\n")
