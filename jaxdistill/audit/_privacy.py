@@ -81,6 +81,15 @@ def _identity(output):
   return output
 
 
+def _event_mask(desc: str, fn: Callable, values: np.ndarray) -> np.ndarray:
+  """``fn(values)`` as a bool array shaped like ``values``, or a ValueError (it was counted unchecked)."""
+  mask = np.asarray(fn(values))
+  if mask.dtype != np.bool_ or mask.shape != values.shape:
+    raise ValueError(f"Expected {desc} to return a boolean array of shape {values.shape}, one per sample; got "
+                     f"dtype {mask.dtype} and shape {mask.shape}.")
+  return mask
+
+
 def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: int, *,
                      statistic: Callable | None = None, batch_size: int = 65536,
                      batched: bool = False) -> np.ndarray:
@@ -116,6 +125,12 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
   # Sample j's key folds in j as a uint32: beyond 2^32 samples the keys (and the samples) would repeat.
   num = _validate.integer("num_samples", num_samples, minimum=1, maximum=2**32)
   batch = min(_validate.integer("batch_size", batch_size, minimum=1), num)
+  batched = _validate.boolean("batched", batched)  # "no" and 1 were taken as true
+  if not callable(mechanism):
+    raise ValueError(f"Expected mechanism to be a function (key, x) -> output; got {type(mechanism).__name__}.")
+  if statistic is not None and not callable(statistic):
+    raise ValueError(f"Expected statistic to be None or a function output -> scalar; got "
+                     f"{type(statistic).__name__}.")
   stat = _identity if statistic is None else statistic
   parts = []
   for b in range(-(-num // batch)):
@@ -319,6 +334,12 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   (False, True)
   """
   key = _validate.prng_key("key", key, threefry=True)
+  batched = _validate.boolean("batched", batched)
+  if not callable(mechanism):
+    raise ValueError(f"Expected mechanism to be a function (key, x) -> output; got {type(mechanism).__name__}.")
+  if statistic is not None and not callable(statistic):
+    raise ValueError(f"Expected statistic to be None or a function output -> scalar; got "
+                     f"{type(statistic).__name__}.")
   check_input = getattr(mechanism, "check_input", None)  # set by local_randomizer
   if check_input is not None:
     check_input("x0", x0)
@@ -377,8 +398,8 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   level = a / (2 * len(chosen))
   results = []
   for desc, fn, top in chosen:
-    k_top = int(np.count_nonzero(fn(est[top])))
-    k_bot = int(np.count_nonzero(fn(est[1 - top])))
+    k_top = int(np.count_nonzero(_event_mask(desc, fn, est[top])))
+    k_bot = int(np.count_nonzero(_event_mask(desc, fn, est[1 - top])))
     lo, hi, eps, dl = _bounds(k_top, k_bot, num_est, level, delta_c, eps_c)
     results.append(AuditEvent(desc, top, k_top, k_bot, num_est, float(lo), float(hi), float(eps),
                               None if dl is None else float(dl)))

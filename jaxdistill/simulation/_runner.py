@@ -156,8 +156,8 @@ def client_mesh(devices: Any = None) -> Mesh:
       sequence of devices, or a 1-D ``Mesh`` (returned as is).
 
   Raises:
-    ValueError: a count outside [1, len(jax.devices())], an empty sequence, or
-      a mesh that is not 1-D.
+    ValueError: a count outside [1, len(jax.devices())], an empty sequence, a
+      sequence naming a device twice, or a mesh that is not 1-D.
   """
   if isinstance(devices, Mesh):
     if len(devices.axis_names) != 1:
@@ -176,6 +176,8 @@ def client_mesh(devices: Any = None) -> Mesh:
                        f"got {devices!r}.")
     if not devs:
       raise ValueError("Expected devices to name at least one device; got an empty sequence.")
+    if len(set(devs)) != len(devs):
+      raise ValueError(f"Expected devices to be distinct; got {devs!r}.")
   return Mesh(np.array(devs), (CLIENT_AXIS,))
 
 

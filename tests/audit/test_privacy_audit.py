@@ -449,3 +449,24 @@ def test_clopper_pearson_is_conservative_near_one(n, k):
     assert mp.betainc(k, n - k + 1, 0, mp.mpf(lo), regularized=True) <= alpha  # P[Bin(n, L) >= k]
     if hi < 1.0:
       assert 1 - mp.betainc(k + 1, n - k, 0, mp.mpf(hi), regularized=True) <= alpha  # P[Bin(n, U) <= k]
+
+
+def test_audit_arguments_are_validated():
+  # batched="no" and batched=1 were taken as true, a non-callable statistic or mechanism gave a
+  # TypeError, and an event returning counts or a wrong shape was counted silently.
+  lap = lambda k, x: x + jax.random.laplace(k)
+  key, x0, x1 = jax.random.key(0), jnp.float32(0), jnp.float32(1)
+  for bad in ("no", 1):
+    with pytest.raises(ValueError, match="Expected batched to be a bool"):
+      audit.sample_statistic(key, lap, x0, 16, batched=bad)
+    with pytest.raises(ValueError, match="Expected batched to be a bool"):
+      audit.audit_privacy(key, lap, x0, x1, num_samples=100, batched=bad)
+  with pytest.raises(ValueError, match="Expected mechanism to be a function"):
+    audit.sample_statistic(key, "laplace", x0, 16)
+  with pytest.raises(ValueError, match="Expected statistic to be None or a function"):
+    audit.audit_privacy(key, lap, x0, x1, num_samples=100, statistic="mean")
+  for event in (lambda v: (v > 0).astype(int), lambda v: (v > 0)[:1]):
+    with pytest.raises(ValueError, match="Expected event 0 to return a boolean array of shape"):
+      audit.audit_privacy(key, lap, x0, x1, num_samples=100, events=[event])
+  r = audit.audit_privacy(key, lap, x0, x1, num_samples=100, events=[lambda v: v > 0.5])
+  assert len(r.events) == 2 and r.num_selection == 0

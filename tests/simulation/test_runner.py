@@ -349,3 +349,10 @@ def test_measure_subprocess_refuses_a_command_string(argv):
   # A string was split into characters: "echo hi" ran the program "e".
   with pytest.raises(ValueError, match="Expected argv to be a list of arguments"):
     simulation.measure_subprocess(argv)
+
+
+def test_client_mesh_refuses_duplicate_devices():
+  # A repeated device used to pass here and fail later inside JAX.
+  dev = jax.devices()[0]
+  with pytest.raises(ValueError, match="Expected devices to be distinct"):
+    simulation.client_mesh([dev, dev])
