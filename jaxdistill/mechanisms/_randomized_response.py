@@ -155,7 +155,7 @@ class RandomizedResponse(BsvsMechanism):
 
     .. math::
 
-       (p - q)(\hat a_j - A_j) = S_j = (F_2 - (n - A_j) q) - (F_1 - A_j q),
+       (p - q)(\\hat a_j - A_j) = S_j = (F_2 - (n - A_j) q) - (F_1 - A_j q),
 
     a sum of n independent centred Bernoulli(q) terms, n - A_j with sign + and A_j with sign -.
     A centred Bernoulli(q) term X has E e^{lX} >= E e^{-lX} for l >= 0 when q <= 1/2
@@ -164,7 +164,7 @@ class RandomizedResponse(BsvsMechanism):
 
     .. math::
 
-       \Pr[|S_j| \ge t] \le 2 \exp(-n\,\mathrm{KL}(q + t/n \,\|\, q)).
+       \\Pr[|S_j| \\ge t] \\le 2 \\exp(-n\\,\\mathrm{KL}(q + t/n \\,\\|\\, q)).
 
     The bound is t / (p - q) with the least t (bisection, rounded up) that makes d times this
     <= beta (a union bound over the d entries), and never more than n(1 - q) / (p - q), which
