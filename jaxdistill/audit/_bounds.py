@@ -75,7 +75,8 @@ def clopper_pearson_lower(successes: Any, trials: Any, alpha: Any) -> Any:
   .. math:: L = \\mathrm{Beta}^{-1}(\\alpha;\\, k,\\, n - k + 1),\\quad L = 0 \\text{ if } k = 0,
 
   i.e. the root of P[Bin(n, L) >= k] = I_L(k, n - k + 1) = alpha. Where SciPy's quantile has
-  I_L > alpha or misses the root by more than 1e-9 min(L, 1 - L), L is the largest float64 with I_L(k, n - k + 1) <= alpha
+  I_L > alpha or misses the root by more than 1e-9 min(L, 1 - L), L is the largest float64 with
+  I_L(k, n - k + 1) <= alpha
   (bisection). For alpha <= 1/2, L <= k / n (the median of Beta(k, n - k + 1) is <= k / n), which
   is enforced against rounding. Requires 1 <= n <= 2^53.
 
