@@ -153,6 +153,18 @@ def test_console_entry_point_has_no_traceback():
   assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
 
 
+def exceedances(mech, clients, counts, n, bound, *, runs):
+  """In how many of ``runs`` independent runs (seeds 0..runs-1) of the real mechanism max |error| > bound."""
+  import jax
+  import numpy as np
+  exceed = 0
+  for seed in range(runs):
+    key_stats, key_est = jax.random.split(jax.random.key(seed))
+    est = mech.estimate(key_est, simulation.client_statistics(key_stats, mech, clients), n)
+    exceed += int(np.abs(est - counts).max() > bound)
+  return exceed
+
+
 @pytest.mark.parametrize("name", ["laplace", "discrete-laplace", "shuffle-multi"])
 def test_max_error_bound_is_exact_tail_and_holds(name):
   # Central and multi-message shuffle errors are (discrete) Laplace: heavier-tailed than a
@@ -175,13 +187,7 @@ def test_max_error_bound_is_exact_tail_and_holds(name):
   sigma = np.sqrt(mech.entry_variance(counts, n).max())
   from scipy import stats
   assert bound >= sigma * stats.norm.isf(0.05 / 16) - 1  # never below the normal approximation
-  stats_fn = lambda key: simulation.client_statistics(key, mech, clients)
-  exceed = 0
-  for seed in range(300):
-    key_stats, key_est = jax.random.split(jax.random.key(seed))
-    est = mech.estimate(key_est, stats_fn(key_stats), n)
-    exceed += int(np.abs(est - counts).max() > bound)
-  assert exceed <= 30
+  assert exceedances(mech, clients, counts, n, bound, runs=300) <= 30
   # m != n clients: no exact bound for the shuffle's NB(m/n, p) differences -> normal fallback.
   if name == "shuffle-multi":
     assert max_error_prediction(mech, counts, n - 1)[1] == "normal-union"
@@ -206,13 +212,7 @@ def test_rr_max_error_bound_holds_at_high_epsilon(epsilon):
   bound, method = max_error_prediction(mech, counts, n, beta=0.05)
   q = 1 - mech.keep_probability
   assert bound <= n * (1 - q) / (1 - 2 * q)  # never above the sure bound on |error|
-  stats_fn = lambda key: simulation.client_statistics(key, mech, clients)
-  exceed = 0
-  for seed in range(100):
-    key_stats, key_est = jax.random.split(jax.random.key(seed))
-    est = mech.estimate(key_est, stats_fn(key_stats), n)
-    exceed += int(np.abs(est - counts).max() > bound)
-  assert exceed <= 13
+  assert exceedances(mech, clients, counts, n, bound, runs=100) <= 13
   assert method == "chernoff-union"
 
 

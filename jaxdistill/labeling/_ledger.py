@@ -71,13 +71,23 @@ def _now() -> str:
   return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _atomic_write(path: pathlib.Path, write) -> None:
+def _written_temp(path: pathlib.Path, write) -> str:
+  """A temporary file beside ``path`` that ``write(f)`` filled and fsync'd (removed again if writing fails)."""
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
   try:
     with os.fdopen(fd, "wb") as f:
       write(f)
       f.flush()
       os.fsync(f.fileno())
+  except BaseException:
+    os.unlink(tmp)
+    raise
+  return tmp
+
+
+def _atomic_write(path: pathlib.Path, write) -> None:
+  tmp = _written_temp(path, write)
+  try:
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
@@ -92,12 +102,8 @@ def _publish(path: pathlib.Path, write) -> bool:
   even without a lock (flock can fail on NFS). Where hard links are not supported, an exclusive create
   (``O_EXCL``) claims the name first and the written file then replaces that empty claim.
   """
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  tmp = _written_temp(path, write)
   try:
-    with os.fdopen(fd, "wb") as f:
-      write(f)
-      f.flush()
-      os.fsync(f.fileno())
     try:
       os.link(tmp, path)
     except FileExistsError:
