@@ -90,6 +90,17 @@ def _event_mask(desc: str, fn: Callable, values: np.ndarray) -> np.ndarray:
   return mask
 
 
+def _check_functions(mechanism: Any, statistic: Any, batched: Any) -> bool:
+  """``batched`` checked as a bool ("no" and 1 were taken as true); a non-callable mechanism or statistic refused."""
+  batched = _validate.boolean("batched", batched)
+  if not callable(mechanism):
+    raise ValueError(f"Expected mechanism to be a function (key, x) -> output; got {type(mechanism).__name__}.")
+  if statistic is not None and not callable(statistic):
+    raise ValueError(f"Expected statistic to be None or a function output -> scalar; got "
+                     f"{type(statistic).__name__}.")
+  return batched
+
+
 def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: int, *,
                      statistic: Callable | None = None, batch_size: int = 65536,
                      batched: bool = False) -> np.ndarray:
@@ -125,12 +136,7 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
   # Sample j's key folds in j as a uint32: beyond 2^32 samples the keys (and the samples) would repeat.
   num = _validate.integer("num_samples", num_samples, minimum=1, maximum=2**32)
   batch = min(_validate.integer("batch_size", batch_size, minimum=1), num)
-  batched = _validate.boolean("batched", batched)  # "no" and 1 were taken as true
-  if not callable(mechanism):
-    raise ValueError(f"Expected mechanism to be a function (key, x) -> output; got {type(mechanism).__name__}.")
-  if statistic is not None and not callable(statistic):
-    raise ValueError(f"Expected statistic to be None or a function output -> scalar; got "
-                     f"{type(statistic).__name__}.")
+  batched = _check_functions(mechanism, statistic, batched)
   stat = _identity if statistic is None else statistic
   parts = []
   for b in range(-(-num // batch)):
@@ -334,12 +340,7 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   (False, True)
   """
   key = _validate.prng_key("key", key, threefry=True)
-  batched = _validate.boolean("batched", batched)
-  if not callable(mechanism):
-    raise ValueError(f"Expected mechanism to be a function (key, x) -> output; got {type(mechanism).__name__}.")
-  if statistic is not None and not callable(statistic):
-    raise ValueError(f"Expected statistic to be None or a function output -> scalar; got "
-                     f"{type(statistic).__name__}.")
+  batched = _check_functions(mechanism, statistic, batched)
   check_input = getattr(mechanism, "check_input", None)  # set by local_randomizer
   if check_input is not None:
     check_input("x0", x0)
