@@ -120,7 +120,8 @@ def _line_label(key: tuple, varies: set[int]) -> str:
   return ", ".join(parts)
 
 
-def plot_accuracy_vs_k(results: Iterable[Any], path: Any, *, baselines: dict | None = None) -> pathlib.Path:
+def plot_accuracy_vs_k(results: Iterable[Any], path: Any, *, baselines: dict | None = None,
+                       title: str | None = None) -> pathlib.Path:
   """Final mean accuracy (bars: min-max over parties) against k, one line per method, N and sampling.
 
   Results of different methods, numbers of parties N, samplings (WR / WOR)
@@ -135,6 +136,8 @@ def plot_accuracy_vs_k(results: Iterable[Any], path: Any, *, baselines: dict | N
     path: the image file, as in :func:`plot_accuracy_per_round`.
     baselines: optional ``{label: accuracy}`` (finite numbers) drawn as
       horizontal lines.
+    title: the plot's title (None: the methods plotted, e.g. "FedMD-NFDP:
+      accuracy against k").
 
   Returns:
     ``path`` as a :class:`pathlib.Path`: the file written.
@@ -195,7 +198,10 @@ def plot_accuracy_vs_k(results: Iterable[Any], path: Any, *, baselines: dict | N
   ax.set_ylim(0, 1)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
-  ax.set_title("FedMD-NFDP: accuracy against k", fontsize=10)
+  # The title said FedMD-NFDP for local-sample results too (no collaboration, no NFDP round at all).
+  names = {"nfdp": "FedMD-NFDP", "local-sample": "local training on the sample"}
+  methods = " and ".join(names[m] for m in ("nfdp", "local-sample") if any(key[0] == m for key in lines))
+  ax.set_title(title or f"{methods}: accuracy against k", fontsize=10)
   fig.tight_layout()
   fig.savefig(out)
   plt.close(fig)

@@ -265,6 +265,21 @@ def test_plot_accuracy_vs_k_draws_one_line_per_method_n_and_sampling(tmp_path, m
   assert "\n" not in str(err.value) and not (tmp_path / "k3.png").exists()
 
 
+def test_plot_accuracy_vs_k_titles_the_methods_it_draws(tmp_path, monkeypatch):
+  # Every plot was titled "FedMD-NFDP", local-sample results (no collaboration) included.
+  import matplotlib.axes  # pylint: disable=import-outside-toplevel
+  titles = []
+  original = matplotlib.axes.Axes.set_title
+  monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
+                      lambda self, label, *a, **kw: titles.append(label) or original(self, label, *a, **kw))
+  nfdp, local = _fake_result(method="nfdp", k=3), _fake_result(method="local-sample", k=3)
+  for results in ([nfdp], [local], [local, nfdp]):
+    fedmd.plot_accuracy_vs_k(results, tmp_path / "k.png")
+  fedmd.plot_accuracy_vs_k([local], tmp_path / "k.png", title="mine")
+  assert titles == ["FedMD-NFDP: accuracy against k", "local training on the sample: accuracy against k",
+                    "FedMD-NFDP and local training on the sample: accuracy against k", "mine"]
+
+
 def test_cli_writes_the_report_before_the_plots_and_survives_a_failing_plot(capsys, tmp_path, monkeypatch):
   # A plot that raised (matplotlib refusing the bars of equal accuracies) lost report.json after all the training,
   # and --resume failed the same way every time.
