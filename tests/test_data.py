@@ -199,6 +199,10 @@ def test_public_data_api_refuses_bad_types_in_one_line(tmp_path):
       (lambda: data.ImageData([[1], [1, 2]], np.zeros(2, np.int32), 2), "images to be an array"),
       (lambda: data.partition_clients([[0], [1, 2]], 1, seed=0), "labels to be 1-D integers"),
       (lambda: data.partition_clients(np.arange(10) % 2, 3, seed=0, scheme="dirichlet", alpha=1e308), "alpha"),
+      # A bad value of a parameter the scheme does not use was accepted silently.
+      (lambda: data.partition_clients(np.arange(10) % 2, 3, seed=0, alpha=-1.0), r"alpha=-1\.0"),
+      (lambda: data.partition_clients(np.arange(10) % 2, 3, seed=0, scheme="dirichlet", classes_per_client=0),
+       r"classes_per_client=0 >= 1"),
   ):
     with pytest.raises(ValueError, match=needle) as err:
       call()

@@ -118,15 +118,17 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
   m = _validate.integer("num_clients", num_clients, minimum=1, maximum=max(n, 1))
   scheme = _validate.choice("scheme", scheme, ("iid", "dirichlet", "classes"))
   rng = np.random.default_rng(_validate.integer("seed", seed, minimum=0, maximum=_validate.MAX_SEED))
+  # Checked whatever the scheme: a bad value the scheme does not use (alpha=-1 with scheme="iid") was ignored.
+  a = _validate.positive("alpha", alpha)
+  if a > MAX_ALPHA:  # m * alpha overflowed: rng.dirichlet gave all zeros and the last client got everything
+    raise ValueError(f"Expected alpha={a!r} <= {MAX_ALPHA:g} (beyond it the proportions are equal to float "
+                     "precision; use scheme='iid').")
+  cpc = _validate.integer("classes_per_client", classes_per_client, minimum=1)
   if scheme == "iid":
     return [np.sort(p) for p in np.array_split(rng.permutation(n), m)]
   classes = np.unique(labels)
   owners: list[list[np.ndarray]] = [[] for _ in range(m)]
   if scheme == "dirichlet":
-    a = _validate.positive("alpha", alpha)
-    if a > MAX_ALPHA:  # m * alpha overflowed: rng.dirichlet gave all zeros and the last client got everything
-      raise ValueError(f"Expected alpha={a!r} <= {MAX_ALPHA:g} (beyond it the proportions are equal to float "
-                       "precision; use scheme='iid').")
     for c in classes:
       idx = rng.permutation(np.flatnonzero(labels == c))
       props = rng.dirichlet(np.full(m, a))
@@ -134,7 +136,7 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
       for i, part in enumerate(np.split(idx, cuts)):
         owners[i].append(part)
   else:
-    cpc = _validate.integer("classes_per_client", classes_per_client, minimum=1, maximum=len(classes))
+    cpc = _validate.integer("classes_per_client", cpc, minimum=1, maximum=len(classes))
     # Client i holds classes (i, i+1, ..., i+cpc-1) mod C; each class is split
     # evenly among its holders.
     holders = {c: [i for i in range(m) if any(classes[(i + j) % len(classes)] == c for j in range(cpc))]

@@ -173,8 +173,10 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
   if private_test.images.shape[1:] != private_train.images.shape[1:]:  # else a failure after training
     raise ValueError(f"Expected private_test images of the private training images' shape "
                      f"{private_train.images.shape[1:]}; got {private_test.images.shape[1:]}.")
-  if partition == "classes":  # partition_clients would name its own parameter, classes_per_client
-    classes_per_party = _validate.integer("classes_per_party", classes_per_party, minimum=1, maximum=len(classes))
+  # Checked whatever the partition (a bad value an unused partition ignored was recorded nowhere but accepted);
+  # partition_clients would name its own parameter, classes_per_client.
+  classes_per_party = _validate.integer("classes_per_party", classes_per_party, minimum=1,
+                                        maximum=len(classes) if partition == "classes" else None)
   rng = np.random.default_rng(seed)
   n_pub = public.num_classes
   num_classes = n_pub + len(classes)

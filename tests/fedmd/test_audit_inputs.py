@@ -124,6 +124,9 @@ def test_a_public_set_holding_private_records_is_refused():
      r"Expected private_test images of the private training images' shape \(12, 12, 1\); got \(6, 6, 1\)"),
     (dict(partition="classes", classes_per_party=9), r"Expected classes_per_party=9 <= 6\."),
     (dict(partition="classes", classes_per_party=0), r"Expected classes_per_party=0 >= 1\."),
+    # Checked whatever the partition: iid ignored both silently.
+    (dict(classes_per_party=0), r"Expected classes_per_party=0 >= 1\."),
+    (dict(alpha=float("nan")), r"Expected alpha to be finite, got nan\."),
     # int(c) truncated 0.7 to 0 and took True as 1; "012" was read as 0, 1, 2; 5 and None were TypeErrors, and
     # public=None an AttributeError.
     (dict(private_classes=(0.7, 1.2, 2.9)), r"Expected private_classes\[0\] to be an integer, got 0\.7\."),
