@@ -35,6 +35,16 @@ def check_secret_seed(name: str, value: object) -> int | None:
                      "that is not (value not shown: a secret seed is secret).") from None
 
 
+def seed_key(seed: int) -> jax.Array:
+  """``jax.random.key(seed)`` as a threefry2x32 key whatever JAX's default implementation.
+
+  The library's recorded-seed roots (the CLI, the labeling pipeline) use it: under
+  ``JAX_DEFAULT_PRNG_IMPL=rbg`` a default key changed the numbers and was refused by
+  :func:`jaxdistill.simulation.simulate` midway through a labeling run.
+  """
+  return jax.random.key(seed, impl="threefry2x32")
+
+
 def secret_key(seed: int | None = None) -> jax.Array:
   """A PRNG key for a real release: from ``seed`` (a secret in [0, 2**64)), or fresh OS randomness.
 
@@ -49,4 +59,4 @@ def secret_key(seed: int | None = None) -> jax.Array:
   True
   """
   seed = draw_secret_seed() if seed is None else check_secret_seed("seed", seed)
-  return jax.random.fold_in(jax.random.key(seed & 0xFFFFFFFF, impl="threefry2x32"), (seed >> 32) & 0xFFFFFFFF)
+  return jax.random.fold_in(seed_key(seed & 0xFFFFFFFF), (seed >> 32) & 0xFFFFFFFF)

@@ -29,7 +29,7 @@ import pathlib
 import sys
 import time
 
-from jaxdistill import _validate
+from jaxdistill import _keys, _validate
 from jaxdistill._files import claimed_dir, keep_earlier_report
 from jaxdistill.cli._common import _clean, print_table
 
@@ -237,7 +237,7 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
   if args.resume and not any((out / "checkpoints" / n / fedmd.CHECKPOINT_NAME).is_file() for n in names):
     # Resume-or-start, as `label` re-run on its --out: said, since a mistyped --out would otherwise start over quietly.
     sys.stderr.write(f"jaxdistill: --resume found no checkpoint under {out / 'checkpoints'}; starting from round 0\n")
-  key = jax.random.key(args.seed)
+  key = _keys.seed_key(args.seed)
   results, stopped, archived = [], None, False
 
   def stopper(r: int, info: dict) -> None:

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from scipy import stats as sps
 
-from jaxdistill import _validate
+from jaxdistill import _keys, _validate
 from jaxdistill import mechanisms
 from jaxdistill import simulation
 from jaxdistill.cli._common import print_json, print_table
@@ -121,7 +121,7 @@ def run_simulate(args: argparse.Namespace) -> int:
   mech = simulation.build_mechanism(args.mechanism, shape, epsilon=args.epsilon, delta=delta, num_clients=n)
   privacy = mech.privacy()  # before the run: a bad calibration fails fast
   # threefry explicitly: under JAX_DEFAULT_PRNG_IMPL=rbg the numbers would change with --chunk-size.
-  key_work, key_run = jax.random.split(jax.random.key(seed, impl="threefry2x32"))
+  key_work, key_run = jax.random.split(_keys.seed_key(seed))
   work = mechanisms.synthetic_workload(key_work, num_clients=n, num_buckets=shape.num_buckets,
                                        num_labels=shape.num_labels, k=shape.k, r=shape.r)
   res = simulation.simulate(key_run, mech, work, chunk_size=args.chunk_size, devices=args.devices,

@@ -55,7 +55,7 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill._files import claimed_dir, keep_earlier_report
-from jaxdistill._keys import secret_key
+from jaxdistill._keys import secret_key, seed_key
 from jaxdistill import data as data_lib
 from jaxdistill import mechanisms as mech_lib
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
@@ -612,7 +612,7 @@ def fit_first_representation(config: LabelingConfig, public_images: np.ndarray, 
   Sweeps over epsilon or the mechanism can fit it once and pass it as
   ``run_labeling(..., representation=...)``.
   """
-  key = jax.random.fold_in(jax.random.key(config.seed), _REP)
+  key = jax.random.fold_in(seed_key(config.seed), _REP)
   images = np.asarray(public_images, np.float32)
   encoder = config.encoder_options()
   steps = components.fit_steps(config.representation, encoder)
@@ -706,7 +706,7 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   # Built here, before any fitting: a mechanism's own bounds (local-collision's epsilon, say) fail at once.
   mech = build_mechanism(config, plan, mech_lib.BsvsShape(config.num_queries, num_classes, degree), n)
   source = "caller" if representation is not None else "fitted on D_pub"
-  key = jax.random.key(config.seed)
+  key = seed_key(config.seed)
   ledger = None
   if config.out_dir is not None and config.mechanism != "none":
     with timer("data"):

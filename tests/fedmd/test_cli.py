@@ -258,3 +258,26 @@ def test_every_k_is_checked_against_the_parties_before_any_run(capsys, tmp_path,
   assert main(TINY + ["--k", "2,1000", "--out", str(tmp_path / "o")]) == 2
   err = capsys.readouterr().err
   assert len(err.strip().splitlines()) == 1 and "k=1000 <=" in err
+
+
+@needs_fashion
+def test_an_rbg_default_prng_still_gives_a_threefry_key(tmp_path, monkeypatch):
+  # The run's key followed JAX_DEFAULT_PRNG_IMPL; it is a threefry key from --seed whatever the default.
+  import jax  # pylint: disable=import-outside-toplevel
+
+  class Stop(BaseException):  # not an Exception: past the CLI's error handling
+    pass
+
+  impls = []
+  def spy(key, *args, **kwargs):
+    impls.append(str(jax.random.key_impl(key)))
+    raise Stop
+  monkeypatch.setattr(fedmd, "run_fedmd", spy)
+  old = jax.config.jax_default_prng_impl
+  jax.config.update("jax_default_prng_impl", "rbg")
+  try:
+    with pytest.raises(Stop):
+      main(TINY + ["--k", "2", "--out", str(tmp_path / "run")])
+  finally:
+    jax.config.update("jax_default_prng_impl", old)
+  assert impls == [str(jax.random.key_impl(jax.random.key(0, impl="threefry2x32")))]

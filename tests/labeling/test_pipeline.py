@@ -884,3 +884,34 @@ def test_ledger_api_refuses_bad_arguments_by_name(tmp_path):
   assert not list(tmp_path.glob("release-iter*")) and not (tmp_path / ".ledger-key").exists()
   with pytest.raises(ValueError, match="iteration to be an int >= 1; got '1'"):
     ledger.lookup("1")
+
+
+def test_an_rbg_default_prng_still_gives_threefry_keys(splits, monkeypatch):
+  # Under JAX_DEFAULT_PRNG_IMPL=rbg the pipeline's root key was an rbg key, and a local mechanism's votes,
+  # drawn by simulation.simulate, were refused midway ("Expected key to be a threefry2x32 key") after the
+  # representation had been fitted. The roots are now threefry keys whatever the default.
+  impls = []
+
+  class Stop(Exception):
+    pass
+
+  fit = _pipeline.components.fit_representation
+  def spy_fit(key, *args, **kwargs):
+    impls.append(("fit", str(jax.random.key_impl(key))))
+    return fit(key, *args, **kwargs)
+
+  def spy_simulate(key, *args, **kwargs):
+    impls.append(("votes", str(jax.random.key_impl(key))))
+    raise Stop
+
+  monkeypatch.setattr(_pipeline.components, "fit_representation", spy_fit)
+  monkeypatch.setattr(_pipeline, "simulate", spy_simulate)
+  old = jax.config.jax_default_prng_impl
+  jax.config.update("jax_default_prng_impl", "rbg")
+  try:
+    with pytest.raises(Stop):
+      labeling.run_labeling(tiny(mechanism="local-rr", epsilon=2.0), splits=splits)
+  finally:
+    jax.config.update("jax_default_prng_impl", old)
+  threefry = str(jax.random.key_impl(jax.random.key(0, impl="threefry2x32")))
+  assert impls == [("fit", threefry), ("votes", threefry)]
