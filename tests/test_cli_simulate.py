@@ -216,15 +216,39 @@ def test_rr_max_error_bound_holds_at_high_epsilon(epsilon):
   assert method == "chernoff-union"
 
 
+@pytest.mark.parametrize("epsilon", [2.0, 16.0])
+def test_collision_max_error_bound_is_bernstein_and_holds(epsilon):
+  # simulate's bound for collision was a normal approximation (no guarantee). It is now Bernstein's
+  # inequality per entry with the entry's exact variance, and a union bound: 100 independent runs
+  # of the real mechanism at beta = 0.05, so the true exceedance rate is <= 0.05 and
+  # Pr[Binomial(100, 0.05) > 13] < 5e-4 (false-failure rate per epsilon; fixed seeds).
+  import jax
+  import numpy as np
+  from jaxdistill.cli._simulate import max_error_prediction
+
+  n, shape = 500, M.BsvsShape(20, 10, 1)
+  mech = simulation.build_mechanism("collision", shape, epsilon=epsilon)
+  work = M.synthetic_workload(jax.random.key(1), num_clients=n, num_buckets=20, num_labels=10, k=1)
+  clients = work.materialize()
+  counts = np.asarray(M.bsvs_counts(clients, shape), np.float64)
+  bound, method = max_error_prediction(mech, counts, n, beta=0.05)
+  assert method == "bernstein-union"
+  # Without counts: the worst case over all counts, which is Theorem 2's alpha over the d = 200 entries.
+  anywhere = mech.max_error_bound(0.05, None, n)
+  assert anywhere == pytest.approx(M.collision_alpha(0.05, p=mech.p, q=mech.q, num_clients=n, num_entries=200),
+                                   rel=1e-12)
+  assert bound <= anywhere
+  assert exceedances(mech, clients, counts, n, bound, runs=100) <= 13
+
+
 def test_shuffle_single_uses_its_local_mechanisms_max_error_bound():
   import numpy as np
   from jaxdistill.cli._simulate import max_error_prediction
 
   shape, n = M.BsvsShape(4, 2, 1), 3000
-  for local, method in (("rr", "chernoff-union"), ("collision", "normal-union")):
+  for local, method in (("rr", "chernoff-union"), ("collision", "bernstein-union")):
     mech = M.ShuffleSingleMessage(shape, 1.0, 1e-6, n, local=local)
     counts = np.zeros((4, 2))
     bound, got = max_error_prediction(mech, counts, n, beta=0.05)
     assert got == method
-    if local == "rr":
-      assert bound == mech.local_mechanism.max_error_bound(0.05, counts, n)
+    assert bound == mech.local_mechanism.max_error_bound(0.05, counts, n)

@@ -84,9 +84,10 @@ def max_error_prediction(mech: Any, counts: np.ndarray, n: int,
   (central Laplace and discrete Laplace: Proposition 1 over all entries; the
   multi-message shuffle: its exact discrete-Laplace error; randomized response,
   also inside ``shuffle-single``: a Chernoff bound on each entry's binomial
-  error, valid for any counts), named by its ``max_error_method`` (default
-  ``exact-tail-union``). Otherwise (``collision``, a shuffle with m != n
-  clients) each entry's error is taken as normal with its closed-form
+  error, valid for any counts; ``collision``, also inside ``shuffle-single``:
+  Bernstein's inequality per entry), named by its ``max_error_method`` (default
+  ``exact-tail-union``). Otherwise (``separation``, ``concatenation``, the
+  multi-message shuffle with m != n clients) each entry's error is taken as normal with its closed-form
   variance and a union bound over the d entries gives
   ``max_j |bias_j| + sigma_j * z_{beta / (2 d)}``: an approximation, not a
   guarantee, which can fail where an entry's error is a sparse skewed count

@@ -335,6 +335,43 @@ class Collision(CollisionRates, BsvsMechanism):
     p, q = self.p, self.q
     return (a * p * (1 - p) + (n - a) * q * (1 - q)) / (p - q) ** 2
 
+  #: How :meth:`max_error_bound` is obtained (the ``simulate`` CLI prints it).
+  max_error_method = "bernstein-union"
+
+  def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float | None:
+    """Bound on max |error| over all d = s|Y| entries that holds w.p. >= 1 - beta.
+
+    Entry j's error is a sum of n independent centred terms (hit_ij - E hit_ij) / (p - q), one
+    per client (each client's hash seed is its own), each at most M = max(p, 1 - q) / (p - q) in
+    absolute value, with total variance V_j = (a_j p(1-p) + (n - a_j) q(1-q)) / (p - q)^2.
+    Bernstein's inequality at failure beta / d per entry and a union bound give
+
+    .. math::
+
+       \alpha_j = \frac{LM}{3} + \sqrt{\Big(\frac{LM}{3}\Big)^2 + 2 L V_j},\qquad
+       L = \ln\frac{2d}{\beta},
+
+    and the bound is max_j alpha_j: a guarantee for the given counts (Theorem 2 with explicit
+    constants, :func:`jaxdistill.mechanisms.collision_alpha`), where ``simulate`` used a normal
+    approximation before. Without ``counts``, V_j takes its largest value over all counts
+    (a_j = n if p(1-p) >= q(1-q), else 0), which is ``collision_alpha`` with m = d. Returns
+    ``None`` (no bound) when ``num_clients`` is not given.
+    """
+    beta = _validate.open_unit("beta", beta)
+    if num_clients is None:
+      return None
+    p, q = self.p, self.q
+    if counts is None:
+      n = _validate.integer("num_clients", num_clients, minimum=1)
+      hit_var = np.float64(n * max(p * (1 - p), q * (1 - q)))
+    else:
+      a, n = entry_counts(self.shape, counts, num_clients)
+      hit_var = np.max(a * (p * (1 - p)) + (n - a) * (q * (1 - q)))  # alpha_j grows with V_j
+    # In hits (t = alpha (p - q)), as _bounds does: nothing is divided by (p - q)^2.
+    log_term = math.log(2 * self.shape.d) - math.log(beta)
+    h = log_term * max(p, 1 - q) / 3
+    return float((h + math.hypot(h, math.sqrt(2 * log_term * float(hit_var)))) / (p - q))
+
   def accuracy(self, beta: Any, num_clients: int, *, simultaneous: bool = False) -> float:
     """Theorem 2 (Bernstein + union bound): alpha with failure <= beta.
 
