@@ -45,3 +45,17 @@ def test_docstring_examples_print_what_they_show(name):
     if result.failed:
       failures.append("".join(out))
   assert not failures, "\n".join(failures)
+
+
+def test_sources_compile_without_invalid_escapes():
+  # A docstring's LaTeX written with single backslashes ("\sqrt", "\frac") compiles with a warning only, and
+  # "\f" silently becomes a form feed: every source must compile with warnings as errors.
+  import pathlib  # pylint: disable=import-outside-toplevel
+  import warnings  # pylint: disable=import-outside-toplevel
+  root = pathlib.Path(jaxdistill.__file__).parent
+  sources = sorted(root.rglob("*.py"))
+  assert len(sources) > 40
+  for path in sources:
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      compile(path.read_text(), str(path.relative_to(root.parent)), "exec")

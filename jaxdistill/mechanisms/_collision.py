@@ -348,8 +348,8 @@ class Collision(CollisionRates, BsvsMechanism):
 
     .. math::
 
-       \alpha_j = \frac{LM}{3} + \sqrt{\Big(\frac{LM}{3}\Big)^2 + 2 L V_j},\qquad
-       L = \ln\frac{2d}{\beta},
+       \\alpha_j = \\frac{LM}{3} + \\sqrt{\\Big(\\frac{LM}{3}\\Big)^2 + 2 L V_j},\\qquad
+       L = \\ln\\frac{2d}{\\beta},
 
     and the bound is max_j alpha_j: a guarantee for the given counts (Theorem 2 with explicit
     constants, :func:`jaxdistill.mechanisms.collision_alpha`), where ``simulate`` used a normal
