@@ -169,8 +169,11 @@ def check_shape(shape: Any) -> BsvsShape:
 def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> jax.Array:
   """Flattened non-zero positions of one client's A^i: ``int32 [k * r]``, -1 pads.
 
-  Entry (t, y) of A^i maps to ``t * num_labels + y``.
+  Entry (t, y) of A^i maps to ``t * num_labels + y``, computed in int32 whatever the
+  inputs' integer type (int16 wrapped: 299 * 200 + 199 dropped a vote, 16384 * 4 moved
+  one onto entry 0).
   """
+  buckets, labels = jnp.asarray(buckets).astype(jnp.int32), jnp.asarray(labels).astype(jnp.int32)
   ent = buckets[:, None] * num_labels + labels[None, :]
   valid = (buckets[:, None] >= 0) & (labels[None, :] >= 0)
   return jnp.where(valid, ent, -1).reshape(-1).astype(jnp.int32)

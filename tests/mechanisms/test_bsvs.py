@@ -1,10 +1,12 @@
 """BSVS inputs: validation, exact aggregation, sensitivity, synthetic workloads."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxdistill import mechanisms as M
+from jaxdistill import simulation
 
 
 def dense_reference(buckets, labels, s, y):
@@ -230,3 +232,27 @@ def test_synthetic_workload_refuses_more_clients_than_int32_counts_hold():
   # The aggregate is int32 and client i folds in i as a uint32: 2^31 clients wrapped silently before.
   with pytest.raises(ValueError, match="num_clients=2147483648 <= 2147483647"):
     M.synthetic_workload(jax.random.key(0), num_clients=2**31, num_buckets=4, num_labels=3, k=1)
+
+
+@pytest.mark.parametrize("dtype", [jnp.int8, jnp.int16, jnp.uint8, jnp.uint16])
+def test_narrow_integer_inputs_count_like_int32(dtype):
+  # t * |Y| + y was computed in the inputs' dtype: with int16, 299 * 200 + 199 wrapped negative (the vote
+  # vanished) and 16384 * 4 wrapped to 0 (a client added 2 to entry (0, 0)), with no error.
+  info = jnp.iinfo(dtype)
+  shape = M.BsvsShape(400, 200, 2) if info.max > 255 else M.BsvsShape(120, 100, 2)  # s|Y| past the dtype
+  assert shape.num_buckets * shape.num_labels > info.max
+  s, y = shape.num_buckets, shape.num_labels
+  b = np.array([[s - 1, 0], [s // 2, s - 2], [10, 3]])
+  lab = np.array([[y - 1], [0], [5]])
+  wide = M.BsvsInput(jnp.asarray(b, jnp.int32), jnp.asarray(lab, jnp.int32))
+  narrow = M.BsvsInput(jnp.asarray(b, dtype), jnp.asarray(lab, dtype))
+  expected = np.zeros((s, y), np.int64)
+  for row, ys in zip(b, lab):
+    for t in row:
+      expected[t, ys[0]] += 1
+  np.testing.assert_array_equal(np.asarray(M.bsvs_counts(narrow, shape)), expected)
+  np.testing.assert_array_equal(np.asarray(M.bsvs_counts(wide, shape)), expected)
+  mech = M.CentralDiscreteLaplace(shape, 1.0)
+  key = jax.random.key(0)
+  np.testing.assert_array_equal(simulation.simulate(key, mech, narrow).estimate,
+                                simulation.simulate(key, mech, wide).estimate)
