@@ -68,7 +68,7 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
   NaN, booleans and strings are rejected.
   """
   if _is_bool(value):
-    raise ValueError(f"Expected {name} to be an integer, got {value!r}.")
+    raise ValueError(f"Expected {name} to be an integer, got {_shown(value)}.")
   if isinstance(value, numbers.Integral):
     out = int(value)
   elif isinstance(value, numbers.Real) and math.isfinite(_to_float(name, value)) and float(value).is_integer():
@@ -76,7 +76,7 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
   elif isinstance(value, np.ndarray) and value.ndim == 0:
     return integer(name, value.item(), minimum=minimum, maximum=maximum)
   else:
-    raise ValueError(f"Expected {name} to be an integer, got {value!r}.")
+    raise ValueError(f"Expected {name} to be an integer, got {_shown(value)}.")
   if minimum is not None and out < minimum:
     raise ValueError(f"Expected {name}={out} >= {minimum}.")
   if maximum is not None and out > maximum:
@@ -91,7 +91,7 @@ def finite(name: str, value: Any) -> float:
   where a number belongs has a bug worth surfacing.
   """
   if _is_bool(value) or isinstance(value, (str, bytes)):
-    raise ValueError(f"Expected {name} to be a real number, got {value!r}.")
+    raise ValueError(f"Expected {name} to be a real number, got {_shown(value)}.")
   out = _to_float(name, value)
   if not math.isfinite(out):
     raise ValueError(f"Expected {name} to be finite, got {out!r}.")
@@ -128,7 +128,7 @@ def real_array(name: str, value: Any) -> np.ndarray:
     if not all(isinstance(v, numbers.Real) and not _is_bool(v) for v in flat):
       raise ValueError(f"Expected {name} to hold only real numbers; got {_shown(value)}.")
   elif arr.dtype.kind in "USbcmM" or (arr.dtype.kind == "V" and not is_float_like(arr.dtype)):
-    raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype} ({value!r}).")
+    raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype} ({_shown(value)}).")
   try:
     return arr.astype(np.float64)
   except (TypeError, ValueError, OverflowError):
@@ -202,14 +202,14 @@ def boolean(name: str, value: Any) -> bool:
   analysis and must be explicit.
   """
   if not _is_bool(value):
-    raise ValueError(f"Expected {name} to be a bool, got {value!r}.")
+    raise ValueError(f"Expected {name} to be a bool, got {_shown(value)}.")
   return bool(value)
 
 
 def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   """Returns ``value`` if it is one of ``options``, else raises."""
   if not isinstance(value, str) or value not in options:
-    raise ValueError(f"Expected {name} to be one of {', '.join(options)}; got {value!r}.")
+    raise ValueError(f"Expected {name} to be one of {', '.join(options)}; got {_shown(value)}.")
   return value
 
 
@@ -219,7 +219,7 @@ def as_path(name: str, value: Any, kind: str = "folder") -> pathlib.Path:
   ``True``, ``0`` or ``None`` would otherwise become paths named "True", "0" or "None".
   """
   if not isinstance(value, (str, os.PathLike)) or not str(value):
-    raise ValueError(f"Expected {name} to be a {kind} path; got {value!r}.")
+    raise ValueError(f"Expected {name} to be a {kind} path; got {_shown(value)}.")
   return pathlib.Path(value)
 
 
@@ -292,7 +292,7 @@ def prng_key(name: str, value: Any, *, batched: bool = False, threefry: bool = F
   dtype = getattr(value, "dtype", None)
   shape = getattr(value, "shape", None)
   what = f"an array of dtype {dtype} and shape {tuple(shape)}" if dtype is not None and shape is not None else (
-      f"{type(value).__name__} {value!r}"[:80])
+      f"{type(value).__name__} {_shown(value)}")
   hint = f"Expected {name} to be a PRNG key from jax.random.key(seed)"
   if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
     key = value

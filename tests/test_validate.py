@@ -268,3 +268,20 @@ def test_claimed_dir_runs_unlocked_with_a_warning_where_flock_fails(tmp_path, mo
   with pytest.warns(RuntimeWarning, match="cannot be locked"):
     with claimed_dir("out_dir", tmp_path / "nfs") as out:
       assert out.is_dir()
+
+
+def test_real_array_refusing_a_dtype_says_so_in_one_line():
+  # The message embedded the array's repr, several lines for a boolean matrix.
+  with pytest.raises(ValueError, match=r"Expected x to hold real numbers; got dtype bool \(array") as err:
+    v.real_array("x", np.ones((6, 4), bool))
+  assert "\n" not in str(err.value)
+
+
+def test_scalar_checks_refusing_an_array_say_so_in_one_line():
+  # integer, finite, boolean, choice and path checks embedded the array's multi-line repr.
+  arr = np.ones((6, 4))
+  for call in (lambda: v.integer("k", arr), lambda: v.finite("eps", arr), lambda: v.boolean("flag", arr),
+               lambda: v.choice("mode", arr, ("a", "b")), lambda: v.prng_key("key", [[1, 2], [3, 4]])):
+    with pytest.raises(ValueError) as err:
+      call()
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300

@@ -151,6 +151,7 @@ class _Central(BsvsMechanism):
 
   def _union_entries(self, simultaneous: bool) -> int:
     """Entries under the union bound: |Y| per bucket, s|Y| over all buckets."""
+    simultaneous = _validate.boolean("simultaneous", simultaneous)  # "no" selected the union over all s|Y|
     return self.shape.num_labels * (self.shape.num_buckets if simultaneous else 1)
 
   def max_error_bound(self, beta: Any, counts: Any = None, num_clients: Any = None) -> float:
@@ -160,7 +161,8 @@ class _Central(BsvsMechanism):
     (Laplace: b ln(s|Y|/beta); discrete Laplace: the least integer alpha from
     the exact tail). The error depends on neither the counts nor n.
     """
-    del counts, num_clients
+    if num_clients is not None:  # unused, but checked as RR's are: counts='abc' and n = -5 were accepted
+      count_free_clients(self.shape, counts, num_clients)
     return float(self.accuracy(beta, simultaneous=True))
 
 

@@ -151,8 +151,16 @@ class ShuffleMultiMessage(BsvsMechanism):
     try:
       self.tables()  # fail here, not inside a jit trace
     except ValueError as err:
-      raise ValueError(f"Expected more num_clients than {n} for d={self.shape.d} and noise={self.noise}: "
-                       f"one client's noise shares are too large to sample ({err})") from None
+      # Only the events-per-draw limit is a num_clients problem; the cell limit and a p near 1 were reported as
+      # one too, and no number of clients fixes them.
+      if "fewer events per draw" in str(err):
+        raise ValueError(f"Expected more num_clients than {n} for d={self.shape.d} and noise={self.noise}: "
+                         f"one client's noise shares are too large to sample ({err})") from None
+      if "cells=" in str(err):
+        raise ValueError(f"Expected num_buckets * num_labels = d = {self.shape.d} small enough for the "
+                         f"multi-message sampler's tables ({err})") from None
+      raise ValueError(f"Expected noise.p={self.noise.p!r} and noise.p_flood={self.noise.p_flood!r} that the "
+                       f"multi-message sampler's tables can resolve ({err})") from None
     if calibrated and self.privacy().delta > delta:
       # The sampler's TV term (~1e-18) did not fit in the calibration's slack: recalibrate.
       extra = self.privacy().delta - multi_message_delta(self.noise, eps, k=self.shape.k, r=self.shape.r)
@@ -254,8 +262,23 @@ class ShuffleMultiMessage(BsvsMechanism):
 
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     """#(j,+) - #(j,-), float64 ``[s, |Y|]`` (unbiased for any number of clients)."""
-    del key, num_clients  # no server-side randomness
-    counts = np.asarray(stats, dtype=np.int64).reshape(self.shape.d, 2)
+    del key  # no server-side randomness
+    _validate.integer("num_clients", num_clients, minimum=1)  # unused, but 'abc' was accepted
+    d = self.shape.d
+    # Checked as the other mechanisms' statistics are: a transposed [2, d] was reshaped, fractions truncated
+    # and booleans taken as counts, silently.
+    arr = None if isinstance(stats, (str, bytes, bool, np.bool_)) else np.asarray(stats)
+    if arr is None or arr.dtype.kind not in "iu":
+      f = _validate.real_array("stats", stats)
+      bad = ~np.isfinite(f) | (f != np.round(f)) | (f < 0) | (f >= 2.0**62)
+      if bad.any():
+        raise ValueError(f"Expected stats to hold message counts (finite, whole, in [0, 2^62)): found "
+                         f"{float(f[bad].reshape(-1)[0])!r}.")
+      arr = f.astype(np.int64)
+    if arr.shape not in ((d, 2), (2 * d,)):
+      raise ValueError(f"Expected stats of shape [d, 2] = [{d}, 2] (#(j,+), #(j,-); or flat [{2 * d}]); got shape "
+                       f"{list(arr.shape)}.")
+    counts = arr.astype(np.int64).reshape(d, 2)
     if np.any(counts < 0):
       # Message counts are int32 sums: an entry with more than 2^31 - 1 messages (n near 2^31 with the
       # flooding on top) wraps around to a negative count, and the difference would be off by 2^32.
@@ -282,10 +305,10 @@ class ShuffleMultiMessage(BsvsMechanism):
     normal with the same variance, so a normal approximation would be too
     small. Returns ``None`` (no exact bound) when m != n.
     """
-    del counts
-    if num_clients is not None and _validate.integer("num_clients", num_clients,
-                                                     minimum=1) != self.num_clients:
-      return None
+    if num_clients is not None:
+      m = count_free_clients(self.shape, counts, num_clients)  # counts unused, but checked as RR's are
+      if m != self.num_clients:
+        return None
     return float(_bounds.discrete_laplace_alpha(-math.log(self.noise.p), beta,
                                                 num_entries=self.shape.d))
 

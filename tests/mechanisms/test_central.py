@@ -374,3 +374,19 @@ def test_estimate_refuses_stats_no_counts_could_give(cls):
   for same in (np.arange(12.0), list(range(12)), np.arange(12, dtype=np.int32).reshape(4, 3),
                jnp.arange(12, dtype=jnp.int32)):
     np.testing.assert_array_equal(mech.estimate(key, same, 5), ref)
+
+
+@pytest.mark.parametrize("cls", [M.CentralLaplace, M.CentralDiscreteLaplace])
+def test_simultaneous_and_max_error_arguments_are_checked(cls):
+  # accuracy used `simultaneous` as a truthy value ("no" chose the union over all s|Y| entries), and
+  # max_error_bound accepted counts='abc' with num_clients=-5.
+  mech = cls(M.BsvsShape(4, 3, 1), 1.0)
+  for bad in ("no", 0.0, None):
+    with pytest.raises(ValueError, match="Expected simultaneous to be a bool"):
+      mech.accuracy(0.05, simultaneous=bad)
+  assert mech.accuracy(0.05, simultaneous=True) > mech.accuracy(0.05, simultaneous=False)
+  with pytest.raises(ValueError, match=r"Expected num_clients=-5 >= 1"):
+    mech.max_error_bound(0.05, None, -5)
+  with pytest.raises(ValueError, match="Expected counts"):
+    mech.max_error_bound(0.05, "abc", 100)
+  assert mech.max_error_bound(0.05, np.zeros((4, 3)), 100) == mech.accuracy(0.05, simultaneous=True)

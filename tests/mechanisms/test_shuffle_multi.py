@@ -743,3 +743,38 @@ def test_a_user_noise_below_the_sampler_range_is_named_not_blamed_on_num_clients
     with pytest.raises(ValueError, match=rf"noise\.{field}=1e-30 >= 1e-20") as err:
       M.ShuffleMultiMessage(shape, 2.0, 0.99, 100, noise=noise)
     assert "num_clients" not in str(err.value)
+
+
+def test_a_noise_near_1_is_named_not_blamed_on_num_clients():
+  # p or p_flood so close to 1 that the Logarithmic table cannot be built was reported as "Expected more
+  # num_clients than ..." at any n, n = 10^12 included: no number of clients fixes it.
+  shape = M.BsvsShape(2, 2, 1)
+  for noise in (accounting.MultiMessageNoise(1 - 1e-7, TINY.rho, TINY.p_flood),
+                accounting.MultiMessageNoise(TINY.p, TINY.rho, 1 - 1e-7)):
+    for n in (1000, 10**12):
+      with pytest.raises(ValueError, match=r"Expected noise\.p=.* and noise\.p_flood=.* that the multi-message "
+                                           r"sampler's tables can resolve \(.*further from 1") as err:
+        M.ShuffleMultiMessage(shape, 2.0, 0.99, n, noise=noise)
+      assert "num_clients" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_estimate_checks_its_statistics():
+  # The analyzer reshaped whatever it got: a transposed [2, d] gave wrong numbers, fractions were truncated,
+  # booleans counted, and num_clients='abc' passed; a NaN was blamed on an int32 overflow.
+  mech = M.ShuffleMultiMessage(M.BsvsShape(2, 2, 1), 1.0, 1e-6, 1000)
+  stats = np.array([[10, 3], [20, 4], [30, 5], [40, 6]])
+  np.testing.assert_array_equal(mech.estimate(None, stats, 1000), [[7.0, 16.0], [25.0, 34.0]])
+  np.testing.assert_array_equal(mech.estimate(None, stats.reshape(-1).astype(np.float64), 1000),
+                                [[7.0, 16.0], [25.0, 34.0]])  # flat and whole floats pass
+  for bad, needle in ((stats.T.copy(), r"Expected stats of shape \[d, 2\] = \[4, 2\] .*got shape \[2, 4\]"),
+                      (stats + 0.5, r"Expected stats to hold message counts .*found 10\.5"),
+                      (stats.astype(bool), "Expected stats to hold real numbers"),
+                      (np.where(stats == 10, np.nan, stats), r"message counts .*found nan"),
+                      (np.zeros(10), r"got shape \[10\]")):
+    with pytest.raises(ValueError, match=needle) as err:
+      mech.estimate(None, bad, 1000)
+    assert "\n" not in str(err.value)
+  with pytest.raises(ValueError, match="Expected num_clients to be an integer, got 'abc'"):
+    mech.estimate(None, stats, "abc")
+  with pytest.raises(ValueError, match=r"Expected counts"):
+    mech.max_error_bound(0.05, "abc", 1000)
