@@ -385,6 +385,39 @@ def test_one_call_traces_the_model_once_for_all_its_batches(mnist):
   np.testing.assert_array_equal(whole, x.reshape(7, -1)[:, :4])
 
 
+def test_pca_over_a_model_embedding_reads_the_weights_at_each_call(mnist):
+  # Pca's features went through the shared jit, where its base's model_fn is a static field: the first trace's
+  # weights (constants in it) served every later call, so a Pca fitted after training in place was off its
+  # own definition.
+  x = mnist.images[:50]
+  m = _Linear(jnp.ones((784, 8), jnp.float32))
+  R.fit_pca(x, 3, base=R.embed_with(m.features))(x)  # the first trace, with the old weights
+  m.w = jnp.asarray(np.random.default_rng(1).normal(size=(784, 8)), jnp.float32)  # trained further in place
+  emb = R.embed_with(m.features)
+  pca = R.fit_pca(x, 3, base=emb)
+  expected = (x.reshape(50, -1) @ np.asarray(m.w) - np.asarray(pca.mean)) @ np.asarray(pca.components)
+  np.testing.assert_allclose(pca(x), expected, rtol=1e-4, atol=1e-3 * np.abs(expected).max())
+  np.testing.assert_allclose(pca(x).var(0, ddof=1), pca.explained_variance, rtol=1e-3)
+  traces = []
+
+  def model_fn(z):
+    traces.append(z.shape)
+    return z.reshape(z.shape[0], -1)[:, 400:404] @ np.asarray(m.w)[:4, :4]
+
+  nested = R.fit_pca(x, 2, base=R.fit_pca(x, 3, base=R.embed_with(model_fn)))
+  traces.clear()
+  assert nested(x, batch_size=16).shape == (50, 2) and traces == [(16, 28, 28, 1)]  # one trace per call
+
+
+def test_pca_over_a_host_model_embedding_is_not_traced(mnist):
+  # A jit=False base (a NumPy model) was traced anyway inside Pca's shared jit: TracerArrayConversionError.
+  x = mnist.images[:50]
+  emb = R.embed_with(lambda b: np.asarray(b).reshape(len(b), -1)[:, 400:410] * 2.0, jit=False)
+  pca = R.fit_pca(x, 3, base=emb)
+  expected = (x.reshape(50, -1)[:, 400:410] * 2.0 - np.asarray(pca.mean)) @ np.asarray(pca.components)
+  np.testing.assert_allclose(pca(x), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_fit_representation_by_name(mnist):
   x = mnist.images[:200]
   key = jax.random.key(0)
