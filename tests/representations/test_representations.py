@@ -196,6 +196,27 @@ def test_configs_keep_whole_float_sizes_as_ints(mnist):
     np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
 
 
+@pytest.mark.filterwarnings("ignore:query_features sit far")  # a one-step encoder's features: not the point here
+def test_configs_keep_validated_floats(mnist):
+  # Float fields were checked but the caller's objects kept: a jnp.float32 temperature or learning rate made the
+  # config unhashable, a static jit argument, and fit_scan failed with JAX's multi-line message only after its
+  # whole contrastive stage.
+  x = mnist.images[:16]
+  floats = dict(learning_rate=jnp.float32(0.5), weight_decay=np.float32(1e-4), temperature=jnp.array(0.25),
+                neighbour_fraction=np.float64(0.5), noise=jnp.float32(0.03))
+  con = R.ContrastiveConfig(width=2, feature_dim=4, projection_dim=2, steps=1, batch_size=4, flip=np.bool_(True),
+                            **floats)
+  assert all(type(getattr(con, name)) is float for name in floats) and type(con.flip) is bool
+  assert con == R.ContrastiveConfig(width=2, feature_dim=4, projection_dim=2, steps=1, batch_size=4,
+                                    **{name: float(v) for name, v in floats.items()})
+  scan_floats = dict(learning_rate=jnp.float32(1e-3), weight_decay=jnp.float32(0.0), entropy_weight=np.float32(5))
+  sc = R.ScanConfig(num_clusters=2, steps=1, batch_size=4, num_neighbours=2, num_heads=1, contrastive=con,
+                    **scan_floats)
+  assert all(type(getattr(sc, name)) is float for name in scan_floats)
+  hash(sc)  # a static jit argument
+  assert R.fit_scan(jax.random.key(0), x, sc)(x).shape == (16, 2)
+
+
 SMALL_CONTRASTIVE = R.ContrastiveConfig(width=8, feature_dim=64, projection_dim=32, steps=120, batch_size=64)
 
 
