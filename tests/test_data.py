@@ -80,6 +80,42 @@ def test_damaged_idx_files_are_one_line_errors(tmp_path, damage, match):
   assert "train-images-idx3-ubyte.gz" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_an_idx_header_whose_size_overflows_int64_is_named(tmp_path):
+  # np.prod of (2^31, 2^31, 4) wrapped to 0 in int64: an empty body passed the size check, and reshape failed
+  # with NumPy's message, which names no file.
+  (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03" + struct.pack(">III", 2**31, 2**31, 4))
+  write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.zeros(0))
+  with pytest.raises(ValueError, match=r"train-images-idx3-ubyte: header says \(2147483648, 2147483648, 4\) but "
+                                       r"holds 0 bytes\.$"):
+    data.load_idx_dir(tmp_path, "train")
+
+
+def test_idx_splits_must_hold_images_of_one_shape(tmp_path):
+  # A 28x28 train split loaded with a 32x32 test split, a 0x0 one, and an empty train split: all loaded.
+  def write(train, test):
+    for part, imgs in (("train", train), ("t10k", test)):
+      write_idx(tmp_path / f"{part}-images-idx3-ubyte.gz", imgs)
+      write_idx(tmp_path / f"{part}-labels-idx1-ubyte.gz", np.arange(len(imgs)) % 10)
+
+  write(np.zeros((20, 28, 28)), np.zeros((10, 32, 32)))
+  for name in ("idx", "mnist", "fashion-mnist"):
+    with pytest.raises(ValueError, match=r"the train split's images are \(28, 28, 1\) \(H, W, C\) but the test "
+                                         r"split's are \(32, 32, 1\); both splits must come from one data set\.$"):
+      data.load_dataset(name, tmp_path)
+  write(np.zeros((5, 0, 0)), np.zeros((5, 0, 0)))
+  with pytest.raises(ValueError, match=r"train-images-idx3-ubyte\.gz: expected train images of at least 1x1 "
+                                       r"pixels; got 0x0\.$"):
+    data.load_dataset("idx", tmp_path)
+  for train, test, split in ((np.zeros((0, 28, 28)), np.zeros((10, 28, 28)), "train"),
+                             (np.zeros((10, 28, 28)), np.zeros((0, 28, 28)), "test")):
+    write(train, test)
+    for name in ("idx", "mnist", "fashion-mnist"):
+      with pytest.raises(ValueError, match=rf"images-idx3-ubyte\.gz: the {split} split holds no images\.$"):
+        data.load_dataset(name, tmp_path)
+  with pytest.raises(ValueError, match=r"H, W, C >= 1; got \(2, 3, 0, 1\)"):
+    data.ImageData(np.zeros((2, 3, 0, 1), np.float32), np.zeros(2, np.int32), 1)
+
+
 def test_a_gzip_file_without_the_gz_suffix_is_named_as_such(tmp_path):
   # It was "not an unsigned-byte IDX file", although its content is one, compressed.
   write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((2, 28, 28)))
