@@ -351,6 +351,45 @@ def test_paper_splits_refuse_what_is_not_image_data_or_does_not_match():
       data.paper_splits(*args, seed=0, public_size=100, eval_size=100)
 
 
+def test_paper_splits_leave_training_images_out_of_d_pub_and_d_eval():
+  # A test split sharing images with train gave D_pub and D_eval D_priv records (a third of each here), and
+  # train passed as test too gave D_pub = D_priv records only.
+  d = data.load_embedded_mnist()
+  train, test = d.take(np.arange(3000)), d.take(np.arange(2000, 5000))  # 1,000 test images are training images
+  sp = data.paper_splits(train, test, seed=0, public_size=1000, eval_size=1000)
+  priv = {x.tobytes() for x in sp.private.images}
+  assert not priv & {x.tobytes() for x in sp.public.images} and not priv & {x.tobytes() for x in sp.evaluation.images}
+  assert (len(sp.public), len(sp.evaluation)) == (1000, 1000)
+  with pytest.raises(ValueError, match=r"^Expected test to hold public_size \+ eval_size = 2001 images outside train; "
+                                       r"1000 of its 3000 images are also training images .*, leaving 2000\.$"):
+    data.paper_splits(train, test, seed=0, public_size=1000, eval_size=1001)
+  with pytest.raises(ValueError, match=r"3000 of its 3000 images are also training images"):
+    data.paper_splits(train, train, seed=0, public_size=10, eval_size=10)
+  # No shared image: exactly the earlier draw (D_pub and D_eval from one permutation of the test indices).
+  train, test = d.take(np.arange(3000)), d.take(np.arange(3000, 5000))
+  sp = data.paper_splits(train, test, seed=4, public_size=300, eval_size=200, private_size=1000)
+  rng = np.random.default_rng(4)
+  perm = rng.permutation(len(test))
+  np.testing.assert_array_equal(sp.public.images, test.images[perm[:300]])
+  np.testing.assert_array_equal(sp.evaluation.images, test.images[perm[300:500]])
+  np.testing.assert_array_equal(sp.private.images, train.images[np.sort(rng.permutation(3000)[:1000])])
+
+
+def test_shared_images_matches_bytes_exactly(monkeypatch):
+  from jaxdistill.data import _overlap  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  x = rng.random((50, 4, 4, 1), dtype=np.float32)
+  y = np.concatenate([rng.random((5, 4, 4, 1), dtype=np.float32), x[[7, 3, 3]]])
+  want = np.isin(np.arange(50), [3, 7])
+  np.testing.assert_array_equal(_overlap.shared_images(x, y), want)
+  np.testing.assert_array_equal(_overlap.shared_images(y, x), [False] * 5 + [True] * 3)
+  assert not _overlap.shared_images(x, -x).any() and not _overlap.shared_images(x, x[:, :2]).any()
+  # Every row's hash colliding: the byte comparison alone decides.
+  monkeypatch.setattr(_overlap, "_keys", lambda words: np.zeros(len(words), np.uint64))
+  np.testing.assert_array_equal(_overlap.shared_images(x, y), want)
+  np.testing.assert_array_equal(_overlap.shared_images(x[::-1], y), want[::-1])
+
+
 def test_partition_rejects_bad_labels():
   with pytest.raises(ValueError, match="labels"):
     data.partition_clients(np.zeros((4, 2), np.int64), 2, seed=0)
