@@ -80,6 +80,42 @@ def test_damaged_idx_files_are_one_line_errors(tmp_path, damage, match):
   assert "train-images-idx3-ubyte.gz" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_an_idx_header_whose_size_overflows_int64_is_named(tmp_path):
+  # np.prod of (2^31, 2^31, 4) wrapped to 0 in int64: an empty body passed the size check, and reshape failed
+  # with NumPy's message, which names no file.
+  (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03" + struct.pack(">III", 2**31, 2**31, 4))
+  write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.zeros(0))
+  with pytest.raises(ValueError, match=r"train-images-idx3-ubyte: header says \(2147483648, 2147483648, 4\) but "
+                                       r"holds 0 bytes\.$"):
+    data.load_idx_dir(tmp_path, "train")
+
+
+def test_idx_splits_must_hold_images_of_one_shape(tmp_path):
+  # A 28x28 train split loaded with a 32x32 test split, a 0x0 one, and an empty train split: all loaded.
+  def write(train, test):
+    for part, imgs in (("train", train), ("t10k", test)):
+      write_idx(tmp_path / f"{part}-images-idx3-ubyte.gz", imgs)
+      write_idx(tmp_path / f"{part}-labels-idx1-ubyte.gz", np.arange(len(imgs)) % 10)
+
+  write(np.zeros((20, 28, 28)), np.zeros((10, 32, 32)))
+  for name in ("idx", "mnist", "fashion-mnist"):
+    with pytest.raises(ValueError, match=r"the train split's images are \(28, 28, 1\) \(H, W, C\) but the test "
+                                         r"split's are \(32, 32, 1\); both splits must come from one data set\.$"):
+      data.load_dataset(name, tmp_path)
+  write(np.zeros((5, 0, 0)), np.zeros((5, 0, 0)))
+  with pytest.raises(ValueError, match=r"train-images-idx3-ubyte\.gz: expected train images of at least 1x1 "
+                                       r"pixels; got 0x0\.$"):
+    data.load_dataset("idx", tmp_path)
+  for train, test, split in ((np.zeros((0, 28, 28)), np.zeros((10, 28, 28)), "train"),
+                             (np.zeros((10, 28, 28)), np.zeros((0, 28, 28)), "test")):
+    write(train, test)
+    for name in ("idx", "mnist", "fashion-mnist"):
+      with pytest.raises(ValueError, match=rf"images-idx3-ubyte\.gz: the {split} split holds no images\.$"):
+        data.load_dataset(name, tmp_path)
+  with pytest.raises(ValueError, match=r"H, W, C >= 1; got \(2, 3, 0, 1\)"):
+    data.ImageData(np.zeros((2, 3, 0, 1), np.float32), np.zeros(2, np.int32), 1)
+
+
 def test_a_gzip_file_without_the_gz_suffix_is_named_as_such(tmp_path):
   # It was "not an unsigned-byte IDX file", although its content is one, compressed.
   write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((2, 28, 28)))
@@ -313,6 +349,45 @@ def test_paper_splits_refuse_what_is_not_image_data_or_does_not_match():
     # Before: a bare array was split along its flattened pixels, and the others were combined silently.
     with pytest.raises(ValueError, match=match):
       data.paper_splits(*args, seed=0, public_size=100, eval_size=100)
+
+
+def test_paper_splits_leave_training_images_out_of_d_pub_and_d_eval():
+  # A test split sharing images with train gave D_pub and D_eval D_priv records (a third of each here), and
+  # train passed as test too gave D_pub = D_priv records only.
+  d = data.load_embedded_mnist()
+  train, test = d.take(np.arange(3000)), d.take(np.arange(2000, 5000))  # 1,000 test images are training images
+  sp = data.paper_splits(train, test, seed=0, public_size=1000, eval_size=1000)
+  priv = {x.tobytes() for x in sp.private.images}
+  assert not priv & {x.tobytes() for x in sp.public.images} and not priv & {x.tobytes() for x in sp.evaluation.images}
+  assert (len(sp.public), len(sp.evaluation)) == (1000, 1000)
+  with pytest.raises(ValueError, match=r"^Expected test to hold public_size \+ eval_size = 2001 images outside train; "
+                                       r"1000 of its 3000 images are also training images .*, leaving 2000\.$"):
+    data.paper_splits(train, test, seed=0, public_size=1000, eval_size=1001)
+  with pytest.raises(ValueError, match=r"3000 of its 3000 images are also training images"):
+    data.paper_splits(train, train, seed=0, public_size=10, eval_size=10)
+  # No shared image: exactly the earlier draw (D_pub and D_eval from one permutation of the test indices).
+  train, test = d.take(np.arange(3000)), d.take(np.arange(3000, 5000))
+  sp = data.paper_splits(train, test, seed=4, public_size=300, eval_size=200, private_size=1000)
+  rng = np.random.default_rng(4)
+  perm = rng.permutation(len(test))
+  np.testing.assert_array_equal(sp.public.images, test.images[perm[:300]])
+  np.testing.assert_array_equal(sp.evaluation.images, test.images[perm[300:500]])
+  np.testing.assert_array_equal(sp.private.images, train.images[np.sort(rng.permutation(3000)[:1000])])
+
+
+def test_shared_images_matches_bytes_exactly(monkeypatch):
+  from jaxdistill.data import _overlap  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  x = rng.random((50, 4, 4, 1), dtype=np.float32)
+  y = np.concatenate([rng.random((5, 4, 4, 1), dtype=np.float32), x[[7, 3, 3]]])
+  want = np.isin(np.arange(50), [3, 7])
+  np.testing.assert_array_equal(_overlap.shared_images(x, y), want)
+  np.testing.assert_array_equal(_overlap.shared_images(y, x), [False] * 5 + [True] * 3)
+  assert not _overlap.shared_images(x, -x).any() and not _overlap.shared_images(x, x[:, :2]).any()
+  # Every row's hash colliding: the byte comparison alone decides.
+  monkeypatch.setattr(_overlap, "_keys", lambda words: np.zeros(len(words), np.uint64))
+  np.testing.assert_array_equal(_overlap.shared_images(x, y), want)
+  np.testing.assert_array_equal(_overlap.shared_images(x[::-1], y), want[::-1])
 
 
 def test_partition_rejects_bad_labels():

@@ -111,9 +111,10 @@ class PrivacyStatement:
   def __post_init__(self):
     # epsilon >= 0 (inf: no finite epsilon), delta a probability in [0, 1]; the relation may be given
     # as its string value and is stored as a Relation (``to_dict`` reads ``relation.value``).
+    # The checked Python floats are kept (a NumPy or JAX scalar passed the check and stayed as given).
     object.__setattr__(self, "relation", Relation.parse(self.relation))
-    _validate.nonnegative("epsilon", self.epsilon, allow_inf=True)
-    _validate.probability("delta", self.delta)
+    object.__setattr__(self, "epsilon", _validate.nonnegative("epsilon", self.epsilon, allow_inf=True))
+    object.__setattr__(self, "delta", _validate.probability("delta", self.delta))
 
   def to_dict(self) -> dict[str, Any]:
     return {

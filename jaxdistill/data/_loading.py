@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import math
 import os
 import pathlib
 import struct
@@ -86,6 +87,8 @@ class ImageData:
           raise ValueError(f"Expected {field} to be an array; got {_validate.first_line(err)}") from None
     if self.images.ndim != 4:
       raise ValueError(f"Expected images of shape [N, H, W, C]; got {self.images.shape}.")
+    if min(self.images.shape[1:]) < 1:  # 0x0 images passed every check and reached the models
+      raise ValueError(f"Expected images of shape [N, H, W, C] with H, W, C >= 1; got {self.images.shape}.")
     # The documented scale, checked here rather than by each consumer: byte pixels (0..255) or NaN used to
     # pass, and FedMD trained on them.
     if self.images.dtype.kind != "f":
@@ -164,7 +167,8 @@ def _read_idx(path: pathlib.Path) -> np.ndarray:
     raise ValueError(f"{path}: the header of a {ndim}-dimensional IDX file is cut short.")
   shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
   body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-  if body.size != int(np.prod(shape)):
+  # Python ints: np.prod overflowed int64 on a corrupt header (2^31 x 2^31 x 4 gave 0) and passed this check.
+  if body.size != math.prod(shape):
     raise ValueError(f"{path}: header says {shape} but holds {body.size} bytes.")
   return body.reshape(shape)
 
@@ -190,6 +194,7 @@ def _same_classes(train: ImageData, test: ImageData, dataset: str = "idx",
   classes must not add empty ones (one byte 200 would give Fashion-MNIST 201 classes and the student a
   201-way head), so it is refused.
   """
+  _same_shape(train, test, str(directory))
   c = _KNOWN_CLASSES.get(dataset)
   if c is None:
     c = max(train.num_classes, test.num_classes)
@@ -200,6 +205,13 @@ def _same_classes(train: ImageData, test: ImageData, dataset: str = "idx",
                        f"(largest {int(part.labels.max())}); the label file is corrupt or belongs to another data "
                        "set (load other IDX data as dataset 'idx').")
   return dataclasses.replace(train, num_classes=c), dataclasses.replace(test, num_classes=c)
+
+
+def _same_shape(train: ImageData, test: ImageData, where: str) -> None:
+  """Refuses splits of different image shapes (28x28 train with 32x32 test loaded, to fail later elsewhere)."""
+  if train.images.shape[1:] != test.images.shape[1:]:
+    raise ValueError(f"{where}: the train split's images are {train.images.shape[1:]} (H, W, C) but the test "
+                     f"split's are {test.images.shape[1:]}; both splits must come from one data set.")
 
 
 def _find(directory: pathlib.Path, stems: tuple[str, ...]) -> pathlib.Path:
@@ -231,12 +243,19 @@ def load_idx_dir(directory: Any, split: str = "train", *, prefix: str = "", tran
     raise ValueError(f"Expected prefix to be a file name prefix (a string without '/'); got {prefix!r}.")
   transpose = _validate.boolean("transpose", transpose)
   parts = ("train",) if split == "train" else ("t10k", "test")
-  images = _read_idx(_find(d, tuple(f"{prefix}{p}-images-idx3-ubyte" for p in parts)))
+  images_path = _find(d, tuple(f"{prefix}{p}-images-idx3-ubyte" for p in parts))
+  images = _read_idx(images_path)
   labels = _read_idx(_find(d, tuple(f"{prefix}{p}-labels-idx1-ubyte" for p in parts))).astype(np.int32)
   if images.ndim != 3:
     raise ValueError(f"{d}: expected {split} images of shape [N, H, W] (an IDX3 file); got {images.shape}.")
   if labels.ndim != 1 or images.shape[0] != labels.shape[0]:
     raise ValueError(f"{d}: {split} images {images.shape} and labels {labels.shape} do not match.")
+  # An empty split or 0-pixel images used to load, to fail (or train on nothing) far from the file.
+  if images.shape[0] == 0:
+    raise ValueError(f"{images_path}: the {split} split holds no images.")
+  if 0 in images.shape[1:]:
+    raise ValueError(f"{images_path}: expected {split} images of at least 1x1 pixels; got {images.shape[1]}x"
+                     f"{images.shape[2]}.")
   if transpose:
     images = np.ascontiguousarray(images.transpose(0, 2, 1))  # [N, W, H] as stored -> upright [N, H, W]
   name = f"idx:{d.name}" if not prefix else f"idx:{d.name}/{prefix.rstrip('-_')}"
@@ -378,5 +397,7 @@ def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData 
                          load_idx_dir(d, "test", prefix=name + "-", transpose=True), name, d)
   if name.startswith("tfds:"):
     tf_name = name.split(":", 1)[1]
-    return load_tfds(tf_name, "train", data_dir=data_dir), load_tfds(tf_name, "test", data_dir=data_dir)
+    train, test = load_tfds(tf_name, "train", data_dir=data_dir), load_tfds(tf_name, "test", data_dir=data_dir)
+    _same_shape(train, test, name)
+    return train, test
   raise ValueError(f"Expected dataset to be one of {', '.join(DATASETS)}; got {name!r}.")

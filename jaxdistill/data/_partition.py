@@ -9,6 +9,7 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill.data._loading import ImageData
+from jaxdistill.data._overlap import shared_images
 
 __all__ = ["LabelingSplits", "paper_splits", "partition_clients"]
 
@@ -32,14 +33,17 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
 
   With a test split (MNIST / Fashion-MNIST): D_priv = the training images
   (optionally subsampled to ``private_size``), D_pub = ``public_size`` test
-  images, evaluation = ``eval_size`` other test images. Without one (the
-  embedded 5,000 digits), all three are disjoint random parts of ``train``.
+  images, evaluation = ``eval_size`` other test images. Test images that
+  are also training images (equal pixels) are left out of D_pub and D_eval
+  first: a public copy of a private record is released whole. Without a test
+  split (the embedded 5,000 digits), all three are disjoint random parts of
+  ``train``.
 
   Raises:
     ValueError: ``train`` or ``test`` not an :class:`ImageData` (a bare
       array's ``take`` flattened it), an empty ``train``, a ``test`` whose
       image shape or number of classes differs from ``train``'s, or sizes
-      that do not fit the data.
+      that do not fit the data (for ``test``: its images outside ``train``).
   """
   for name, value in (("train", train), ("test", test)):
     if not (isinstance(value, ImageData) or (name == "test" and value is None)):
@@ -60,7 +64,14 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
     if public_size + eval_size > len(test):
       raise ValueError(f"Expected public_size + eval_size = {public_size + eval_size} <= {len(test)} "
                        "test images.")
-    perm = rng.permutation(len(test))
+    # D_pub and D_eval held any test image that is also a training image (a D_priv record, released whole in
+    # D_pub). Without such images the pool is every index, so the draw is the same as before.
+    pool = np.flatnonzero(~shared_images(test.images, train.images))
+    if public_size + eval_size > pool.size:
+      raise ValueError(f"Expected test to hold public_size + eval_size = {public_size + eval_size} images outside "
+                       f"train; {len(test) - pool.size} of its {len(test)} images are also training images (they "
+                       f"would put D_priv records in D_pub or D_eval), leaving {pool.size}.")
+    perm = pool[rng.permutation(pool.size)]
     public, evaluation = test.take(perm[:public_size]), test.take(perm[public_size:public_size + eval_size])
     priv_idx = rng.permutation(len(train))
     if private_size is not None:

@@ -19,7 +19,6 @@ Partitions of the private pool (``jaxdistill.data.partition_clients``):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,6 +26,7 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill import data as jdata
 from jaxdistill.data import ImageData
+from jaxdistill.data._overlap import shared_images
 
 __all__ = ["FedMDData", "load_fedmd_data", "make_fedmd_data", "PARTITIONS"]
 
@@ -86,21 +86,15 @@ def _select_classes(d: ImageData, classes: Sequence[int], per_class: int | None,
   return ImageData(d.images[idx], remap[d.labels[idx]], num_classes, d.name)
 
 
-def _row_hashes(images: np.ndarray) -> set[bytes]:
-  """A 16-byte digest of each image's float32 bytes."""
-  x = np.ascontiguousarray(images, dtype=np.float32).reshape(len(images), -1)
-  return {hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in x}
-
-
 def _check_disjoint(public: ImageData, pool: ImageData) -> None:
   """Refuses a public set that holds any of the parties' private records (e.g. both from one split).
 
   The privacy statements treat the public set as fixed while a party's record is added or removed; a
   public copy of that record is released whole, so the statement would be false for it.
   """
-  shared = _row_hashes(public.images) & _row_hashes(pool.images)
+  shared = int(shared_images(pool.images, public.images).sum())
   if shared:
-    raise ValueError(f"Expected a public set disjoint from the parties' private records; {len(shared)} private "
+    raise ValueError(f"Expected a public set disjoint from the parties' private records; {shared} private "
                      f"images (from {pool.name}) are also in the public set (from {public.name}), which is released "
                      "whole, so no privacy statement would hold for them. Use another public data set or split "
                      "(CLI: --public-dataset).")

@@ -57,6 +57,7 @@ from jaxdistill import _validate
 from jaxdistill._files import claimed_dir, keep_earlier_report
 from jaxdistill._keys import secret_key, seed_key
 from jaxdistill import data as data_lib
+from jaxdistill.data._overlap import shared_images
 from jaxdistill import mechanisms as mech_lib
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
 from jaxdistill.labeling import _components as components
@@ -105,7 +106,8 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
   Raises:
     ValueError: naming the problem (a part that is not an ImageData, wrong
       image shapes, fewer than 2 classes, mismatched classes, labels outside
-      the classes, non-finite pixels or pixels outside [0, 1], empty splits).
+      the classes, non-finite pixels or pixels outside [0, 1], empty splits,
+      public or evaluation images that are also private images).
   """
   if not isinstance(splits, data_lib.LabelingSplits):
     raise ValueError(f"Expected splits to be a jaxdistill.data.LabelingSplits; got {type(splits).__name__}.")
@@ -138,6 +140,13 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
     if low < 0.0 or high > 1.0:  # the augmentations clip to [0, 1]; mixed scales would compare apples to pears
       raise ValueError(f"Expected {name} pixels in [0, 1] (ImageData's scale; divide bytes by 255); found "
                        f"range [{low:g}, {high:g}].")
+  # Caller-supplied splits were not checked for D_priv records in D_pub (released whole) or D_eval.
+  shared = shared_images(np.concatenate([splits.public.images, splits.evaluation.images]), splits.private.images)
+  in_pub, in_eval = int(shared[:len(splits.public)].sum()), int(shared[len(splits.public):].sum())
+  if in_pub or in_eval:
+    raise ValueError(f"Expected splits whose public and evaluation images are not private records; {in_pub} public "
+                     f"and {in_eval} evaluation images are also in the private split (D_pub is released whole, so no "
+                     "privacy statement would hold for those records).")
   return int(classes)
 
 

@@ -382,7 +382,8 @@ def _check_fit(images: Any, targets: Any, loss: str, batch_size: Any, epochs: An
       raise ValueError(f"Expected soft targets [n, C] for loss={loss!r}; got integer labels.")
     if not np.issubdtype(targets.dtype, np.integer):
       raise ValueError(f"Expected integer labels; got dtype {targets.dtype}.")
-    targets = targets.astype(np.int32)
+    # Kept in their own dtype: _check_values range-checks them before the cast to int32 (cast first, label
+    # 2**32 + 1 trained as 1).
   else:
     targets = targets.astype(np.float32)
   if images.shape[lead] < 1:
@@ -412,10 +413,12 @@ def _output_classes(clf: Classifier, state: TrainState, image_shape: tuple[int, 
 
 
 def _check_values(clf: Classifier, state: TrainState, images: np.ndarray, targets: np.ndarray, loss: str,
-                  lead: int, stacked: bool, valid: np.ndarray | None) -> None:
+                  lead: int, stacked: bool, valid: np.ndarray | None) -> np.ndarray:
   """Data the model can train on: an image shape it accepts, finite pixels, targets for its classes.
 
   ``valid`` masks the rows that train (``images.shape[:lead + 1]``; None: all), so padding is not checked.
+  Returns the targets as trained: labels as int32 (range-checked first, in their own dtype), soft targets as
+  given (float32).
   """
   classes = _output_classes(clf, state, tuple(images.shape[lead + 1:]), stacked)
   masked = valid is not None and not valid.all()
@@ -427,7 +430,7 @@ def _check_values(clf: Classifier, state: TrainState, images: np.ndarray, target
     if y.size and (y.min() < 0 or y.max() >= classes):
       raise ValueError(f"Expected labels in [0, {classes}) (the model's classes); found values in "
                        f"[{y.min()}, {y.max()}].")
-    return
+    return targets.astype(np.int32)
   if targets.shape[-1] != classes:
     raise ValueError(f"Expected soft targets with {classes} columns (the model's classes); got shape "
                      f"{targets.shape}.")
@@ -441,6 +444,7 @@ def _check_values(clf: Classifier, state: TrainState, images: np.ndarray, target
     raise ValueError("Expected soft targets for loss='cross_entropy' to be probability rows (nonnegative, "
                      f"summing to 1); found entries down to {y.min():.3g} and row sums in "
                      f"[{y.sum(-1).min():.4g}, {y.sum(-1).max():.4g}].")
+  return targets
 
 
 def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets: Any, *,
@@ -477,7 +481,7 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs, 0)
   n = images.shape[0]
   size = n if size is None else _validate.integer("size", size, minimum=1, maximum=n)
-  _check_values(clf, state, images, targets, loss, 0, False, np.arange(n) < size)
+  targets = _check_values(clf, state, images, targets, loss, 0, False, np.arange(n) < size)
   if epochs == 0:
     return state
   _check_start(state, stacked=False)
@@ -549,8 +553,8 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
   if keys.shape[0] != m:
     raise ValueError(f"Expected {m} keys; got {keys.shape[0]}.")
   record = np.arange(n)
-  _check_values(clf, states, images, targets, loss, 0 if shared else 1, True,
-                record < sizes.max() if shared else record[None, :] < sizes[:, None])
+  targets = _check_values(clf, states, images, targets, loss, 0 if shared else 1, True,
+                          record < sizes.max() if shared else record[None, :] < sizes[:, None])
   if epochs == 0:
     return states
   _check_start(states, stacked=True)

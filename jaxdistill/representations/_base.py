@@ -102,6 +102,14 @@ class Representation:
     """float32 ``[B, d]`` features of a batch ``[B, H, W, C]`` (traceable)."""
     raise NotImplementedError
 
+  def _shares_jit(self) -> bool:
+    """Whether the shared jit may trace :meth:`features`; False where a cached trace would go stale.
+
+    A representation that holds such a part (a :class:`ModelEmbedding` base) answers False too, and its
+    :meth:`_runner` must reach that part's own runner.
+    """
+    return True
+
   def _runner(self):
     """The function ``__call__`` applies to each batch; fetched once per call."""
     return functools.partial(_apply, self)

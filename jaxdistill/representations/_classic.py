@@ -162,7 +162,9 @@ register(Hog, [], ["cell_size", "block_size", "num_bins", "name"])
 class Pca(Representation):
   """A PCA projection of a base representation, fitted on D_pub (:func:`fit_pca`).
 
-  ``features(x) = (base(x) - mean) @ components``.
+  ``features(x) = (base(x) - mean) @ components``. Over a :class:`ModelEmbedding` base (or a Pca of one),
+  each call takes the base features from the base's own runner (current weights; no trace with
+  ``jit=False``) and jits only the projection.
 
   Attributes:
     mean: float32 ``[D]`` mean of the base features over D_pub.
@@ -190,10 +192,28 @@ class Pca(Representation):
     return int(self.components.shape[1])
 
   def features(self, x: jax.Array) -> jax.Array:
-    return jnp.matmul(self.base.features(x) - self.mean, self.components, precision=_HIGHEST)
+    return _project(self.base.features(x), self.mean, self.components)
+
+  def _shares_jit(self) -> bool:
+    return self.base._shares_jit()  # pylint: disable=protected-access
+
+  def _runner(self):
+    if self._shares_jit():
+      return super()._runner()
+    # The base's own runner, then the projection jitted alone: through the shared jit, a model embedding's base
+    # (model_fn a static field) kept the first trace's weights after training in place, and jit=False was traced.
+    run = self.base._runner()  # pylint: disable=protected-access
+    return lambda x: _project_jit(run(x), self.mean, self.components)
 
 
 register(Pca, ["mean", "components", "explained_variance", "base"], ["image_shape", "name"])
+
+
+def _project(f: jax.Array, mean: jax.Array, components: jax.Array) -> jax.Array:
+  return jnp.matmul(f - mean, components, precision=_HIGHEST)
+
+
+_project_jit = jax.jit(_project)
 
 
 @functools.partial(jax.jit, static_argnames=("num_components",))

@@ -77,14 +77,19 @@ class ContrastiveConfig:
     # One anchor leaves NT-Xent only its positive: the loss is 0 and nothing trains.
     object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=2))
     object.__setattr__(self, "max_shift", _validate.integer("max_shift", self.max_shift, minimum=0))
-    _validate.positive("learning_rate", self.learning_rate)
-    _validate.nonnegative("weight_decay", self.weight_decay)
-    if _validate.positive("temperature", self.temperature) < MIN_TEMPERATURE:
+    # The validated Python floats and bool are kept too: a jnp.float32(0.2) passed the checks, then made the
+    # config unhashable as a static jit argument, failing inside training with JAX's multi-line message.
+    object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
+    object.__setattr__(self, "weight_decay", _validate.nonnegative("weight_decay", self.weight_decay))
+    temperature = _validate.positive("temperature", self.temperature)
+    if temperature < MIN_TEMPERATURE:
       # Logits are cosines / tau; far below this 1 / tau overflows float32 and the loss is NaN.
-      raise ValueError(f"Expected temperature >= {MIN_TEMPERATURE}; got {self.temperature!r}.")
-    _validate.probability("neighbour_fraction", self.neighbour_fraction)
-    _validate.nonnegative("noise", self.noise)
-    _validate.boolean("flip", self.flip)
+      raise ValueError(f"Expected temperature >= {MIN_TEMPERATURE}; got {temperature!r}.")
+    object.__setattr__(self, "temperature", temperature)
+    object.__setattr__(self, "neighbour_fraction",
+                       _validate.probability("neighbour_fraction", self.neighbour_fraction))
+    object.__setattr__(self, "noise", _validate.nonnegative("noise", self.noise))
+    object.__setattr__(self, "flip", _validate.boolean("flip", self.flip))
     _validate.choice("output", self.output, ("projection", "backbone"))
 
 

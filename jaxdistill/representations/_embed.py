@@ -50,6 +50,9 @@ class ModelEmbedding(Representation):
                        f"got shape {tuple(z.shape)}.")
     return unit_rows(z) if self.normalize else z
 
+  def _shares_jit(self) -> bool:
+    return False
+
   def _runner(self):
     # A fresh jit for every call, never a cached trace: tracing reads the weights model_fn closes over and
     # bakes them in as constants, so the shared jit (keyed on model_fn, a static field) returned the first

@@ -93,11 +93,15 @@ class ScanConfig:
     object.__setattr__(self, "num_clusters", _validate.integer("num_clusters", self.num_clusters, minimum=2))
     for name in ("steps", "batch_size", "num_neighbours", "num_heads"):
       object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1))
-    _validate.positive("learning_rate", self.learning_rate)
-    _validate.nonnegative("weight_decay", self.weight_decay)
-    if _validate.nonnegative("entropy_weight", self.entropy_weight) > MAX_ENTROPY_WEIGHT:
+    # The validated Python floats are kept too: a jnp.float32(1e-3) passed the checks, then made the config
+    # unhashable as a static jit argument, failing with JAX's multi-line message after the contrastive stage.
+    object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
+    object.__setattr__(self, "weight_decay", _validate.nonnegative("weight_decay", self.weight_decay))
+    entropy_weight = _validate.nonnegative("entropy_weight", self.entropy_weight)
+    if entropy_weight > MAX_ENTROPY_WEIGHT:
       raise ValueError(f"Expected entropy_weight <= {MAX_ENTROPY_WEIGHT:g} (SCAN uses 5; far larger weights "
-                       f"can overflow the loss's float32 gradients); got {self.entropy_weight!r}.")
+                       f"can overflow the loss's float32 gradients); got {entropy_weight!r}.")
+    object.__setattr__(self, "entropy_weight", entropy_weight)
     if not isinstance(self.contrastive, ContrastiveConfig):
       raise ValueError(f"Expected contrastive to be a ContrastiveConfig; got {type(self.contrastive).__name__}.")
 

@@ -376,6 +376,9 @@ def test_privacy_statement_validates_epsilon_delta_and_relation():
     accounting.PrivacyStatement("x", "swap", epsilon=1.0, delta=0.1)
   st_ = accounting.PrivacyStatement("x", "add-remove", epsilon=math.inf, delta=1.0)
   assert st_.relation is accounting.Relation.ADD_OR_REMOVE and st_.to_dict()["epsilon"] == "inf"
+  # The checked floats are stored (a NumPy scalar used to stay one).
+  st_ = accounting.PrivacyStatement("x", rel, epsilon=np.float32(0.5), delta=np.float64(1e-6))
+  assert type(st_.epsilon) is float and type(st_.delta) is float and (st_.epsilon, st_.delta) == (0.5, 1e-6)
 
 
 def test_a_discrete_laplace_sensitivity_of_millions_is_accounted():

@@ -812,9 +812,22 @@ def test_splits_need_image_data_two_classes_and_a_channel(splits):
   one = [data_lib.ImageData(p.images, np.zeros(len(p), np.int32), 1) for p in parts]
   with pytest.raises(ValueError, match="at least 2 classes; the public split has 1"):
     labeling.check_splits(data_lib.LabelingSplits(*one))
-  empty = [data_lib.ImageData(p.images[..., :0], p.labels, 10) for p in parts]
-  with pytest.raises(ValueError, match="1 channel"):
-    labeling.check_splits(data_lib.LabelingSplits(*empty))
+  with pytest.raises(ValueError, match=r"H, W, C >= 1; got \(\d+, 28, 28, 0\)"):  # ImageData refuses 0 channels now
+    data_lib.ImageData(splits.private.images[..., :0], splits.private.labels, 10)
+
+
+def test_callers_splits_must_keep_private_records_out_of_d_pub_and_d_eval(splits):
+  # Caller-supplied splits were not checked: D_pub (released whole) or D_eval could hold D_priv records.
+  priv, pub, ev = splits.private, splits.public, splits.evaluation
+  leaky_pub = data_lib.ImageData(np.concatenate([pub.images[:-2], priv.images[5:7]]), pub.labels, pub.num_classes)
+  leaky_ev = data_lib.ImageData(np.concatenate([ev.images[:-1], priv.images[:1]]), ev.labels, ev.num_classes)
+  for public, evaluation, counts in ((leaky_pub, ev, "2 public and 0 evaluation"),
+                                     (pub, leaky_ev, "0 public and 1 evaluation")):
+    with pytest.raises(ValueError) as err:
+      labeling.run_labeling(tiny(), splits=data_lib.LabelingSplits(priv, public, evaluation))
+    assert one_line(err).startswith(f"Expected splits whose public and evaluation images are not private records; "
+                                    f"{counts} images are also in the private split")
+  assert labeling.check_splits(splits) == 10
 
 
 def test_a_callers_representation_output_is_checked_by_name(splits):

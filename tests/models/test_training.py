@@ -177,6 +177,17 @@ def test_bad_values_are_refused_before_training():
     fit(x, np.where(np.arange(16) == 5, 4, y))  # one label past the model's 4 classes
   with pytest.raises(ValueError, match=r"found values in \[-1, 3\]"):
     fit(x, np.where(np.arange(16) == 5, -1, y))
+  # Checked in their own dtype: cast to int32 first, 2**32 + 1 trained as label 1 and -2**32 + 2 as 2.
+  y64 = y.astype(np.int64)
+  for wide_label, needle in ((2**32 + 1, r"\[0, 4294967297\]"), (-2**32 + 2, r"\[-4294967294, 3\]")):
+    with pytest.raises(ValueError, match=needle):
+      fit(x, np.where(np.arange(16) == 5, wide_label, y64))
+    with pytest.raises(ValueError, match=needle):
+      M.fit_stacked(jax.random.split(jax.random.key(0), 2), clf, M.stack_states([st, st]), np.stack([x, x]),
+                    np.stack([y64, np.where(np.arange(16) == 5, wide_label, y64)]), epochs=1, batch_size=4)
+  ys = np.stack([y64, np.where(np.arange(16) == 15, 2**40, y64)])  # padding may hold anything
+  M.fit_stacked(jax.random.split(jax.random.key(0), 2), clf, M.stack_states([st, st]), np.stack([x, x]), ys,
+                epochs=1, batch_size=4, sizes=[16, 12])
   soft = np.eye(4, dtype=np.float32)[y]
   with pytest.raises(ValueError, match="4 columns"):
     fit(x, soft[:, :3])

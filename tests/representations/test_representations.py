@@ -196,6 +196,27 @@ def test_configs_keep_whole_float_sizes_as_ints(mnist):
     np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
 
 
+@pytest.mark.filterwarnings("ignore:query_features sit far")  # a one-step encoder's features: not the point here
+def test_configs_keep_validated_floats(mnist):
+  # Float fields were checked but the caller's objects kept: a jnp.float32 temperature or learning rate made the
+  # config unhashable, a static jit argument, and fit_scan failed with JAX's multi-line message only after its
+  # whole contrastive stage.
+  x = mnist.images[:16]
+  floats = dict(learning_rate=jnp.float32(0.5), weight_decay=np.float32(1e-4), temperature=jnp.array(0.25),
+                neighbour_fraction=np.float64(0.5), noise=jnp.float32(0.03))
+  con = R.ContrastiveConfig(width=2, feature_dim=4, projection_dim=2, steps=1, batch_size=4, flip=np.bool_(True),
+                            **floats)
+  assert all(type(getattr(con, name)) is float for name in floats) and type(con.flip) is bool
+  assert con == R.ContrastiveConfig(width=2, feature_dim=4, projection_dim=2, steps=1, batch_size=4,
+                                    **{name: float(v) for name, v in floats.items()})
+  scan_floats = dict(learning_rate=jnp.float32(1e-3), weight_decay=jnp.float32(0.0), entropy_weight=np.float32(5))
+  sc = R.ScanConfig(num_clusters=2, steps=1, batch_size=4, num_neighbours=2, num_heads=1, contrastive=con,
+                    **scan_floats)
+  assert all(type(getattr(sc, name)) is float for name in scan_floats)
+  hash(sc)  # a static jit argument
+  assert R.fit_scan(jax.random.key(0), x, sc)(x).shape == (16, 2)
+
+
 SMALL_CONTRASTIVE = R.ContrastiveConfig(width=8, feature_dim=64, projection_dim=32, steps=120, batch_size=64)
 
 
@@ -383,6 +404,39 @@ def test_one_call_traces_the_model_once_for_all_its_batches(mnist):
   assert [p.shape for p in parts] == [(2, 4), (2, 4), (2, 4), (1, 4)] and len(traces) == 2
   np.testing.assert_array_equal(np.concatenate(parts), whole)
   np.testing.assert_array_equal(whole, x.reshape(7, -1)[:, :4])
+
+
+def test_pca_over_a_model_embedding_reads_the_weights_at_each_call(mnist):
+  # Pca's features went through the shared jit, where its base's model_fn is a static field: the first trace's
+  # weights (constants in it) served every later call, so a Pca fitted after training in place was off its
+  # own definition.
+  x = mnist.images[:50]
+  m = _Linear(jnp.ones((784, 8), jnp.float32))
+  R.fit_pca(x, 3, base=R.embed_with(m.features))(x)  # the first trace, with the old weights
+  m.w = jnp.asarray(np.random.default_rng(1).normal(size=(784, 8)), jnp.float32)  # trained further in place
+  emb = R.embed_with(m.features)
+  pca = R.fit_pca(x, 3, base=emb)
+  expected = (x.reshape(50, -1) @ np.asarray(m.w) - np.asarray(pca.mean)) @ np.asarray(pca.components)
+  np.testing.assert_allclose(pca(x), expected, rtol=1e-4, atol=1e-3 * np.abs(expected).max())
+  np.testing.assert_allclose(pca(x).var(0, ddof=1), pca.explained_variance, rtol=1e-3)
+  traces = []
+
+  def model_fn(z):
+    traces.append(z.shape)
+    return z.reshape(z.shape[0], -1)[:, 400:404] @ np.asarray(m.w)[:4, :4]
+
+  nested = R.fit_pca(x, 2, base=R.fit_pca(x, 3, base=R.embed_with(model_fn)))
+  traces.clear()
+  assert nested(x, batch_size=16).shape == (50, 2) and traces == [(16, 28, 28, 1)]  # one trace per call
+
+
+def test_pca_over_a_host_model_embedding_is_not_traced(mnist):
+  # A jit=False base (a NumPy model) was traced anyway inside Pca's shared jit: TracerArrayConversionError.
+  x = mnist.images[:50]
+  emb = R.embed_with(lambda b: np.asarray(b).reshape(len(b), -1)[:, 400:410] * 2.0, jit=False)
+  pca = R.fit_pca(x, 3, base=emb)
+  expected = (x.reshape(50, -1)[:, 400:410] * 2.0 - np.asarray(pca.mean)) @ np.asarray(pca.components)
+  np.testing.assert_allclose(pca(x), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_fit_representation_by_name(mnist):

@@ -1,0 +1,60 @@
+"""Which images of one set also appear in another (byte-equal float32 pixels): the public/private overlap check.
+
+A public set (FedMD's, the labeling pipeline's D_pub and D_eval) must not hold private records: the privacy
+statements treat public data as fixed while a private record is added or removed, and a public copy of that
+record is released whole.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["shared_images"]
+
+_CHUNK = 4096  # rows hashed at a time (a 4096 x D uint64 temporary)
+
+
+def _words(images: np.ndarray) -> np.ndarray:
+  """``[N, D]`` uint32 view of each image's float32 bytes (no copy for contiguous float32 images)."""
+  x = np.ascontiguousarray(images, dtype=np.float32)
+  return x.reshape(len(x), -1).view(np.uint32)
+
+
+def _keys(words: np.ndarray) -> np.ndarray:
+  """``[N]`` uint64 keys: sum_i w_i a_i mod 2^64 with fixed odd weights; equal rows, equal keys."""
+  weights = np.random.default_rng(words.shape[1]).integers(0, 2**63, words.shape[1], dtype=np.uint64)
+  weights = weights * np.uint64(2) + np.uint64(1)
+  out = np.empty(len(words), np.uint64)
+  for start in range(0, len(words), _CHUNK):
+    out[start:start + _CHUNK] = words[start:start + _CHUNK].astype(np.uint64) @ weights  # wraps mod 2^64
+  return out
+
+
+def shared_images(images: np.ndarray, others: np.ndarray) -> np.ndarray:
+  """bool ``[N]``: which of ``images`` ``[N, H, W, C]`` also appear among ``others`` (equal float32 bytes).
+
+  Exact: rows are matched by a vectorised 64-bit hash, then every candidate is compared byte for byte
+  with the rows of ``others`` sharing its hash (about 0.1 s for Fashion-MNIST's 10,000 test images
+  against its 60,000 training images on one CPU core).
+  """
+  images, others = np.asarray(images), np.asarray(others)
+  found = np.zeros(len(images), bool)
+  if not len(images) or not len(others) or images.shape[1:] != others.shape[1:]:
+    return found
+  a, b = _words(images), _words(others)
+  ka, kb = _keys(a), _keys(b)
+  candidates = np.flatnonzero(np.isin(ka, kb))
+  if not candidates.size:
+    return found
+  order = np.argsort(kb, kind="stable")
+  sorted_keys = kb[order]
+  lo = np.searchsorted(sorted_keys, ka[candidates], "left")
+  hi = np.searchsorted(sorted_keys, ka[candidates], "right")
+  # Most candidates have one row of that key: compare them all at once, then any others of a shared key.
+  for start in range(0, candidates.size, _CHUNK):
+    part = slice(start, start + _CHUNK)
+    found[candidates[part]] = (a[candidates[part]] == b[order[lo[part]]]).all(axis=1)
+  for i, start, stop in zip(candidates, lo, hi):
+    if not found[i] and stop - start > 1:
+      found[i] = any(np.array_equal(a[i], b[j]) for j in order[start + 1:stop])
+  return found
