@@ -30,6 +30,17 @@ bracket was seen to use more than 24 GB at T = 10^5), so every PLD here is
 built on a grid of at most ``MAX_GRID_POINTS`` points, coarsening the
 discretisation interval when needed (still a valid upper bound), and
 :func:`calibrate` searches explicit brackets derived in closed form.
+dp-accounting picks the FFT length of a T-fold composition from its own tail
+bound; a composition longer than ``MAX_FFT_POINTS`` is refused (a ValueError)
+before it runs, and a sparse PMF is made dense first where dp-accounting would
+size its composition as ``size ** T`` (which never finished at T = 10^8).
+
+Round-off: the T-fold FFT composition is not exact. Its error was measured
+at up to 4e-17 per release, enough to make deltas below about 1e-10 too small
+(even negative) at T = 10^5. The Gaussian's epsilon and delta are therefore
+never reported below its exact closed form (Balle & Wang 2018, Theorem 8, for
+one Gaussian of ratio sqrt(T) Delta / sigma); the other accounts add
+``count * FFT_ROUNDOFF_PER_RELEASE`` to every composed delta.
 """
 
 from __future__ import annotations
@@ -41,7 +52,11 @@ from typing import Any
 
 import dp_accounting
 from dp_accounting import dp_event as dpe
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
+import numpy as np
+from scipy import special
 
 from jaxdistill import _validate
 from jaxdistill.accounting._relation import PrivacyStatement, Relation
@@ -59,6 +74,8 @@ __all__ = [
     "MAX_COUNT",
     "MAX_DISCRETE_SENSITIVITY",
     "GAUSSIAN_SCALE_RANGE",
+    "MAX_FFT_POINTS",
+    "FFT_ROUNDOFF_PER_RELEASE",
 ]
 
 #: Largest PLD grid built (float64: 8 bytes a point, a few copies during FFT).
@@ -87,6 +104,19 @@ MAX_DISCRETE_SENSITIVITY = 10**7
 #: Range of the Gaussian's sigma and sensitivity. dp-accounting squares them: sigma = 1e300 overflowed
 #: (an OverflowError) and sigma = sensitivity = 1e-300 underflowed to a NaN.
 GAUSSIAN_SCALE_RANGE = (1e-100, 1e100)
+
+#: Largest FFT dp-accounting may run to self-compose a PLD (complex128, a few copies: about 4 GiB). Its length
+#: comes from dp-accounting's own Chernoff tail bound, not from ``MAX_GRID_POINTS``: randomized response with
+#: eps0 = 0.01 over 10^8 releases asked for 1.06e9 points (15.8 GiB) and was killed for memory.
+MAX_FFT_POINTS = 2**26
+
+#: Round-off allowance of an FFT self-composition, per release: every composed delta of the Laplace,
+#: discrete-Laplace and randomized-response accounts is raised by ``count * FFT_ROUNDOFF_PER_RELEASE`` (and
+#: every epsilon is read at delta minus it; the Gaussian uses its exact closed form instead). The composed PLD's
+#: round-off made deltas below ~1e-10 too small at T = 10^5 (Gaussian delta(25) 3.72e-11 against the exact
+#: 4.12e-11; Laplace delta(750) negative); the largest error measured was 4e-17 per release, this allows
+#: 64 * 2^-53 = 7.1e-15 (an empirical allowance, not a proof; the Gaussian is also checked in closed form).
+FFT_ROUNDOFF_PER_RELEASE = 64 * 2.0**-53
 
 _MECHANISMS = ("laplace", "discrete-laplace", "gaussian", "randomized-response")
 
@@ -213,6 +243,10 @@ class MechanismAccount:
     """The T-fold privacy loss distribution (pessimistic)."""
     try:
       return _cached_pld(self)
+    except _CompositionTooLarge as err:
+      raise ValueError(f"Expected a {self.mechanism} account whose composition dp-accounting can run in memory; "
+                       f"parameter={self.parameter!r}, sensitivity={self.sensitivity!r} over count={self.count} "
+                       f"releases at grid step {self.grid_interval():.3g} {err}") from None
     except _DP_ACCOUNTING_ERRORS as err:  # belt and braces: the ranges checked at construction should hold
       raise ValueError(
           f"dp-accounting could not build the PLD of the {self.mechanism} mechanism with "
@@ -268,15 +302,39 @@ class MechanismAccount:
     d = _validate.probability("delta", delta)
     if d == 0.0:
       return self.pure_epsilon()
-    return min(float(self.pld().get_epsilon_for_delta(d)), self.pure_epsilon())
+    if self.mechanism == "gaussian":
+      # Never below the exact closed form: FFT round-off made the composed PLD's epsilon too small at tiny
+      # deltas (T = 10^5, delta = 1e-11: 25.515 against 25.671). Elsewhere the pessimistic PLD is the larger.
+      return max(_gaussian_epsilon(d, self._gaussian_mu()), float(self.pld().get_epsilon_for_delta(d)))
+    allowance = self._roundoff()
+    if d <= allowance:  # below the round-off allowance the PLD certifies nothing: the pure epsilon
+      return self.pure_epsilon()
+    return min(float(self.pld().get_epsilon_for_delta(d - allowance)), self.pure_epsilon())
 
   def delta(self, epsilon: Any) -> float:
     """delta (upper bound) of the T-fold release at ``epsilon`` (0 from the pure epsilon on)."""
     e = _validate.nonnegative("epsilon", epsilon)
     if e >= self.pure_epsilon():
       return 0.0
-    # The pessimistic grid can put a hair above 1 when almost all mass sits at the largest loss.
-    return min(float(self.pld().get_delta_for_epsilon(e)), 1.0)
+    # FFT round-off can make the PLD's delta negative or too small: it is raised by the allowance (and the
+    # Gaussian's is never below its exact value). The pessimistic grid can put a hair above 1.
+    d = max(float(self.pld().get_delta_for_epsilon(e)), 0.0)
+    if self.mechanism == "gaussian":
+      d = max(d, _gaussian_delta(e, self._gaussian_mu()))
+    else:
+      d += self._roundoff()
+    return min(d, 1.0)
+
+  def _roundoff(self) -> float:
+    """The FFT self-composition's round-off allowance on delta (0 for one release: nothing is composed).
+
+    Not applied to the Gaussian, whose epsilon and delta are never below its exact closed form.
+    """
+    return 0.0 if self.count == 1 else self.count * FFT_ROUNDOFF_PER_RELEASE
+
+  def _gaussian_mu(self) -> float:
+    """mu = sqrt(T) Delta / sigma: T Gaussian releases are one Gaussian of this sensitivity-to-noise ratio."""
+    return math.sqrt(self.count) * (self.sensitivity / self.parameter)
 
   def statement(self, *, delta: Any = None, epsilon: Any = None) -> PrivacyStatement:
     """A :class:`PrivacyStatement` at the given delta (or epsilon)."""
@@ -305,6 +363,92 @@ def _rr_noise(epsilon0: float, num_buckets: int | None) -> float:
   return k / (math.exp(epsilon0) + k - 1)
 
 
+#: Relative slack on the closed-form Gaussian delta (float64 log-space evaluation; far below any PLD step).
+_GAUSSIAN_SLACK = 1e-9
+
+
+def _gaussian_delta(epsilon: float, mu: float) -> float:
+  """Exact delta(eps) of a Gaussian with sensitivity/sigma = mu (Balle & Wang 2018, Theorem 8), rounded up.
+
+  .. math:: \\delta = \\Phi(\\mu/2 - \\varepsilon/\\mu) - e^{\\varepsilon}\\,\\Phi(-\\mu/2 - \\varepsilon/\\mu),
+
+  in log space: log Phi by ``scipy.special.log_ndtr`` and the difference by ``expm1``.
+  """
+  a = float(special.log_ndtr(mu / 2 - epsilon / mu))
+  b = epsilon + float(special.log_ndtr(-mu / 2 - epsilon / mu))
+  if not b < a:
+    return 0.0 if a == -math.inf else min(1.0, 2 * _GAUSSIAN_SLACK * math.exp(a))
+  return min(1.0, math.exp(a) * -math.expm1(b - a) * (1 + _GAUSSIAN_SLACK))
+
+
+def _gaussian_epsilon(delta: float, mu: float) -> float:
+  """Least eps >= 0 (rounded up) with :func:`_gaussian_delta` (eps, mu) <= delta; bisection."""
+  if _gaussian_delta(0.0, mu) <= delta:
+    return 0.0
+  lo, hi = 0.0, max(1.0, mu * mu)
+  while _gaussian_delta(hi, mu) > delta:
+    lo, hi = hi, 2 * hi
+  for _ in range(200):  # invariant: delta(lo) > delta >= delta(hi)
+    mid = 0.5 * (lo + hi)
+    if mid in (lo, hi):
+      break
+    lo, hi = (lo, mid) if _gaussian_delta(mid, mu) <= delta else (mid, hi)
+  return hi
+
+
+def _self_compose(single: pld_lib.PrivacyLossDistribution, count: int) -> pld_lib.PrivacyLossDistribution:
+  """``single.self_compose(count)``, without dp-accounting's two failure modes at large counts.
+
+  dp-accounting sizes a sparse PMF's composition as ``size ** count`` in Python integers (44 ** 10^8 never
+  finished) and picks its FFT length from its own tail bound, which can exceed memory. Here a PMF whose
+  sparse composition dp-accounting would do (size ** count <= 1000) goes its way unchanged; any other is made
+  dense first (what dp-accounting does next anyway), and an FFT longer than :data:`MAX_FFT_POINTS` is refused.
+  """
+  # pylint: disable=protected-access
+  remove, add = single._pmf_remove, single._pmf_add
+  if all(isinstance(p, pld_pmf.SparsePLDPmf) and count * math.log(max(p.size, 2)) <= math.log(1000)
+         for p in (remove, add)):
+    return single.self_compose(count)
+  dense = {id(p): p.to_dense_pmf() for p in (remove, add)}
+  for p in dense.values():
+    low, high = pld_common.compute_self_convolve_bounds(p._probs, count, _TAIL_MASS_TRUNCATION)
+    if high - low + 1 > MAX_FFT_POINTS:
+      raise _CompositionTooLarge(f"need an FFT of {high - low + 1:.3g} points (> MAX_FFT_POINTS = {MAX_FFT_POINTS}); "
+                                 "use fewer releases or a coarser value_discretization_interval.")
+  composed = pld_lib.PrivacyLossDistribution(dense[id(remove)], None if add is remove else dense[id(add)])
+  return composed.self_compose(count, tail_mass_truncation=_TAIL_MASS_TRUNCATION)
+
+
+class _CompositionTooLarge(ValueError):
+  """A self-composition whose FFT would exceed :data:`MAX_FFT_POINTS` (reworded by ``MechanismAccount.pld``)."""
+
+
+#: dp-accounting's default tail truncation of a self-composition.
+_TAIL_MASS_TRUNCATION = 1e-15
+
+
+def _rr_single(acct: MechanismAccount, vdi: float) -> pld_lib.PrivacyLossDistribution:
+  """One K-ary randomized response's PLD from exact log-probabilities.
+
+  dp-accounting's ``from_randomized_response`` works from p = K/(e^eps0 + K - 1), close to 1 for large K,
+  and forms 1 - p + p/K with cancellation (K = 10^12 gave an epsilon 7e-4 too small, relative). The three
+  outcome classes of two neighbouring inputs x != x' are: x (a vs b), x' (b vs a) and the K - 2 others
+  ((K-2) b each side), with log a = eps0 - log(e^eps0 + K - 1) and log b = -log(e^eps0 + K - 1). K = 2 keeps
+  dp-accounting's construction (no cancellation there).
+  """
+  k = acct.num_buckets
+  if k == 2:
+    return pld_lib.from_randomized_response(
+        _rr_noise(acct.parameter, k), k, value_discretization_interval=vdi,
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+  log_z = float(np.logaddexp(acct.parameter, math.log(k - 1)))
+  log_a, log_b = acct.parameter - log_z, -log_z
+  log_rest = math.log(k - 2) + log_b
+  upper = {"x": log_a, "x'": log_b, "other": log_rest}
+  lower = {"x": log_b, "x'": log_a, "other": log_rest}
+  return pld_lib.from_two_probability_mass_functions(lower, upper, value_discretization_interval=vdi)
+
+
 @functools.lru_cache(maxsize=256)
 def _cached_pld(acct: MechanismAccount) -> pld_lib.PrivacyLossDistribution:
   vdi = acct.grid_interval()
@@ -321,11 +465,8 @@ def _cached_pld(acct: MechanismAccount) -> pld_lib.PrivacyLossDistribution:
                                              value_discretization_interval=vdi,
                                              neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
   else:
-    single = pld_lib.from_randomized_response(
-        _rr_noise(acct.parameter, acct.num_buckets), acct.num_buckets,
-        value_discretization_interval=vdi,
-        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-  return single if acct.count == 1 else single.self_compose(acct.count)
+    single = _rr_single(acct, vdi)
+  return single if acct.count == 1 else _self_compose(single, acct.count)
 
 
 def _check_vdi(vdi: Any) -> float:
@@ -389,9 +530,11 @@ def gaussian(sigma: Any, *, sensitivity: Any, relation: Any, count: Any = 1,
              value_discretization_interval: Any = 1e-4) -> MechanismAccount:
   """Gaussian mechanism f(D) + N(0, sigma^2 I), T-fold.
 
-  T-fold composition equals one Gaussian with sigma / sqrt(T) (the analytic
-  Gaussian of Balle & Wang 2018 gives delta(eps) in closed form; the tests
-  check the PLD against it).
+  T-fold composition equals one Gaussian with sigma / sqrt(T): the analytic
+  Gaussian of Balle & Wang 2018 (Theorem 8) gives delta(eps) in closed form,
+  and the account reports the larger of it and the PLD's value (the PLD is
+  pessimistic on its grid, but its FFT round-off fell below the exact value
+  at tiny deltas and large T).
 
   Args:
     sigma: noise standard deviation > 0.

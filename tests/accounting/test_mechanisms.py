@@ -402,3 +402,71 @@ def test_calibrate_names_a_bad_argument_not_its_starting_noise(kw, message):
   with pytest.raises(ValueError) as err:
     accounting.calibrate(**args)
   assert str(err.value).startswith(message)
+
+
+# --- Round-off of the T-fold FFT composition, randomized response at large K, composition size -----------------
+
+def _mp_gaussian_delta(epsilon, mu):
+  """Balle & Wang 2018, Theorem 8, at 50 digits (independent of the library's log-space float64 form)."""
+  import mpmath  # pylint: disable=import-outside-toplevel  (a dependency of dp-accounting)
+  ctx = mpmath.mp.clone()
+  ctx.dps = 50
+  e, m = ctx.mpf(epsilon), ctx.mpf(mu)
+  return ctx.ncdf(m / 2 - e / m) - ctx.exp(e) * ctx.ncdf(-m / 2 - e / m)
+
+
+def test_composed_gaussian_is_never_below_its_exact_closed_form():
+  # At T = 10^5 the composed PLD's FFT round-off reported delta(30) = -2.6e-12 (exact 3.7e-16), delta(25)
+  # 3.72e-11 (exact 4.12e-11) and epsilon(1e-11) = 25.515 (exact 25.671), and calibrate's sigma for
+  # (30, 1e-12) had an exact delta of 1.49e-12.
+  sigma, count = 100.0, 10**5
+  mu = math.sqrt(count) / sigma
+  acct = accounting.gaussian(sigma, sensitivity=1.0, relation="replace-one", count=count)
+  for eps in (20.0, 25.0, 30.0):
+    assert acct.delta(eps) >= float(_mp_gaussian_delta(eps, mu)) > 0
+  for delta in (1e-8, 1e-10, 1e-11):
+    eps = acct.epsilon(delta)
+    assert float(_mp_gaussian_delta(eps, mu)) <= delta
+    assert float(_mp_gaussian_delta(eps * (1 - 1e-6), mu)) > delta  # and tight: a hair less is not private
+  cal = accounting.calibrate("gaussian", target_epsilon=30.0, target_delta=1e-12, relation="replace-one",
+                             count=count)
+  assert float(_mp_gaussian_delta(30.0, math.sqrt(count) / cal.parameter)) <= 1e-12
+
+
+def test_composed_laplace_delta_carries_the_round_off_allowance():
+  # T = 10^5: delta(750) was -5.8e-14 and delta(800) 5.0e-14 (FFT round-off of about 1e-12 either way). Every
+  # composed delta below the pure epsilon now carries count * FFT_ROUNDOFF_PER_RELEASE (7.1e-10 here).
+  acct = accounting.laplace(10.0, sensitivity=1.0, relation="replace-one", count=10**5)
+  allowance = 10**5 * accounting.FFT_ROUNDOFF_PER_RELEASE
+  for eps in (700.0, 750.0, 800.0, 900.0):
+    assert allowance <= acct.delta(eps) <= allowance + 1e-10
+  assert acct.epsilon(1e-12) == acct.pure_epsilon()  # below the allowance nothing but the pure epsilon is certified
+
+
+@pytest.mark.parametrize("num_buckets", [10**9, 10**12])
+def test_randomized_response_with_many_buckets_is_never_below_exact(num_buckets):
+  # dp-accounting formed 1 - p + p/K with p = K/(e^eps0 + K - 1) near 1: at K = 1e12, eps0 = 0.01 the
+  # epsilon was 7e-4 too small (relative). One release's exact profile: for eps in [0, eps0],
+  # delta(eps) = (e^eps0 - e^eps) / (e^eps0 + K - 1) (outcome x against x').
+  import mpmath  # pylint: disable=import-outside-toplevel
+  ctx = mpmath.mp.clone()
+  ctx.dps = 50
+  eps0 = 0.01
+  acct = accounting.randomized_response(eps0, num_buckets=num_buckets)
+  z = ctx.exp(eps0) + num_buckets - 1
+  for frac in (0.1, 0.5, 0.8):
+    eps = ctx.mpf(eps0) * frac
+    delta = float((ctx.exp(eps0) - ctx.exp(eps)) / z)
+    assert acct.epsilon(delta) >= float(eps) * (1 - 1e-12)
+    assert acct.delta(float(eps)) >= delta * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("factory", [
+    lambda: accounting.laplace(1.0, sensitivity=0.01, relation="replace-one", count=10**8),
+    lambda: accounting.randomized_response(0.01, num_buckets=2, count=10**8)])
+def test_a_composition_too_large_for_memory_is_refused_not_run(factory):
+  # The Laplace account hung in dp-accounting (44 ** 10^8 as a Python integer); the RR one asked for a
+  # 1.06e9-point FFT (15.8 GiB) and was killed for memory.
+  with pytest.raises(ValueError, match=r"composition dp-accounting can run in memory.*FFT of .* points") as err:
+    factory().epsilon(1e-6)
+  assert "\n" not in str(err.value)
