@@ -126,8 +126,14 @@ MAX_VIEW_OUTCOMES = 2**18
 #: cannot, an OverflowError); 10^18 is far beyond any domain or client count the protocol is run with.
 MAX_COUNT = 10**18
 #: Largest k r (unit shifts per record, each direction): the accounting self-composes the view's PLD
-#: k r times, so this bounds its work (k and r are each at most ``MAX_COUNT``).
+#: k r times, so this bounds its work (k and r are each at most ``MAX_COUNT``). The composed grid's size
+#: depends on the noise as much as on k r: at p = e^-0.25, rho = 40, p' = e^-0.5 (step 1e-4) k r = 1e3, 1e4,
+#: 3e4, 1e5 took 2 s, 8 s, 14 s, 43 s and 0.5, 1.1, 1.7, 3.8 GiB (2.4e7 points), and 1e6 a MemoryError;
+#: p = e^-0.01, rho = 10, p' = e^-0.5 at 1e6 took 28 s and 2.2 GiB, p = e^-0.001, rho = 200, p' = 1/2 7 s
+#: and 0.5 GiB. So the bound stays; a composition too large for memory is refused as a ValueError instead.
 MAX_SHIFTS = 10**6
+#: Exceptions dp-accounting raises while building or composing a PLD too large or too extreme for it.
+_PLD_ERRORS = (MemoryError, IndexError, OverflowError, ZeroDivisionError, FloatingPointError, ValueError)
 #: Smallest relative precision ``rtol`` of the calibrated rho: float64 resolves relative steps of
 #: 2^-52 ~ 2.2e-16 (rtol = 1e-17 looped forever once the bracket's ends were adjacent floats).
 MIN_RTOL = 1e-15
@@ -331,16 +337,28 @@ def _cached_pld(noise: MultiMessageNoise, shifts: int, vdi: float, tail_mass: fl
   if lattice_size is None:
     p0, p1 = _reduced_log_pmfs(noise, tail_mass)
   else:
-    p0, p1 = _lattice_log_pmfs(noise, lattice_size)
+    try:
+      p0, p1 = _lattice_log_pmfs(noise, lattice_size)
+    except MemoryError:  # lattice_size = 10^6 was a bare numpy _ArrayMemoryError (a 10^12-point lattice)
+      raise ValueError(f"Expected lattice_size={lattice_size} small enough for its (lattice_size + 1)^2 "
+                       "outcomes to fit in memory.") from None
   vdi = _grid_step(p0, p1, vdi)
-  # dp-accounting: privacy loss ln(upper/lower) under ``upper``.
-  up = pld_lib.from_two_probability_mass_functions(p1, p0, pessimistic_estimate=True,
-                                                   value_discretization_interval=vdi, symmetric=False)
-  down = pld_lib.from_two_probability_mass_functions(p0, p1, pessimistic_estimate=True,
+  # The composed grid grows with k r and the noise's loss: k r = 10^6 at p = e^-0.25 raised a bare
+  # MemoryError (std::bad_alloc) from the FFT, and a view with much infinite loss an IndexError once its
+  # finite mass was all truncated. (numpy's _ArrayMemoryError is a MemoryError.)
+  try:
+    # dp-accounting: privacy loss ln(upper/lower) under ``upper``.
+    up = pld_lib.from_two_probability_mass_functions(p1, p0, pessimistic_estimate=True,
                                                      value_discretization_interval=vdi, symmetric=False)
-  if shifts > 1:
-    up, down = up.self_compose(shifts), down.self_compose(shifts)
-  return up.compose(down)
+    down = pld_lib.from_two_probability_mass_functions(p0, p1, pessimistic_estimate=True,
+                                                       value_discretization_interval=vdi, symmetric=False)
+    if shifts > 1:
+      up, down = up.self_compose(shifts), down.self_compose(shifts)
+    return up.compose(down)
+  except _PLD_ERRORS as err:
+    raise ValueError(f"dp-accounting could not compose the PLD of k*r={shifts} unit shifts each way for "
+                     f"noise={noise} at grid step {vdi:.3g} ({_validate.describe_error(err, limit=120)}); "
+                     "use a smaller k*r or a coarser value_discretization_interval.") from None
 
 
 def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
