@@ -96,7 +96,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
 from jaxdistill import _validate
-from jaxdistill.accounting._mechanisms import MAX_GRID_POINTS
+from jaxdistill.accounting._mechanisms import MAX_GRID_INTERVAL, MAX_GRID_POINTS, _check_vdi
 from jaxdistill.accounting._relation import PrivacyStatement, Relation
 from jaxdistill.accounting._shuffle import _MAX_EPS0
 
@@ -370,9 +370,10 @@ def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
     noise: the central noise parameters.
     k: buckets per record (k r <= ``MAX_SHIFTS``).
     r: labels per record.
-    value_discretization_interval: dp-accounting grid step; one so fine that
-      one release's loss range would take more than ``MAX_GRID_POINTS``
-      points is coarsened to fit (the PLD stays an upper bound).
+    value_discretization_interval: dp-accounting grid step, in (0,
+      ``MAX_GRID_INTERVAL``]; one so fine that one release's loss range would
+      take more than ``MAX_GRID_POINTS`` points is coarsened to fit (the PLD
+      stays an upper bound).
     tail_mass: mass moved onto pessimistic tail outcomes (reduced view only).
     lattice_size: if given, build each entry's pair from the 2-D lattice
       [0, lattice_size]^2 instead of the lossless 1-D reduction (for checks;
@@ -384,7 +385,7 @@ def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
   """
   _check_noise(noise)
   shifts = _shifts(k, r)
-  vdi = _validate.positive("value_discretization_interval", value_discretization_interval)
+  vdi = _check_vdi(value_discretization_interval)
   tail = _validate.open_unit("tail_mass", tail_mass)
   size = None if lattice_size is None else _validate.integer("lattice_size", lattice_size, minimum=2)
   return _cached_pld(noise, shifts, vdi, tail, size)
@@ -541,9 +542,11 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
     r: labels per record.
     dlap_fraction: share of epsilon spent on the discrete Laplace part, in
       (0, 1). Larger means less estimation noise and more flooding.
-    flood_multipliers: positive multipliers of (1 - f) eps / (2kr) tried for b.
+    flood_multipliers: positive multipliers m of (1 - f) eps / (2kr) tried for
+      b, each with p' = e^{-b} in (0, 1) in float64.
     rtol: relative precision of rho, >= ``MIN_RTOL`` = 1e-15.
-    value_discretization_interval: dp-accounting grid step.
+    value_discretization_interval: dp-accounting grid step, in (0,
+      ``MAX_GRID_INTERVAL``].
 
   Returns:
     The calibrated :class:`MultiMessageNoise`.
@@ -580,10 +583,16 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
                      f"got {flood_multipliers!r}.") from None
   if not mults:
     raise ValueError("Expected at least one flood multiplier.")
+  base_b = (1.0 - fraction) * eps / (2 * shifts)  # as in _calibrate
+  for mult in mults:
+    # A multiplier whose p_flood rounded to 0 or 1 was refused under the name p_flood, not the caller's.
+    if not 0.0 < math.exp(-mult * base_b) < 1.0:
+      raise ValueError(f"Expected flood_multipliers={flood_multipliers!r} whose p_flood = e^(-m (1 - dlap_fraction) "
+                       f"eps/(2kr)) is in (0, 1); m={mult!r} gives {math.exp(-mult * base_b)!r}.")
   rtol = _validate.positive("rtol", rtol)
   if rtol < MIN_RTOL:
     raise ValueError(f"Expected rtol={rtol!r} >= {MIN_RTOL:g}: float64 cannot resolve a finer relative step.")
-  vdi = _validate.positive("value_discretization_interval", value_discretization_interval)
+  vdi = _check_vdi(value_discretization_interval)
   return _calibrate(eps, delta, shifts, fraction, mults, rtol, vdi)
 
 

@@ -146,3 +146,30 @@ def test_lattice_too_large_for_memory_is_refused_by_name():
   # lattice_size = 10^6 (10^12 outcomes) raised numpy's bare _ArrayMemoryError.
   with pytest.raises(ValueError, match=r"lattice_size=1000000 "):
     accounting.multi_message_pld(NOISE, lattice_size=10**6)
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: accounting.multi_message_pld(NOISE, value_discretization_interval=v),
+    lambda v: accounting.multi_message_delta(NOISE, 1.0, value_discretization_interval=v),
+    lambda v: accounting.multi_message_epsilon(NOISE, 1e-6, value_discretization_interval=v),
+    lambda v: accounting.calibrate_multi_message(1.0, 1e-6, flood_multipliers=(1.0,), value_discretization_interval=v),
+], ids=["pld", "delta", "epsilon", "calibrate"])
+def test_grid_step_above_the_mechanisms_cap_is_refused(call):
+  # 1e300 was accepted (delta(1) = 0.808 at p = e^-0.25, rho = 40, p' = e^-0.5: valid but useless), while
+  # MechanismAccount refuses steps above MAX_GRID_INTERVAL = 100.
+  for step in (1e300, 100.5):
+    with pytest.raises(ValueError, match=r"value_discretization_interval=\S+ <= 100"):
+      call(step)
+
+
+def test_grid_step_at_the_cap_still_works():
+  noise = accounting.MultiMessageNoise(math.exp(-0.25), 40.0, math.exp(-0.5))
+  assert 0 < accounting.multi_message_delta(noise, 1.0, value_discretization_interval=100.0) < 1
+
+
+@pytest.mark.parametrize("mult,p_flood", [(1e300, "0.0"), (1e-300, "1.0")])
+def test_flood_multiplier_without_a_valid_p_flood_is_refused_by_name(mult, p_flood):
+  # The error blamed "p_flood", which is not a parameter of calibrate_multi_message.
+  with pytest.raises(ValueError, match=rf"^Expected flood_multipliers=\(1\.0, {mult!r}\).*m={mult!r} gives "
+                                       rf"{p_flood}\.$".replace("+", r"\+")):
+    accounting.calibrate_multi_message(1.0, 1e-6, flood_multipliers=(1.0, mult))
