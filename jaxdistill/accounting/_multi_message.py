@@ -96,7 +96,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
 from jaxdistill import _validate
-from jaxdistill.accounting._mechanisms import MAX_GRID_POINTS
+from jaxdistill.accounting._mechanisms import MAX_GRID_INTERVAL, MAX_GRID_POINTS, _check_vdi
 from jaxdistill.accounting._relation import PrivacyStatement, Relation
 from jaxdistill.accounting._shuffle import _MAX_EPS0
 
@@ -126,8 +126,14 @@ MAX_VIEW_OUTCOMES = 2**18
 #: cannot, an OverflowError); 10^18 is far beyond any domain or client count the protocol is run with.
 MAX_COUNT = 10**18
 #: Largest k r (unit shifts per record, each direction): the accounting self-composes the view's PLD
-#: k r times, so this bounds its work (k and r are each at most ``MAX_COUNT``).
+#: k r times, so this bounds its work (k and r are each at most ``MAX_COUNT``). The composed grid's size
+#: depends on the noise as much as on k r: at p = e^-0.25, rho = 40, p' = e^-0.5 (step 1e-4) k r = 1e3, 1e4,
+#: 3e4, 1e5 took 2 s, 8 s, 14 s, 43 s and 0.5, 1.1, 1.7, 3.8 GiB (2.4e7 points), and 1e6 a MemoryError;
+#: p = e^-0.01, rho = 10, p' = e^-0.5 at 1e6 took 28 s and 2.2 GiB, p = e^-0.001, rho = 200, p' = 1/2 7 s
+#: and 0.5 GiB. So the bound stays; a composition too large for memory is refused as a ValueError instead.
 MAX_SHIFTS = 10**6
+#: Exceptions dp-accounting raises while building or composing a PLD too large or too extreme for it.
+_PLD_ERRORS = (MemoryError, IndexError, OverflowError, ZeroDivisionError, FloatingPointError, ValueError)
 #: Smallest relative precision ``rtol`` of the calibrated rho: float64 resolves relative steps of
 #: 2^-52 ~ 2.2e-16 (rtol = 1e-17 looped forever once the bracket's ends were adjacent floats).
 MIN_RTOL = 1e-15
@@ -331,16 +337,28 @@ def _cached_pld(noise: MultiMessageNoise, shifts: int, vdi: float, tail_mass: fl
   if lattice_size is None:
     p0, p1 = _reduced_log_pmfs(noise, tail_mass)
   else:
-    p0, p1 = _lattice_log_pmfs(noise, lattice_size)
+    try:
+      p0, p1 = _lattice_log_pmfs(noise, lattice_size)
+    except MemoryError:  # lattice_size = 10^6 was a bare numpy _ArrayMemoryError (a 10^12-point lattice)
+      raise ValueError(f"Expected lattice_size={lattice_size} small enough for its (lattice_size + 1)^2 "
+                       "outcomes to fit in memory.") from None
   vdi = _grid_step(p0, p1, vdi)
-  # dp-accounting: privacy loss ln(upper/lower) under ``upper``.
-  up = pld_lib.from_two_probability_mass_functions(p1, p0, pessimistic_estimate=True,
-                                                   value_discretization_interval=vdi, symmetric=False)
-  down = pld_lib.from_two_probability_mass_functions(p0, p1, pessimistic_estimate=True,
+  # The composed grid grows with k r and the noise's loss: k r = 10^6 at p = e^-0.25 raised a bare
+  # MemoryError (std::bad_alloc) from the FFT, and a view with much infinite loss an IndexError once its
+  # finite mass was all truncated. (numpy's _ArrayMemoryError is a MemoryError.)
+  try:
+    # dp-accounting: privacy loss ln(upper/lower) under ``upper``.
+    up = pld_lib.from_two_probability_mass_functions(p1, p0, pessimistic_estimate=True,
                                                      value_discretization_interval=vdi, symmetric=False)
-  if shifts > 1:
-    up, down = up.self_compose(shifts), down.self_compose(shifts)
-  return up.compose(down)
+    down = pld_lib.from_two_probability_mass_functions(p0, p1, pessimistic_estimate=True,
+                                                       value_discretization_interval=vdi, symmetric=False)
+    if shifts > 1:
+      up, down = up.self_compose(shifts), down.self_compose(shifts)
+    return up.compose(down)
+  except _PLD_ERRORS as err:
+    raise ValueError(f"dp-accounting could not compose the PLD of k*r={shifts} unit shifts each way for "
+                     f"noise={noise} at grid step {vdi:.3g} ({_validate.describe_error(err, limit=120)}); "
+                     "use a smaller k*r or a coarser value_discretization_interval.") from None
 
 
 def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
@@ -352,9 +370,10 @@ def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
     noise: the central noise parameters.
     k: buckets per record (k r <= ``MAX_SHIFTS``).
     r: labels per record.
-    value_discretization_interval: dp-accounting grid step; one so fine that
-      one release's loss range would take more than ``MAX_GRID_POINTS``
-      points is coarsened to fit (the PLD stays an upper bound).
+    value_discretization_interval: dp-accounting grid step, in (0,
+      ``MAX_GRID_INTERVAL``]; one so fine that one release's loss range would
+      take more than ``MAX_GRID_POINTS`` points is coarsened to fit (the PLD
+      stays an upper bound).
     tail_mass: mass moved onto pessimistic tail outcomes (reduced view only).
     lattice_size: if given, build each entry's pair from the 2-D lattice
       [0, lattice_size]^2 instead of the lossless 1-D reduction (for checks;
@@ -366,7 +385,7 @@ def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
   """
   _check_noise(noise)
   shifts = _shifts(k, r)
-  vdi = _validate.positive("value_discretization_interval", value_discretization_interval)
+  vdi = _check_vdi(value_discretization_interval)
   tail = _validate.open_unit("tail_mass", tail_mass)
   size = None if lattice_size is None else _validate.integer("lattice_size", lattice_size, minimum=2)
   return _cached_pld(noise, shifts, vdi, tail, size)
@@ -523,9 +542,11 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
     r: labels per record.
     dlap_fraction: share of epsilon spent on the discrete Laplace part, in
       (0, 1). Larger means less estimation noise and more flooding.
-    flood_multipliers: positive multipliers of (1 - f) eps / (2kr) tried for b.
+    flood_multipliers: positive multipliers m of (1 - f) eps / (2kr) tried for
+      b, each with p' = e^{-b} in (0, 1) in float64.
     rtol: relative precision of rho, >= ``MIN_RTOL`` = 1e-15.
-    value_discretization_interval: dp-accounting grid step.
+    value_discretization_interval: dp-accounting grid step, in (0,
+      ``MAX_GRID_INTERVAL``].
 
   Returns:
     The calibrated :class:`MultiMessageNoise`.
@@ -562,10 +583,16 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
                      f"got {flood_multipliers!r}.") from None
   if not mults:
     raise ValueError("Expected at least one flood multiplier.")
+  base_b = (1.0 - fraction) * eps / (2 * shifts)  # as in _calibrate
+  for mult in mults:
+    # A multiplier whose p_flood rounded to 0 or 1 was refused under the name p_flood, not the caller's.
+    if not 0.0 < math.exp(-mult * base_b) < 1.0:
+      raise ValueError(f"Expected flood_multipliers={flood_multipliers!r} whose p_flood = e^(-m (1 - dlap_fraction) "
+                       f"eps/(2kr)) is in (0, 1); m={mult!r} gives {math.exp(-mult * base_b)!r}.")
   rtol = _validate.positive("rtol", rtol)
   if rtol < MIN_RTOL:
     raise ValueError(f"Expected rtol={rtol!r} >= {MIN_RTOL:g}: float64 cannot resolve a finer relative step.")
-  vdi = _validate.positive("value_discretization_interval", value_discretization_interval)
+  vdi = _check_vdi(value_discretization_interval)
   return _calibrate(eps, delta, shifts, fraction, mults, rtol, vdi)
 
 

@@ -3,6 +3,7 @@
 import math
 import re
 
+import numpy as np
 import pytest
 
 from jaxdistill import accounting
@@ -96,3 +97,82 @@ def test_fine_grid_step_inside_the_cap_still_works():
   coarse = accounting.multi_message_delta(NOISE, 1.0)
   fine = accounting.multi_message_delta(NOISE, 1.0, value_discretization_interval=1e-6)
   assert 0 < fine <= coarse + 1e-12 and math.isclose(fine, coarse, rel_tol=1e-3)
+
+
+def _clear_caches():
+  from jaxdistill.accounting import _multi_message  # pylint: disable=import-outside-toplevel
+  _multi_message._cached_pld.cache_clear()  # pylint: disable=protected-access
+  _multi_message._calibrate.cache_clear()  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("call", [
+    lambda: accounting.multi_message_pld(NOISE, k=2, r=3),
+    lambda: accounting.multi_message_delta(NOISE, 1.0, k=2, r=3),
+    lambda: accounting.multi_message_epsilon(NOISE, 1e-6, k=2, r=3),
+    lambda: accounting.calibrate_multi_message(10.0, 1e-6, k=2, r=3, flood_multipliers=(1.0,)),
+], ids=["pld", "delta", "epsilon", "calibrate"])
+@pytest.mark.parametrize("error", ["numpy", "bad_alloc"])
+def test_composition_out_of_memory_is_a_value_error_naming_kr(monkeypatch, call, error):
+  # k*r = 10^6 (allowed by MAX_SHIFTS) raised a bare MemoryError (std::bad_alloc) from dp-accounting's FFT. Here
+  # the self-composition fails as it would, without allocating: numpy's _ArrayMemoryError, or pocketfft's.
+  from dp_accounting.pld import privacy_loss_distribution as pld_lib  # pylint: disable=import-outside-toplevel
+  try:  # pylint: disable=import-outside-toplevel
+    from numpy._core._exceptions import _ArrayMemoryError  # numpy 2
+  except ImportError:
+    from numpy.core._exceptions import _ArrayMemoryError  # numpy 1.26, which pyproject allows
+
+  def self_compose(self, num_times, tail_mass_truncation=1e-15):
+    del self, num_times, tail_mass_truncation
+    if error == "numpy":
+      raise _ArrayMemoryError((2**40,), np.dtype(np.float64))
+    raise MemoryError("std::bad_alloc")
+
+  monkeypatch.setattr(pld_lib.PrivacyLossDistribution, "self_compose", self_compose)
+  _clear_caches()
+  try:
+    with pytest.raises(ValueError, match=r"k\*r=6 unit shifts.*MemoryError") as err:
+      call()
+  finally:
+    _clear_caches()
+  assert "\n" not in str(err.value)
+
+
+def test_composition_whose_finite_loss_is_all_truncated_is_a_value_error():
+  # A view whose loss is infinite with probability ~0.63 per shift: after 100 shifts dp-accounting truncated all
+  # of the finite mass and raised a bare IndexError.
+  noise = accounting.MultiMessageNoise(math.exp(-10.0), 1.0, math.exp(-1.0))
+  with pytest.raises(ValueError, match=r"k\*r=100 unit shifts.*IndexError"):
+    accounting.multi_message_delta(noise, 1.0, k=100)
+
+
+def test_lattice_too_large_for_memory_is_refused_by_name():
+  # lattice_size = 10^6 (10^12 outcomes) raised numpy's bare _ArrayMemoryError.
+  with pytest.raises(ValueError, match=r"lattice_size=1000000 "):
+    accounting.multi_message_pld(NOISE, lattice_size=10**6)
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: accounting.multi_message_pld(NOISE, value_discretization_interval=v),
+    lambda v: accounting.multi_message_delta(NOISE, 1.0, value_discretization_interval=v),
+    lambda v: accounting.multi_message_epsilon(NOISE, 1e-6, value_discretization_interval=v),
+    lambda v: accounting.calibrate_multi_message(1.0, 1e-6, flood_multipliers=(1.0,), value_discretization_interval=v),
+], ids=["pld", "delta", "epsilon", "calibrate"])
+def test_grid_step_above_the_mechanisms_cap_is_refused(call):
+  # 1e300 was accepted (delta(1) = 0.808 at p = e^-0.25, rho = 40, p' = e^-0.5: valid but useless), while
+  # MechanismAccount refuses steps above MAX_GRID_INTERVAL = 100.
+  for step in (1e300, 100.5):
+    with pytest.raises(ValueError, match=r"value_discretization_interval=\S+ <= 100"):
+      call(step)
+
+
+def test_grid_step_at_the_cap_still_works():
+  noise = accounting.MultiMessageNoise(math.exp(-0.25), 40.0, math.exp(-0.5))
+  assert 0 < accounting.multi_message_delta(noise, 1.0, value_discretization_interval=100.0) < 1
+
+
+@pytest.mark.parametrize("mult,p_flood", [(1e300, "0.0"), (1e-300, "1.0")])
+def test_flood_multiplier_without_a_valid_p_flood_is_refused_by_name(mult, p_flood):
+  # The error blamed "p_flood", which is not a parameter of calibrate_multi_message.
+  with pytest.raises(ValueError, match=rf"^Expected flood_multipliers=\(1\.0, {mult!r}\).*m={mult!r} gives "
+                                       rf"{p_flood}\.$".replace("+", r"\+")):
+    accounting.calibrate_multi_message(1.0, 1e-6, flood_multipliers=(1.0, mult))
