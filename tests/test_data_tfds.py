@@ -111,8 +111,16 @@ def test_load_dataset_gives_train_and_test_through_tfds():
   assert train.images.shape[1:] == (32, 32, 3) and train.name == "tfds:svhn_cropped"
 
 
-def test_label_cli_runs_end_to_end_on_rgb_tfds_data(tmp_path, capsys):
+def test_label_cli_runs_end_to_end_on_rgb_tfds_data(tmp_path, capsys, monkeypatch):
   out = tmp_path / "run"
+  # tfds's mock yields the same examples for train and test, and paper_splits leaves test images that are
+  # training images out of D_pub and D_eval (here: all of them). The test split is read inverted.
+  from jaxdistill.data import _loading  # pylint: disable=import-outside-toplevel
+  read = _loading.load_tfds
+  def load_tfds(name, split, **kwargs):
+    d = read(name, split, **kwargs)
+    return d if split == "train" else data.ImageData(1.0 - d.images, d.labels, d.num_classes, d.name)
+  monkeypatch.setattr(_loading, "load_tfds", load_tfds)
   with mock(400):
     code = main(["label", "--dataset", "tfds:cifar10", "--private-size", "200", "--public-size", "100",
                  "--eval-size", "100", "--s", "10", "--student-epochs", "1", "--representation", "hog-pca",

@@ -112,7 +112,7 @@ def test_a_folder_named_like_a_plot_is_refused_before_any_work(capsys, tmp_path,
 @pytest.mark.parametrize("train_shape, train_classes, match", [
     # (Training labels past the test split's classes are no longer refused here: both IDX splits now
     # take the larger class count, tests/test_data.py::test_idx_splits_share_one_class_count.)
-    ((60, 32, 32), 10, ("Expected test images of train's shape (32, 32, 1); got (28, 28, 1)",)),
+    ((60, 32, 32), 10, ("the train split's images are (32, 32, 1) (H, W, C) but the test split's are (28, 28, 1)",)),
 ])
 def test_idx_bad_private_data(tmp_path, capsys, train_shape, train_classes, match):
   rng = np.random.default_rng(0)
