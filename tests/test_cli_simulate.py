@@ -193,6 +193,20 @@ def test_max_error_bound_is_exact_tail_and_holds(name):
     assert max_error_prediction(mech, counts, n - 1)[1] == "normal-union"
 
 
+def _bound_on_500_clients(name, epsilon):
+  """n = 500 clients of a fixed synthetic workload (s = 20, |Y| = 10, k = 1), and simulate's level-0.95 bound."""
+  import jax
+  import numpy as np
+  from jaxdistill.cli._simulate import max_error_prediction
+
+  n, shape = 500, M.BsvsShape(20, 10, 1)
+  mech = simulation.build_mechanism(name, shape, epsilon=epsilon)
+  work = M.synthetic_workload(jax.random.key(1), num_clients=n, num_buckets=20, num_labels=10, k=1)
+  clients = work.materialize()
+  counts = np.asarray(M.bsvs_counts(clients, shape), np.float64)
+  return (n, mech, clients, counts, *max_error_prediction(mech, counts, n, beta=0.05))
+
+
 @pytest.mark.parametrize("epsilon", [12.0, 16.0])
 def test_rr_max_error_bound_holds_at_high_epsilon(epsilon):
   # At high epsilon each randomized-response error is a sparse skewed count (n q ~ 0.2-3 flips
@@ -200,16 +214,7 @@ def test_rr_max_error_bound_holds_at_high_epsilon(epsilon):
   # d = 200). The Chernoff bound must hold: 100 independent runs of the real mechanism, beta =
   # 0.05, so the true exceedance rate is <= 0.05 and Pr[Binomial(100, 0.05) > 13] < 5e-4
   # (false-failure rate per epsilon; fixed seeds make it deterministic).
-  import jax
-  import numpy as np
-  from jaxdistill.cli._simulate import max_error_prediction
-
-  n, shape = 500, M.BsvsShape(20, 10, 1)
-  mech = simulation.build_mechanism("rr", shape, epsilon=epsilon)
-  work = M.synthetic_workload(jax.random.key(1), num_clients=n, num_buckets=20, num_labels=10, k=1)
-  clients = work.materialize()
-  counts = np.asarray(M.bsvs_counts(clients, shape), np.float64)
-  bound, method = max_error_prediction(mech, counts, n, beta=0.05)
+  n, mech, clients, counts, bound, method = _bound_on_500_clients("rr", epsilon)
   q = 1 - mech.keep_probability
   assert bound <= n * (1 - q) / (1 - 2 * q)  # never above the sure bound on |error|
   assert exceedances(mech, clients, counts, n, bound, runs=100) <= 13
@@ -222,16 +227,7 @@ def test_collision_max_error_bound_is_bernstein_and_holds(epsilon):
   # inequality per entry with the entry's exact variance, and a union bound: 100 independent runs
   # of the real mechanism at beta = 0.05, so the true exceedance rate is <= 0.05 and
   # Pr[Binomial(100, 0.05) > 13] < 5e-4 (false-failure rate per epsilon; fixed seeds).
-  import jax
-  import numpy as np
-  from jaxdistill.cli._simulate import max_error_prediction
-
-  n, shape = 500, M.BsvsShape(20, 10, 1)
-  mech = simulation.build_mechanism("collision", shape, epsilon=epsilon)
-  work = M.synthetic_workload(jax.random.key(1), num_clients=n, num_buckets=20, num_labels=10, k=1)
-  clients = work.materialize()
-  counts = np.asarray(M.bsvs_counts(clients, shape), np.float64)
-  bound, method = max_error_prediction(mech, counts, n, beta=0.05)
+  n, mech, clients, counts, bound, method = _bound_on_500_clients("collision", epsilon)
   assert method == "bernstein-union"
   # Without counts: the worst case over all counts, which is Theorem 2's alpha over the d = 200 entries.
   anywhere = mech.max_error_bound(0.05, None, n)
