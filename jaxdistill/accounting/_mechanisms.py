@@ -376,9 +376,12 @@ def _gaussian_delta(epsilon: float, mu: float) -> float:
   """
   a = float(special.log_ndtr(mu / 2 - epsilon / mu))
   b = epsilon + float(special.log_ndtr(-mu / 2 - epsilon / mu))
-  if not b < a:
-    return 0.0 if a == -math.inf else min(1.0, 2 * _GAUSSIAN_SLACK * math.exp(a))
-  return min(1.0, math.exp(a) * -math.expm1(b - a) * (1 + _GAUSSIAN_SLACK))
+  if a == -math.inf:
+    return 0.0
+  # delta = e^a (1 - e^-(a - b)) grows with a - b, and a and b carry a few ulps of error each (log_ndtr, the
+  # sum with eps), which matters where the two terms nearly cancel: a - b is raised by that much.
+  gap = max(a - b, 0.0) + 64 * 2.0**-53 * (abs(a) + abs(b))
+  return min(1.0, math.exp(a) * -math.expm1(-gap) * (1 + _GAUSSIAN_SLACK))
 
 
 def _gaussian_epsilon(delta: float, mu: float) -> float:

@@ -470,3 +470,17 @@ def test_a_composition_too_large_for_memory_is_refused_not_run(factory):
   with pytest.raises(ValueError, match=r"composition dp-accounting can run in memory.*FFT of .* points") as err:
     factory().epsilon(1e-6)
   assert "\n" not in str(err.value)
+
+
+def test_gaussian_closed_form_is_an_upper_bound_where_its_terms_cancel():
+  # The float64 closed form must never fall below the 50-digit value, also where Phi(mu/2 - eps/mu) and
+  # e^eps Phi(-mu/2 - eps/mu) nearly cancel (tiny mu): an ulp-level error in either log term moved their
+  # difference the wrong way (mu = 1e-9, eps = 7.6e-9: 7e-5 below the exact delta) before it was widened by it.
+  from jaxdistill.accounting._mechanisms import (  # pylint: disable=import-outside-toplevel
+      _gaussian_delta, _gaussian_epsilon)
+  for mu in (1e-9, 1e-6, 1e-4, 1e-2, 0.3, 1.0, math.sqrt(10.0), 40.0):
+    for eps in (0.0, 1e-9, 7.6e-9, 1e-6, 1e-3, 0.1, 1.0, 5.0, 25.0, 100.0):
+      exact = float(_mp_gaussian_delta(eps, mu))
+      assert exact <= _gaussian_delta(eps, mu) <= exact * 1.01 + 1e-300  # widened by ulps only
+    for delta in (1e-3, 1e-8, 1e-12):
+      assert float(_mp_gaussian_delta(_gaussian_epsilon(delta, mu), mu)) <= delta
