@@ -328,10 +328,19 @@ def _collision_labeling(gap, p, q, n, num_labels):
 # In units of hits, t = alpha (p - q): V + M alpha/3 = (n w + c t/3) / (p - q)^2 with w = max(p(1-p), q(1-q))
 # and c = max(p, 1 - q), so nothing is divided by (p - q)^2 (which underflows) and alpha^2 is never formed.
 def _collision_alpha_log(beta, p, q, n, m):
-  log_term = _log2m(m) - np.log(beta)
   w = np.maximum(p * (1.0 - p), q * (1.0 - q))
+  return bernstein_hits_alpha(_log2m(m) - np.log(beta), p, q, w, n)
+
+
+def bernstein_hits_alpha(log_term, p, q, variance, count=1.0):
+  """Bernstein's alpha, in estimate units, for a sum of hit indicators of rates p (present) and q (absent).
+
+  With L = ``log_term`` (ln(2m / beta) for a union over m entries), hit variance V = ``count`` *
+  ``variance`` and |hit - rate| <= c = max(p, 1 - q): t = cL/3 + sqrt((cL/3)^2 + 2LV) hits, alpha =
+  t / (p - q). ``variance`` and ``count`` stay apart inside the square root, so n w never overflows.
+  """
   h = log_term * np.maximum(p, 1.0 - q) / 3.0
-  return (h + np.hypot(h, np.sqrt(2.0 * log_term * w) * np.sqrt(n))) / (p - q)
+  return (h + np.hypot(h, np.sqrt(2.0 * log_term * variance) * np.sqrt(count))) / (p - q)
 
 
 def _collision_beta_log(alpha, p, q, n, m):

@@ -367,10 +367,7 @@ class Collision(CollisionRates, BsvsMechanism):
     else:
       a, n = entry_counts(self.shape, counts, num_clients)
       hit_var = np.max(a * (p * (1 - p)) + (n - a) * (q * (1 - q)))  # alpha_j grows with V_j
-    # In hits (t = alpha (p - q)), as _bounds does: nothing is divided by (p - q)^2.
-    log_term = math.log(2 * self.shape.d) - math.log(beta)
-    h = log_term * max(p, 1 - q) / 3
-    return float((h + math.hypot(h, math.sqrt(2 * log_term * float(hit_var)))) / (p - q))
+    return float(_bounds.bernstein_hits_alpha(math.log(2 * self.shape.d) - math.log(beta), p, q, float(hit_var)))
 
   def accuracy(self, beta: Any, num_clients: int, *, simultaneous: bool = False) -> float:
     """Theorem 2 (Bernstein + union bound): alpha with failure <= beta.
