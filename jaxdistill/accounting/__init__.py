@@ -14,6 +14,8 @@ from jaxdistill.accounting._mechanisms import MAX_GRID_INTERVAL
 from jaxdistill.accounting._mechanisms import FFT_ROUNDOFF_PER_RELEASE
 from jaxdistill.accounting._mechanisms import MAX_FFT_POINTS
 from jaxdistill.accounting._mechanisms import MAX_GRID_POINTS
+from jaxdistill.accounting._mechanisms import MAX_LATTICE_INDEX
+from jaxdistill.accounting._mechanisms import MAX_LATTICE_LOSS
 from jaxdistill.accounting._mechanisms import MAX_RR_EPSILON0
 from jaxdistill.accounting._mechanisms import MechanismAccount
 from jaxdistill.accounting._mechanisms import calibrate
@@ -46,7 +48,7 @@ from jaxdistill.accounting._shuffle import shuffle_local_epsilon
 __all__ = [
     "align_pmfs", "epsilon_for_delta", "hockey_stick_divergence", "privacy_profile",
     "worst_case_profile", "FFT_ROUNDOFF_PER_RELEASE", "MAX_FFT_POINTS", "MAX_GRID_INTERVAL", "MAX_GRID_POINTS",
-    "MAX_RR_EPSILON0", "MechanismAccount", "calibrate",
+    "MAX_LATTICE_INDEX", "MAX_LATTICE_LOSS", "MAX_RR_EPSILON0", "MechanismAccount", "calibrate",
     "discrete_laplace", "gaussian", "laplace", "randomized_response", "NfdpPrivacy",
     "nfdp_inclusion_probability", "nfdp_paper_guarantee", "nfdp_paper_rows", "nfdp_privacy",
     "PrivacyStatement", "PrivacyWarning", "Relation", "ShuffleAmplification",

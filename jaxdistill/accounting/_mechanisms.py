@@ -6,17 +6,26 @@ compositions) that answers epsilon-for-delta and delta-for-epsilon in float64
 through dp-accounting's privacy loss distributions (PLDs), and exposes the
 matching ``DpEvent`` for use with any dp-accounting accountant.
 
-The PLDs used are exact up to dp-accounting's pessimistic discretisation
-(every reported epsilon and delta is an upper bound):
+Every reported epsilon and delta is an upper bound:
 
-================  =======================================  ====================
+================  =======================================  ==========================================
 mechanism         parameter                                 PLD
-================  =======================================  ====================
-Laplace           scale b (density ∝ exp(-|z|/b))           ``from_laplace_mechanism``
-discrete Laplace  a (pmf ∝ exp(-a|z|), integers)            ``from_discrete_laplace_mechanism``
-Gaussian          sigma                                     ``from_gaussian_mechanism``
-k-ary RR          local epsilon0, K buckets                 ``from_randomized_response``
-================  =======================================  ====================
+================  =======================================  ==========================================
+Laplace           scale b (density ∝ exp(-|z|/b))           ``from_laplace_mechanism`` (pessimistic grid)
+discrete Laplace  a (pmf ∝ exp(-a|z|), integers)            exact, on the lattice a·Z
+Gaussian          sigma                                     ``from_gaussian_mechanism`` (pessimistic grid)
+k-ary RR          local epsilon0, K buckets                 exact, on the lattice eps0·Z
+================  =======================================  ==========================================
+
+Lattice mechanisms: every privacy loss of discrete Laplace is a(|z - Delta| - |z|), an integer multiple of
+a, and every loss of randomized response is -eps0, 0 or +eps0. Their PLDs are built directly on that
+lattice (step a or eps0, nudged up by a relative 2^-50 so that float products never round a loss down),
+so no loss is rounded and T-fold compositions do not drift (discrete Laplace moves its far tail, at most
+1e-30 of probability per release, up to a higher loss); ``value_discretization_interval`` is not used
+for them. On a grid (Laplace, Gaussian) each release's loss is rounded up by less than one step, so the
+T-fold epsilon can exceed the exact one by up to T steps: with the default step 1e-4 and T = 10^6, up to
+100. Randomized response with eps0 = 0.01 over 10^6 releases gave epsilon(1e-6) = 146.2 on the grid,
+against the exact 96.7 (binomial), which the lattice reproduces.
 
 The ``sensitivity`` is measured under the stated ``relation`` (for a BSVS
 count under replace-one it is 2kr, under add/remove kr): the neighbouring
@@ -76,6 +85,8 @@ __all__ = [
     "GAUSSIAN_SCALE_RANGE",
     "MAX_FFT_POINTS",
     "FFT_ROUNDOFF_PER_RELEASE",
+    "MAX_LATTICE_LOSS",
+    "MAX_LATTICE_INDEX",
 ]
 
 #: Largest PLD grid built (float64: 8 bytes a point, a few copies during FFT).
@@ -89,9 +100,18 @@ MAX_RR_EPSILON0 = 700.0
 #: ``value_discretization_interval=1e30`` and with Laplace sensitivity/scale = 1e10, whose grid cap
 #: coarsens the step to 1000). Steps up to 700 were checked to give valid upper bounds; 100 leaves margin.
 #: The step used is the larger of the requested one and (loss range) / ``MAX_GRID_POINTS``, so an
-#: account whose single-release loss is this large (Laplace sensitivity/scale, discrete-Laplace
-#: a * sensitivity, or Gaussian (Delta/sigma)^2 / 2 beyond about 1e9 nats, in total over T) is refused.
+#: account whose single-release loss is this large (Laplace sensitivity/scale or Gaussian
+#: (Delta/sigma)^2 / 2 beyond about 1e9 nats, in total over T) is refused. Discrete Laplace and randomized
+#: response are built on their own lattice instead (see the module docstring and ``MAX_LATTICE_LOSS``).
 MAX_GRID_INTERVAL = 100.0
+
+#: Largest composed privacy loss T * (loss unit) * sensitivity of a lattice account (discrete Laplace,
+#: randomized response): the lattice's losses are index * step in float64, which must stay finite.
+MAX_LATTICE_LOSS = 1e300
+
+#: Largest count * sensitivity of a lattice account: dp-accounting indexes the composed lattice in int64
+#: (count = 10^12 with sensitivity 10^7 overflowed a C long).
+MAX_LATTICE_INDEX = 2**62
 
 #: Most self-composed releases T (T * loss must stay a float; larger T leaves the grid range anyway).
 MAX_COUNT = 10**12
@@ -138,14 +158,17 @@ class MechanismAccount:
     relation: the neighbouring relation.
     count: number of self-composed releases T.
     num_buckets: K for randomized response, else None.
-    value_discretization_interval: requested PLD grid step, in (0, ``MAX_GRID_INTERVAL``].
+    value_discretization_interval: requested PLD grid step, in (0, ``MAX_GRID_INTERVAL``]; validated but
+      unused by discrete Laplace and randomized response, whose PLDs are exact on their loss lattice.
 
   Raises:
     ValueError: at construction, for an unknown mechanism, a parameter or
       sensitivity that is not a finite number > 0, a relation that is not a
       :class:`Relation` (or its string value), and the ranges where
       dp-accounting's PLD breaks down: a grid step (after coarsening, see
-      :meth:`grid_interval`) above ``MAX_GRID_INTERVAL``, count above
+      :meth:`grid_interval`) above ``MAX_GRID_INTERVAL`` (Laplace, Gaussian), a
+      composed loss above ``MAX_LATTICE_LOSS`` or count * sensitivity above
+      ``MAX_LATTICE_INDEX`` (discrete Laplace, randomized response), count above
       ``MAX_COUNT``, a Gaussian sigma or sensitivity outside
       ``GAUSSIAN_SCALE_RANGE``, a discrete-Laplace sensitivity that is not an
       integer in [1, ``MAX_DISCRETE_SENSITIVITY``], and for randomized
@@ -204,6 +227,16 @@ class MechanismAccount:
     object.__setattr__(self, "count", count)
     object.__setattr__(self, "num_buckets", buckets)
     object.__setattr__(self, "value_discretization_interval", vdi)
+    if self._on_lattice():
+      if count * sens > MAX_LATTICE_INDEX:
+        raise ValueError(f"Expected count * sensitivity <= 2^62 for the {mech} mechanism (its composed lattice "
+                         f"is indexed in int64); got count={count}, sensitivity={sens!r}.")
+      if not count * self._max_loss() <= MAX_LATTICE_LOSS:
+        raise ValueError(
+            f"Expected a composed privacy loss count * {pname} * sensitivity <= {MAX_LATTICE_LOSS:g} for the "
+            f"{mech} mechanism; got {pname}={param!r}, sensitivity={sens!r}, count={count}. Use more noise or "
+            "fewer releases.")
+      return
     step = self.grid_interval()
     if not step <= MAX_GRID_INTERVAL:  # also NaN / inf from an overflowing loss
       raise ValueError(
@@ -232,8 +265,18 @@ class MechanismAccount:
     # Laplace-like: KL = m - 1 + e^{-m} <= m^2 / 2.
     return m - 1 + math.exp(-m) if m > 1e-6 else m * m / 2
 
+  def _on_lattice(self) -> bool:
+    """Discrete Laplace and randomized response: every privacy loss is an integer multiple of one unit."""
+    return self.mechanism in ("discrete-laplace", "randomized-response")
+
   def grid_interval(self) -> float:
-    """Discretisation interval actually used (coarsened to fit the grid cap)."""
+    """Discretisation interval actually used.
+
+    On a grid (Laplace, Gaussian): the requested one, coarsened to fit ``MAX_GRID_POINTS``. For discrete
+    Laplace and randomized response: the loss unit (a or eps0) times 1 + 2^-50, whatever was requested.
+    """
+    if self._on_lattice():
+      return _lattice_step(self.parameter)
     t = self.count
     m = self._max_loss()
     width = min(2 * t * m, t * self._mean_loss() + 40 * math.sqrt(t) * m + 2 * m)
@@ -295,9 +338,11 @@ class MechanismAccount:
 
     At ``delta = 0`` this is the exact pure-DP epsilon (:meth:`pure_epsilon`);
     the PLD's truncated tails cannot certify delta = 0. At ``delta > 0`` it is
-    the PLD's epsilon, capped at the pure epsilon: the pessimistic grid rounds
+    the PLD's epsilon, capped at the pure epsilon: a pessimistic grid rounds
     every loss up by up to one step, so near the pure epsilon the PLD alone
-    would report more than the exact bound.
+    would report more than the exact bound. Past a composed loss of about 745
+    (where e^-loss underflows) dp-accounting returns the lattice point above
+    the exact epsilon: still an upper bound.
     """
     d = _validate.probability("delta", delta)
     if d == 0.0:
@@ -430,26 +475,78 @@ class _CompositionTooLarge(ValueError):
 _TAIL_MASS_TRUNCATION = 1e-15
 
 
-def _rr_single(acct: MechanismAccount, vdi: float) -> pld_lib.PrivacyLossDistribution:
-  """One K-ary randomized response's PLD from exact log-probabilities.
+def _lattice_step(unit: float) -> float:
+  """The lattice step for loss unit ``unit``: nudged up so that ``index * step >= index * unit`` in float64.
 
-  dp-accounting's ``from_randomized_response`` works from p = K/(e^eps0 + K - 1), close to 1 for large K,
-  and forms 1 - p + p/K with cancellation (K = 10^12 gave an epsilon 7e-4 too small, relative). The three
-  outcome classes of two neighbouring inputs x != x' are: x (a vs b), x' (b vs a) and the K - 2 others
-  ((K-2) b each side), with log a = eps0 - log(e^eps0 + K - 1) and log b = -log(e^eps0 + K - 1). K = 2 keeps
-  dp-accounting's construction (no cancellation there).
+  A product of floats is rounded to nearest (relative error <= 2^-53), so a step ``2^-50`` above the unit
+  keeps every positive lattice loss at or above its exact value: the PLD stays an upper bound.
+  """
+  return unit * (1.0 + 2.0**-50)
+
+
+def _lattice_pld(log_probs: np.ndarray, lower: int, unit: float,
+                 infinity_mass: float = 0.0) -> pld_lib.PrivacyLossDistribution:
+  """A symmetric PLD whose loss ``(lower + i) * unit`` has probability ``exp(log_probs[i])``; exact, no rounding.
+
+  Symmetric: discrete Laplace (z -> Delta - z), randomized response (swap x and x') and the dominating
+  pair of an (eps, delta)-DP mechanism map one neighbouring direction onto the other, so one PMF serves
+  both. ``infinity_mass`` is the probability of an infinite loss (delta, for the dominating pair).
+  """
+  probs = np.exp(log_probs)
+  pmf = pld_pmf.DensePLDPmf(discretization=_lattice_step(unit), lower_loss=lower, probs=probs,
+                            infinity_mass=infinity_mass, pessimistic_estimate=True)
+  return pld_lib.PrivacyLossDistribution(pmf)
+
+
+def _rr_single(acct: MechanismAccount) -> pld_lib.PrivacyLossDistribution:
+  """One K-ary randomized response's exact PLD, on the lattice eps0·{-1, 0, 1}.
+
+  For neighbouring inputs x != x', the output under x is x (loss +eps0) with probability
+  a = e^eps0 / (e^eps0 + K - 1), x' (loss -eps0) with b = 1 / (e^eps0 + K - 1), and one of the K - 2
+  others (loss 0) with (K - 2) b. The probabilities come from log-probabilities (dp-accounting's
+  ``from_randomized_response`` forms 1 - p + p/K with cancellation near p = 1: K = 10^12 gave an epsilon
+  7e-4 too small, relative), and the losses sit exactly on the lattice (its grid rounded eps0 = 0.01 up to
+  101 steps of 1e-4, and the T-fold epsilon drifted: 146.2 against the exact 96.7 at T = 10^6).
   """
   k = acct.num_buckets
-  if k == 2:
-    return pld_lib.from_randomized_response(
-        _rr_noise(acct.parameter, k), k, value_discretization_interval=vdi,
-        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
   log_z = float(np.logaddexp(acct.parameter, math.log(k - 1)))
-  log_a, log_b = acct.parameter - log_z, -log_z
-  log_rest = math.log(k - 2) + log_b
-  upper = {"x": log_a, "x'": log_b, "other": log_rest}
-  lower = {"x": log_b, "x'": log_a, "other": log_rest}
-  return pld_lib.from_two_probability_mass_functions(lower, upper, value_discretization_interval=vdi)
+  log_rest = math.log(k - 2) - log_z if k > 2 else -math.inf
+  return _lattice_pld(np.array([-log_z, log_rest, acct.parameter - log_z]), -1, acct.parameter)
+
+
+def _discrete_laplace_single(acct: MechanismAccount) -> pld_lib.PrivacyLossDistribution:
+  """One discrete Laplace's PLD for a shift of Delta, on the lattice a·{-Delta, ..., Delta}.
+
+  With P the noise pmf tanh(a/2) e^{-a|z|} and Q its shift by Delta, the loss at z is
+  a(|z - Delta| - |z|): +a Delta for z <= 0 (probability 1/(1 + e^-a)), -a Delta for z >= Delta
+  (e^{-a Delta}/(1 + e^-a)), and a(Delta - 2z) for 0 < z < Delta (tanh(a/2) e^{-az}). The far tail
+  z > z_cut, of probability e^{-a(z_cut + 1)}/(1 + e^-a) <= ``_LATTICE_TAIL``, is moved up to z_cut's loss
+  (pessimistic: delta grows by at most that mass per release), so the PMF has at most
+  2 min(Delta, ln(1/_LATTICE_TAIL)/a) + 1 points, not 2 Delta + 1 (a = 0.5, Delta = 10^7: 93, not 2e7).
+  """
+  a, delta = acct.parameter, int(acct.sensitivity)
+  log_den = float(np.logaddexp(0.0, -a))  # log(1 + e^-a)
+  # Keep z <= z_cut, the least z whose tail beyond, e^{-a(z + 1)}/(1 + e^-a), is at most _LATTICE_TAIL.
+  z_cut = min(delta, max(0, math.ceil((-math.log(_LATTICE_TAIL) - log_den) / a) - 1))
+  lower = delta - 2 * z_cut  # the lowest loss index kept
+  log_probs = np.full(delta - lower + 1, -np.inf)
+  log_probs[-1] = -log_den  # z <= 0: loss +a Delta
+  if z_cut == delta:  # nothing cut: z >= Delta has loss -a Delta
+    log_probs[0] = -a * delta - log_den
+    z = np.arange(1, delta)
+  else:  # z >= z_cut (tail included) sits at z_cut's loss; its mass is e^{-a z_cut}/(1 + e^-a)
+    if z_cut > 0:
+      log_probs[0] = -a * z_cut - log_den
+    else:  # everything beyond z <= 0 moves up to +a Delta
+      log_probs[-1] = 0.0
+    z = np.arange(1, z_cut)
+  if z.size:
+    log_probs[delta - 2 * z - lower] = math.log(math.tanh(a / 2)) - a * z
+  return _lattice_pld(log_probs, lower, a)
+
+
+#: Largest probability a discrete-Laplace lattice PMF moves up from its far tail (per release).
+_LATTICE_TAIL = 1e-30
 
 
 @functools.lru_cache(maxsize=256)
@@ -459,8 +556,7 @@ def _cached_pld(acct: MechanismAccount) -> pld_lib.PrivacyLossDistribution:
     single = pld_lib.from_laplace_mechanism(acct.parameter, sensitivity=acct.sensitivity,
                                             value_discretization_interval=vdi)
   elif acct.mechanism == "discrete-laplace":
-    single = pld_lib.from_discrete_laplace_mechanism(acct.parameter, sensitivity=int(acct.sensitivity),
-                                                     value_discretization_interval=vdi)
+    single = _discrete_laplace_single(acct)
   elif acct.mechanism == "gaussian":
     # ``sensitivity`` is already the shift under ``relation``. dp-accounting's REPLACE_ONE would shift
     # by twice its sensitivity (a clip norm), and for a single Gaussian its add and remove PLDs agree.
@@ -468,7 +564,7 @@ def _cached_pld(acct: MechanismAccount) -> pld_lib.PrivacyLossDistribution:
                                              value_discretization_interval=vdi,
                                              neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
   else:
-    single = _rr_single(acct, vdi)
+    single = _rr_single(acct)
   return single if acct.count == 1 else _self_compose(single, acct.count)
 
 
@@ -521,7 +617,7 @@ def discrete_laplace(parameter: Any, *, sensitivity: Any, relation: Any, count: 
     sensitivity: integer L1 sensitivity under ``relation``.
     relation: neighbouring relation.
     count: T >= 1.
-    value_discretization_interval: PLD grid step.
+    value_discretization_interval: validated, not used (the PLD is exact on the lattice a·Z).
   """
   rel, count, vdi = _common(relation, count, value_discretization_interval)
   sens = _validate.integer("sensitivity", sensitivity, minimum=1, maximum=MAX_DISCRETE_SENSITIVITY)
@@ -563,7 +659,7 @@ def randomized_response(epsilon0: Any, *, num_buckets: Any, relation: Any = Rela
     num_buckets: K >= 2.
     relation: must be replace-one.
     count: T >= 1 (e.g. the d bits of a flattened BSVS vector).
-    value_discretization_interval: PLD grid step.
+    value_discretization_interval: validated, not used (the PLD is exact on the lattice eps0·Z).
 
   Raises:
     ValueError: for any relation other than replace-one, or ``epsilon0``

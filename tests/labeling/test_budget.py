@@ -181,6 +181,47 @@ def test_huge_out_degree_is_refused_by_name():
       labeling.plan_budget("central", 1.0, 0.0, 1, **kw)
 
 
+def exact_pairs_epsilon(eps: float, delta: float, count: int, target: float) -> float:
+  """Least eps' with delta_T(eps') <= target for T composed (eps, delta) pairs, in log space (any T).
+
+  delta_T(eps') = 1 - (1 - delta)^T + (1 - delta)^T delta_RR(eps'), where delta_RR is the exact profile of
+  T binary randomized responses at eps: a binomial number A of them answer truthfully, loss eps (2A - T).
+  """
+  a = np.arange(count + 1)
+  log_p = stats.binom.logpmf(a, count, math.exp(eps) / (1 + math.exp(eps)))
+  loss = eps * (2 * a - count)
+  keep_log = count * math.log1p(-delta)
+
+  def delta_t(e):
+    m = loss > e
+    return -math.expm1(keep_log) + math.exp(keep_log) * float(np.sum(np.exp(log_p[m]) * -np.expm1(e - loss[m])))
+
+  lo, hi = 0.0, eps * count
+  for _ in range(100):
+    mid = 0.5 * (lo + hi)
+    lo, hi = (lo, mid) if delta_t(mid) <= target else (mid, hi)
+  return hi
+
+
+@pytest.mark.parametrize("eps,delta,t,target,old", [
+    (0.123456, 1e-10, 2000, 1e-5, 38.0537), (0.0123456, 1e-10, 5000, 1e-5, 4.0032),
+    (0.3333333, 1e-9, 20, 1e-6, 6.6185)])
+def test_compose_pairs_is_exact_on_its_lattice(eps, delta, t, target, old):
+  # dp-accounting's from_privacy_parameters rounded eps up to its 1e-4 grid, and T releases drifted: the old
+  # values are in ``old``. On the lattice eps·Z only the round-off allowance (T * 7e-15 on delta) is added.
+  exact = exact_pairs_epsilon(eps, delta, t, target)
+  assert exact <= labeling.compose_pairs_epsilon(eps, delta, t, target) <= exact * (1 + 1e-6) < old
+
+
+def test_compose_pairs_never_below_the_exact_value_near_its_floor():
+  # T delta = 1e-6 = the target: 5e-13 of it is left above the floor 1 - (1 - delta)^T for the RR part, and the
+  # old grid PLD's FFT round-off answered 47.386, below the exact 47.484. Now the round-off allowance leaves
+  # less than the floor, so basic composition (T eps = 500) is the answer.
+  exact = exact_pairs_epsilon(0.05, 1e-10, 10_000, 1e-6)
+  assert 47.48 < exact < 47.49
+  assert labeling.compose_pairs_epsilon(0.05, 1e-10, 10_000, 1e-6) >= exact
+
+
 @pytest.mark.parametrize("delta,t,target", [(1.0, 2, 0.5), (1.0, 3, 0.999), (0.999999, 3, 0.9), (0.7, 2, 0.9),
                                              (0.9, 3, 0.5), (0.99, 2, 0.99995), (0.3, 3, 0.7), (1.0, 10, 1.0)])
 def test_compose_pairs_with_delta_near_one(delta, t, target):
