@@ -96,7 +96,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
 from jaxdistill import _validate
-from jaxdistill.accounting._mechanisms import MAX_GRID_INTERVAL, MAX_GRID_POINTS, _check_vdi
+from jaxdistill.accounting._mechanisms import MAX_GRID_INTERVAL, MAX_GRID_POINTS, _check_vdi, _self_compose
 from jaxdistill.accounting._relation import PrivacyStatement, Relation
 from jaxdistill.accounting._shuffle import _MAX_EPS0
 
@@ -130,7 +130,8 @@ MAX_COUNT = 10**18
 #: depends on the noise as much as on k r: at p = e^-0.25, rho = 40, p' = e^-0.5 (step 1e-4) k r = 1e3, 1e4,
 #: 3e4, 1e5 took 2 s, 8 s, 14 s, 43 s and 0.5, 1.1, 1.7, 3.8 GiB (2.4e7 points), and 1e6 a MemoryError;
 #: p = e^-0.01, rho = 10, p' = e^-0.5 at 1e6 took 28 s and 2.2 GiB, p = e^-0.001, rho = 200, p' = 1/2 7 s
-#: and 0.5 GiB. So the bound stays; a composition too large for memory is refused as a ValueError instead.
+#: and 0.5 GiB. So the bound stays; a composition whose FFT would exceed ``MAX_FFT_POINTS`` is refused before it
+#: runs (the first example at 1e6: 1.8e8 points, refused in 0.1 s), and a MemoryError is still a ValueError.
 MAX_SHIFTS = 10**6
 #: Exceptions dp-accounting raises while building or composing a PLD too large or too extreme for it.
 _PLD_ERRORS = (MemoryError, IndexError, OverflowError, ZeroDivisionError, FloatingPointError, ValueError)
@@ -352,8 +353,8 @@ def _cached_pld(noise: MultiMessageNoise, shifts: int, vdi: float, tail_mass: fl
                                                      value_discretization_interval=vdi, symmetric=False)
     down = pld_lib.from_two_probability_mass_functions(p0, p1, pessimistic_estimate=True,
                                                        value_discretization_interval=vdi, symmetric=False)
-    if shifts > 1:
-      up, down = up.self_compose(shifts), down.self_compose(shifts)
+    if shifts > 1:  # refused before it runs when its FFT would exceed MAX_FFT_POINTS
+      up, down = _self_compose(up, shifts), _self_compose(down, shifts)
     return up.compose(down)
   except _PLD_ERRORS as err:
     raise ValueError(f"dp-accounting could not compose the PLD of k*r={shifts} unit shifts each way for "

@@ -137,6 +137,16 @@ def test_composition_out_of_memory_is_a_value_error_naming_kr(monkeypatch, call,
   assert "\n" not in str(err.value)
 
 
+def test_composition_too_large_for_memory_is_refused_before_it_runs():
+  # p = e^-0.25, rho = 40, p' = e^-0.5 at k*r = 10^6 (allowed by MAX_SHIFTS) was a MemoryError after the FFT
+  # had allocated (or the out-of-memory killer, without a ulimit). Its FFT length is now predicted first:
+  # 1.8e8 points against MAX_FFT_POINTS = 2^26.
+  noise = accounting.MultiMessageNoise(math.exp(-0.25), 40.0, math.exp(-0.5))
+  with pytest.raises(ValueError, match=r"k\*r=1000000 unit shifts.*need an FFT of .* points") as err:
+    accounting.multi_message_delta(noise, 1.0, k=10**6, r=1)
+  assert "\n" not in str(err.value)
+
+
 def test_composition_whose_finite_loss_is_all_truncated_is_a_value_error():
   # A view whose loss is infinite with probability ~0.63 per shift: after 100 shifts dp-accounting truncated all
   # of the finite mass and raised a bare IndexError.
