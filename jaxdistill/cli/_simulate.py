@@ -85,13 +85,16 @@ def max_error_prediction(mech: Any, counts: np.ndarray, n: int,
   multi-message shuffle: its exact discrete-Laplace error; randomized response,
   also inside ``shuffle-single``: a Chernoff bound on each entry's binomial
   error, valid for any counts; ``collision``, also inside ``shuffle-single``:
-  Bernstein's inequality per entry), named by its ``max_error_method`` (default
-  ``exact-tail-union``). Otherwise (``separation``, ``concatenation``, the
-  multi-message shuffle with m != n clients) each entry's error is taken as normal with its closed-form
+  Bernstein's inequality per entry; ``separation``, ``concatenation`` and
+  ``concatenation-literal``: Bernstein's inequality on their bounded
+  per-client terms), named by its ``max_error_method`` (default
+  ``exact-tail-union``). Otherwise (the multi-message shuffle with m != n
+  clients) each entry's error is taken as normal with its closed-form
   variance and a union bound over the d entries gives
   ``max_j |bias_j| + sigma_j * z_{beta / (2 d)}``: an approximation, not a
   guarantee, which can fail where an entry's error is a sparse skewed count
-  (it did for randomized response at high epsilon).
+  (it did for randomized response at high epsilon, and for concatenation), and
+  which the CLI prints with "≈".
   """
   hook = getattr(mech, "max_error_bound", None)
   if callable(hook):
@@ -155,7 +158,8 @@ def run_simulate(args: argparse.Namespace) -> int:
       ["RMS", out["error"]["rms"],
        f"{out['predicted']['rms']:.4g} (closed-form {'MSE, incl. bias' if biased else 'variance'})"],
       ["max |error|", out["error"]["max_abs"],
-       f"<= {bound:.4g} w.p. {1 - MAX_ERROR_BETA:g} ({method})"],
+       f"≈ {bound:.4g} at level {1 - MAX_ERROR_BETA:g} ({method}: an approximation, no guarantee)"
+       if method == "normal-union" else f"<= {bound:.4g} w.p. {1 - MAX_ERROR_BETA:g} ({method})"],
   ])
   pr = out["privacy"]
   print(f"privacy: ({pr['epsilon']}, {pr['delta']})-DP, {pr['relation']}, {pr['mechanism']} "

@@ -343,6 +343,16 @@ def bernstein_hits_alpha(log_term, p, q, variance, count=1.0):
   return (h + np.hypot(h, np.sqrt(2.0 * log_term * variance) * np.sqrt(count))) / (p - q)
 
 
+def bernstein_sum_alpha(log_term, term_bound, variance):
+  """Bernstein's deviation for a sum of independent centred terms, each at most ``term_bound`` in absolute value.
+
+  With L = ``log_term`` (ln(2m / beta) for a union over m entries) and V the sum's variance,
+  Pr[|sum| >= t] <= 2 exp(-t^2 / (2 (V + M t / 3))) = beta / m at t = ML/3 + sqrt((ML/3)^2 + 2LV).
+  """
+  h = log_term * term_bound / 3.0
+  return h + np.hypot(h, np.sqrt(2.0 * log_term * variance))
+
+
 def _collision_beta_log(alpha, p, q, n, m):
   t = alpha * (p - q)
   w = np.maximum(p * (1.0 - p), q * (1.0 - q))
