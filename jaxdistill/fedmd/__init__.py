@@ -46,6 +46,7 @@ from jaxdistill.fedmd._runner import check_config
 from jaxdistill.fedmd._runner import checkpoint_secret_seed
 from jaxdistill.fedmd._runner import run_fedmd
 from jaxdistill.fedmd._sampling import MAX_K
+from jaxdistill.fedmd._sampling import MAX_WOR_N
 from jaxdistill.fedmd._sampling import NfdpSampler
 from jaxdistill.fedmd._sampling import SampleOracle
 from jaxdistill.fedmd._sampling import nfdp_sample
@@ -55,6 +56,6 @@ __all__ = [
     "METHODS", "VMAP_MODES", "FedMDConfig", "PARTITIONS", "FedMDData", "load_fedmd_data",
     "make_fedmd_data", "plot_accuracy_per_round", "plot_accuracy_vs_k", "DEFAULT_LDP_EPSILONS", "MAX_LDP_EPSILON",
     "analytic_gaussian_delta", "calibrate_ldp_sigma", "gaussian_sigma_for_flat_delta", "ldp_sigma_table",
-    "CHECKPOINT_NAME", "FedMDResult", "check_config", "checkpoint_secret_seed", "run_fedmd", "MAX_K",
+    "CHECKPOINT_NAME", "FedMDResult", "check_config", "checkpoint_secret_seed", "run_fedmd", "MAX_K", "MAX_WOR_N",
     "NfdpSampler", "SampleOracle", "nfdp_sample",
 ]

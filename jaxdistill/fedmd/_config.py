@@ -14,7 +14,7 @@ from jaxdistill.accounting import Relation
 from jaxdistill.fedmd._aggregation import RELEASE_MODES, check_clip
 from jaxdistill.fedmd._privacy import check_ldp_epsilon
 from jaxdistill.fedmd._sampling import MAX_K
-from jaxdistill.models import FEDMD_SPECS, CNNSpec
+from jaxdistill.models import FEDMD_SPECS, MAX_EPOCHS, CNNSpec
 
 __all__ = ["FedMDConfig", "METHODS", "VMAP_MODES"]
 
@@ -51,6 +51,9 @@ class FedMDConfig:
     weighting: ``equal``, ``size`` (proportional to the party's number of
       private records) or a tuple (list, 1-D array) of N finite nonnegative
       public weights, not all zero: real numbers, not bools or text.
+      ``size`` is refused for ``nfdp`` and ``ldp`` unless ``relation`` is
+      ``replace-one``: otherwise n_i, and with it the consensus, changes with
+      the data.
     pretrain_epochs: epochs of transfer learning on the public labels first
       (0: none).
     init_epochs: T1, epochs on the private view before collaborating.
@@ -143,7 +146,8 @@ class FedMDConfig:
         raise ValueError(f"Expected {self.num_parties} finite nonnegative weights, not all zero; got {w}.")
       s("weighting", w)
     for name in ("pretrain_epochs", "init_epochs", "digest_epochs", "revisit_epochs"):
-      s(name, _validate.integer(name, getattr(self, name), minimum=0))
+      # Capped as training caps them: digest_epochs = 10^6 + 1 failed only after round 1's consensus, naming "epochs".
+      s(name, _validate.integer(name, getattr(self, name), minimum=0, maximum=MAX_EPOCHS))
     s("learning_rate", _validate.positive("learning_rate", self.learning_rate))
     s("private_batch_size", _validate.integer("private_batch_size", self.private_batch_size, minimum=1))
     s("public_batch_size", _validate.integer("public_batch_size", self.public_batch_size, minimum=1))
@@ -158,6 +162,12 @@ class FedMDConfig:
           "for each party's size n_i, changes when a record is added or removed, so the noise scale itself would "
           "depend on the private data. Pass ldp_delta (CLI: --ldp-delta), e.g. NFDP's p at a public nominal size "
           "(accounting.nfdp_inclusion_probability), or relation='replace-one', under which n_i is fixed.")
+    if self.weighting == "size" and self.method in ("nfdp", "ldp") and self.relation != Relation.REPLACE_ONE.value:
+      raise ValueError(
+          f"Expected weighting='equal' or public weights for method={self.method!r} under relation="
+          f"{self.relation!r}: weighting='size' weights the consensus by each party's size n_i, which adding or "
+          "removing a record changes, so the broadcast consensus itself would reveal it (delta 1, whatever the "
+          "sample). Use relation='replace-one', under which n_i is fixed.")
     _validate.choice("vmap", self.vmap, VMAP_MODES)
     s("eval_every", _validate.integer("eval_every", self.eval_every, minimum=1))
 

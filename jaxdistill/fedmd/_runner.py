@@ -88,7 +88,7 @@ from jaxdistill.fedmd._config import FedMDConfig
 from jaxdistill.fedmd._data import FedMDData
 from jaxdistill.fedmd._privacy import (DEFAULT_LDP_EPSILONS, calibrate_ldp_sigma, check_ldp_epsilon,
                                        ldp_sigma_table)
-from jaxdistill.fedmd._sampling import NfdpSampler, SampleOracle
+from jaxdistill.fedmd._sampling import NfdpSampler, SampleOracle, check_sampling_size
 
 __all__ = ["FedMDResult", "check_config", "run_fedmd", "checkpoint_secret_seed", "CHECKPOINT_NAME"]
 
@@ -459,6 +459,7 @@ def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = 
   ``--k 2,4,16``) checks them all before the first one trains.
   """
   _check_types(config, data)
+  _check_data(data)
   resume = _validate.boolean("resume", resume)
   if isinstance(checkpoint_dir, (str, os.PathLike)) and str(checkpoint_dir) and not resume:  # others: run_fedmd
     ckpt = pathlib.Path(checkpoint_dir) / CHECKPOINT_NAME
@@ -473,6 +474,7 @@ def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = 
     for i, n in enumerate(data.party_sizes):
       if config.k > n:
         raise ValueError(f"Expected k={config.k} <= n={n} (party {i}) for sampling without replacement.")
+      check_sampling_size(n, with_replacement=False)
   if config.uses_sample and config.with_replacement:
     _check_sample_memory(config, data)
   # Fail before any training if the privacy of this schedule cannot be stated.
@@ -523,15 +525,37 @@ def _check_types(config: Any, data: Any) -> None:
                      f"{kind(data)}.")
 
 
+def _check_data(data: FedMDData) -> None:
+  """A hand-built FedMDData, checked before any training: class counts, one image shape, label ranges.
+
+  Unchecked, num_public_classes = 20 (of 16 classes) failed after training in numpy's argmax, 0 scored the
+  private-task accuracy as the full one, one party's 10x10 images against 12x12 public ones failed in XLA
+  after party 0 had trained, and an empty test set failed after training.
+  """
+  c = _validate.integer("data.num_classes", data.num_classes, minimum=2)
+  pub = _validate.integer("data.num_public_classes", data.num_public_classes, minimum=1, maximum=c - 1)
+  if not data.parties:
+    raise ValueError("Expected data.parties to hold at least one party.")
+  sets = [("data.public", data.public, 0, pub), ("data.test", data.test, pub, c)]
+  sets += [(f"data.parties[{i}]", p, pub, c) for i, p in enumerate(data.parties)]
+  for name, d, _, _ in sets:
+    if not isinstance(d, ImageData):
+      raise ValueError(f"Expected {name} to be an ImageData; got {type(d).__name__}.")
+  shape = tuple(data.public.images.shape[1:])
+  for name, d, low, high in sets:
+    if tuple(d.images.shape[1:]) != shape:
+      raise ValueError(f"Expected {name} images of shape [n, {', '.join(map(str, shape))}] (data.public's); got "
+                       f"{list(d.images.shape)}.")
+    if len(d) == 0 and name != "data.public":
+      raise ValueError(f"Expected {name} to hold at least one image.")
+    if len(d) and not (int(d.labels.min()) >= low and int(d.labels.max()) < high):
+      raise ValueError(f"Expected {name} labels in [{low}, {high}) (public classes first, then the private "
+                       f"task's); got [{int(d.labels.min())}, {int(d.labels.max())}].")
+
+
 def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleOracle] | None,
                      ldp_sigmas: list[float] | None, sens: float, count: int, secret: bool) -> list[dict]:
   reports = []
-  weights_warning = None
-  if config.weighting == "size" and config.method in ("nfdp", "ldp"):
-    weights_warning = {
-        "code": "weights_depend_on_local_size",
-        "message": ("weighting='size' makes every release depend on n_i, which the NFDP/LDP analysis "
-                    "does not cover (add/remove changes n_i); use 'equal' or fixed public weights.")}
   drawn = (("The noise is", "recompute the noise and subtract it") if config.method == "ldp"
            else ("The samples are", "recompute which records were sampled"))
   key_warning = None if secret else accounting.PrivacyWarning(
@@ -579,8 +603,6 @@ def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleO
              "note": {"np": "FedMD without privacy: releases computed from all local data.",
                       "local": "nothing released; the local model is trained on all local data.",
                       "centralized": "the private data is pooled (no privacy at all)."}[config.method]}
-    if weights_warning:
-      rep.setdefault("warnings", []).append(weights_warning)
     if config.uses_sample or config.method == "ldp":
       rep["randomness"] = randomness
       if key_warning is not None:
@@ -851,6 +873,14 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         raise ValueError(f"Checkpoint {ckpt} was made with record_releases={recorded} and this call passes "
                          f"record_releases={record_releases}: resuming would {lost}. Pass "
                          f"record_releases={recorded}.")
+    saved_vmap = meta.get("vmap", vmap)  # older checkpoints did not record it
+    if saved_vmap != vmap:
+      # vmap="auto" resolves by backend: a run stopped on CPU (looped) and resumed on GPU (vmapped) mixed the two,
+      # its parameters differed from an uninterrupted run's, and the report recorded one mode.
+      raise ValueError(f"Checkpoint {ckpt} was trained with vmap={'on' if saved_vmap else 'off'} and this call "
+                       f"resolves vmap={config.vmap!r} to {'on' if vmap else 'off'} (backend "
+                       f"{jax.default_backend()}): resuming would mix the two, which differ by float rounding. "
+                       "Pass that vmap explicitly (CLI: --vmap).")
     _restore_states(ckpt, groups, arrays)
     start_round = resumed_from = int(meta["round"])
     if oracles is not None:
@@ -964,7 +994,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
                 "eval_rounds": eval_rounds,
                 "draws": [len(o.draws) for o in oracles] if oracles else [], "timings": timings,
                 "config": config.to_dict(), "data": description, "data_hashes": hashes,
-                "record_releases": record_releases}
+                "record_releases": record_releases, "vmap": vmap}
         arrays = {"accuracy": np.stack(acc_rows)}
         if config.collaborates:
           arrays["subsets"] = np.stack(subsets)

@@ -37,7 +37,7 @@ from jaxdistill import _validate
 from jaxdistill import accounting
 from jaxdistill.data import ImageData
 
-__all__ = ["MAX_K", "NfdpSampler", "SampleOracle", "nfdp_sample"]
+__all__ = ["MAX_K", "MAX_WOR_N", "NfdpSampler", "SampleOracle", "nfdp_sample"]
 
 
 #: Largest party size: the sample's indices are int32.
@@ -48,6 +48,20 @@ _MAX_N = 2**31 - 1
 #: the whole process (``Check failed: buffer_.IsConcrete()``, SIGABRT) instead of raising. A k this large also
 #: needs k images in memory; :func:`jaxdistill.fedmd.check_config` compares that with the host's memory.
 MAX_K = 2**31 - 1
+
+
+#: Largest party size n that is *sampled* without replacement: ``jax.random.choice(replace=False)`` permutes all n
+#: indices whatever k is (k = 1: n = 2^24 took 23 s and 1.1 GiB, 2^26 126 s and 3.6 GiB; 2^31 would need about
+#: 110 GiB, and the out-of-memory killer ended the process before any error). The accounting
+#: (:meth:`NfdpSampler.privacy`) has no such limit; sample with replacement beyond it.
+MAX_WOR_N = 2**26
+
+
+def check_sampling_size(n: int, with_replacement: bool) -> None:
+  """Refuses to sample without replacement from more than :data:`MAX_WOR_N` records (one-line ValueError)."""
+  if not with_replacement and n > MAX_WOR_N:
+    raise ValueError(f"Expected n={n} <= MAX_WOR_N = 2^26 to sample without replacement: the sampler permutes all "
+                     "n indices (2^26 took 126 s and 3.6 GiB); use with_replacement=True (CLI: --with-replacement).")
 
 
 def _check(n: Any, k: Any, with_replacement: Any) -> tuple[int, int, bool]:
@@ -94,7 +108,8 @@ def nfdp_sample(key: jax.Array, n: int, k: int, *, with_replacement: bool = Fals
     ``[k] int32`` indices into the party's records (WOR: distinct).
 
   Raises:
-    ValueError: if k > n without replacement, n, k < 1, or n, k > 2^31 - 1.
+    ValueError: if k > n without replacement, n, k < 1, n, k > 2^31 - 1, or
+      n > :data:`MAX_WOR_N` without replacement.
 
   >>> idx = nfdp_sample(jax.random.key(0), 10, 3)
   >>> idx.shape, len(set(idx.tolist()))
@@ -102,6 +117,7 @@ def nfdp_sample(key: jax.Array, n: int, k: int, *, with_replacement: bool = Fals
   """
   key = _validate.prng_key("key", key)
   n, k, with_replacement = _check(n, k, with_replacement)
+  check_sampling_size(n, with_replacement)
   return _sample(key, n=n, k=k, with_replacement=with_replacement)
 
 
@@ -129,6 +145,7 @@ class NfdpSampler:
   def sample(self, key: jax.Array) -> jax.Array:
     """``[k] int32`` indices (see :func:`nfdp_sample`; parameters checked at construction)."""
     key = _validate.prng_key("key", key)
+    check_sampling_size(self.n, self.with_replacement)
     return _sample(key, n=self.n, k=self.k, with_replacement=self.with_replacement)
 
   def privacy(self, *, rounds: int = 1, resample_each_round: bool = False,

@@ -113,6 +113,23 @@ def test_resume_equals_an_uninterrupted_run(data3, tmp_path):
   assert_bitwise_equal(full, again)
 
 
+def test_resume_refuses_a_checkpoint_trained_with_the_other_vmap_mode(data3, tmp_path, monkeypatch):
+  # vmap="auto" resolves by backend: stopped on CPU (looped) and resumed on an accelerator (vmapped), the run mixed
+  # the two float paths (party 0's parameters 4.6e-4 from the uninterrupted run's) and reported vmap=True.
+  cfg = tiny_config(rounds=2, vmap="auto")
+  key = jax.random.key(5)
+
+  def stop(r, info):
+    raise Interrupt()
+
+  with pytest.raises(Interrupt):
+    run(key, cfg, data3, checkpoint_dir=tmp_path / "b", on_round_end=stop)
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  with pytest.raises(ValueError, match=r"trained with vmap=off.*resolves vmap='auto' to on.*--vmap") as err:
+    run(key, cfg, data3, checkpoint_dir=tmp_path / "b", resume=True)
+  assert "\n" not in str(err.value)
+
+
 def test_a_checkpoint_dir_is_held_by_one_run_and_tidied_after_an_early_failure(data3, tmp_path):
   # Two runs checkpointing into one folder would overwrite each other's rounds.
   cfg, key, ckpt = tiny_config(rounds=1), jax.random.key(5), tmp_path / "c"
@@ -348,8 +365,19 @@ def test_non_iid_partitions_and_weighting():
   data = tiny_data(num_parties=3, partition="classes")
   labels = [set(p.labels.tolist()) for p in data.parties]
   assert all(len(s) <= 3 for s in labels)  # 2 classes each, (a shared class split evenly)
-  res = run(jax.random.key(0), tiny_config(rounds=1, weighting="size"), data)
-  assert any(w["code"] == "weights_depend_on_local_size" for w in res.privacy[0].get("warnings", []))
+  # Size weights make the broadcast consensus depend on n_i: under add/remove (where n_i is private) that revealed
+  # an added record that was never sampled (consensus moved by 9e-4) while the report still said delta = k/n.
+  for method in ("nfdp", "ldp"):
+    with pytest.raises(ValueError, match=r"weighting='size'.*relation='replace-one'") as err:
+      tiny_config(method=method, rounds=1, weighting="size", ldp_delta=1e-3)
+    assert "\n" not in str(err.value)
+  res = run(jax.random.key(0), tiny_config(rounds=1, weighting="size", relation="replace-one"), data)
+  sizes = np.asarray(data.party_sizes, np.float64)
+  assert res.privacy[0]["relation"] == "replace-one"
+  assert "weights_depend_on_local_size" not in {w["code"] for w in res.privacy[0].get("warnings", [])}
+  res_np = run(jax.random.key(0), tiny_config(method="np", rounds=1, weighting="size"), data, record_releases=True)
+  np.testing.assert_allclose(res_np.consensus[0], np.tensordot(sizes / sizes.sum(), res_np.releases[0], 1),
+                             rtol=1e-5, atol=1e-6)
   res = run(jax.random.key(0), tiny_config(rounds=1, weighting=(1.0, 0.0, 0.0)), data,
                         record_releases=True)
   np.testing.assert_allclose(res.consensus[0], res.releases[0, 0])  # only party 0 counts
@@ -367,6 +395,10 @@ def test_non_iid_partitions_and_weighting():
     (dict(num_parties=4), "num_parties"),
     (dict(vmap="maybe"), "vmap"),
     (dict(method="np", resample_each_round=True), "resample_each_round"),
+    # Training caps epochs at 10^6; the config did not, and digest_epochs = 10^6 + 1 failed after round 1's
+    # consensus had been computed, naming "epochs".
+    (dict(digest_epochs=10**6 + 1), "digest_epochs=1000001 <= 1000000"),
+    (dict(pretrain_epochs=10**7), "pretrain_epochs"),
 ])
 def test_bad_input_is_a_one_line_value_error(data3, kw, needle):
   with pytest.raises(ValueError, match=needle) as err:
@@ -396,6 +428,37 @@ def test_ldp_noise_beyond_float32_is_refused_before_training(data3, monkeypatch)
     run(jax.random.key(0), tiny_config(method="ldp", aggregation="logits", ldp_clip=1e38, ldp_epsilon=1.0,
                                        ldp_delta=1e-5), data3)
   assert "\n" not in str(err.value)
+
+
+def _rebuilt(data, **changes):
+  fields = dict(public=data.public, parties=data.parties, test=data.test, num_classes=data.num_classes,
+                num_public_classes=data.num_public_classes, description=data.description)
+  fields.update(changes)
+  return fedmd.FedMDData(**fields)
+
+
+def test_hand_built_data_is_checked_before_training(data3):
+  # Each of these passed check_config and trained: 20 public classes of 16 failed in numpy's argmax after
+  # training, 0 scored the private-task accuracy as the full one, one party's smaller images failed in XLA after
+  # party 0 had trained, and an empty test set failed after training.
+  from jaxdistill.data import ImageData  # pylint: disable=import-outside-toplevel
+  p1 = data3.parties[1]
+  small = ImageData(p1.images[:, 1:-1, 1:-1], p1.labels, p1.num_classes, p1.name)
+  empty = ImageData(data3.test.images[:0], data3.test.labels[:0], data3.test.num_classes, "empty")
+  wrong_labels = ImageData(p1.images, np.zeros_like(p1.labels), p1.num_classes, p1.name)
+  cases = [
+      (_rebuilt(data3, num_public_classes=data3.num_classes + 4), "num_public_classes="),
+      (_rebuilt(data3, num_public_classes=0), "num_public_classes=0 >= 1"),
+      (_rebuilt(data3, parties=(data3.parties[0], small, data3.parties[2])), r"data.parties\[1\] images of shape"),
+      (_rebuilt(data3, test=empty), "data.test to hold at least one image"),
+      (_rebuilt(data3, parties=(data3.parties[0], wrong_labels, data3.parties[2])),
+       r"data.parties\[1\] labels in \[10, "),
+  ]
+  for data, needle in cases:
+    with pytest.raises(ValueError, match=needle) as err:
+      fedmd.check_config(tiny_config(), data)
+    assert "\n" not in str(err.value)
+  fedmd.check_config(tiny_config(), data3)  # the loader's data passes
 
 
 def test_unknown_partition_and_too_few_records():

@@ -178,3 +178,17 @@ def test_sample_sizes_beyond_int32_are_refused_with_replacement(k):
       make()
     assert "\n" not in str(err.value)
   assert fedmd.MAX_K == 2**31 - 1 and fedmd.NfdpSampler(10, fedmd.MAX_K, True).k == fedmd.MAX_K
+
+
+def test_sampling_without_replacement_from_a_huge_party_is_refused_not_run():
+  # jax.random.choice(replace=False) permutes all n indices whatever k is: n = 2^26 took 126 s and 3.6 GiB, and
+  # n near 2^31 (accepted before) would need about 110 GiB: the out-of-memory killer, not an error.
+  key = jax.random.key(0)
+  for call in (lambda: fedmd.nfdp_sample(key, fedmd.MAX_WOR_N + 1, 1),
+               lambda: fedmd.NfdpSampler(fedmd.MAX_WOR_N + 1, 1).sample(key)):
+    with pytest.raises(ValueError, match=r"n=67108865 <= MAX_WOR_N.*with_replacement=True") as err:
+      call()
+    assert "\n" not in str(err.value)
+  # With replacement it is k draws, and the accounting has no such limit.
+  assert fedmd.nfdp_sample(key, 2**31 - 1, 3, with_replacement=True).shape == (3,)
+  assert fedmd.NfdpSampler(2**31 - 1, 5).privacy().flat_delta == pytest.approx(5 / (2**31 - 1))
