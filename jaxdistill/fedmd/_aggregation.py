@@ -206,11 +206,14 @@ def release_sensitivity(mode: str, clip: float | None = None) -> float:
   under every neighbouring relation.
 
   Raises:
-    ValueError: for ``logits`` without a clip norm (unbounded range).
+    ValueError: for ``logits`` without a clip norm (unbounded range), or a
+      clip outside [MIN_CLIP, MAX_CLIP] whatever the mode (``softmax`` with
+      clip=-5 used to pass).
   """
   mode = _validate.choice("aggregation", mode, RELEASE_MODES)
+  clip = None if clip is None else check_clip("clip", clip)
   if mode in ("argmax", "softmax"):
     return math.sqrt(2.0)
   if clip is None:
     raise ValueError("Expected a clip norm for logits releases: raw logits have unbounded sensitivity.")
-  return 2.0 * _validate.positive("clip", clip)
+  return 2.0 * clip

@@ -98,6 +98,9 @@ def test_clip_rows_and_sensitivity():
   assert fedmd.release_sensitivity("logits", 3.0) == 6.0
   with pytest.raises(ValueError, match="clip"):
     fedmd.release_sensitivity("logits")
+  for mode in ("softmax", "argmax", "logits"):  # a bad clip is refused whatever the mode (softmax ignored it)
+    with pytest.raises(ValueError, match=r"clip=-5"):
+      fedmd.release_sensitivity(mode, -5)
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.0**25, 5e7, 1e30])
