@@ -299,7 +299,7 @@ class SyntheticWorkload:
   clients chunk by chunk: memory stays independent of n.
 
   Attributes:
-    key: PRNG key of the workload.
+    key: threefry2x32 PRNG key of the workload.
     shape: the BSVS sizes.
     num_clients: n.
     purity: probability the label matches the bucket's dominant label.
@@ -337,7 +337,13 @@ class SyntheticWorkload:
     return buckets.astype(jnp.int32), labels.astype(jnp.int32)
 
   def materialize(self, chunk_size: int = 65536) -> BsvsInput:
-    """All clients as a :class:`BsvsInput` (n x (k + r) int32 on the device)."""
+    """All clients as a :class:`BsvsInput` (n x (k + r) int32 on the device), the same for any ``chunk_size``.
+
+    Raises:
+      ValueError: ``chunk_size`` < 1, or a key that is not threefry2x32 (a
+        workload built directly, not by :func:`synthetic_workload`).
+    """
+    _validate.prng_key("key", self.key, threefry=True)
     n = self.num_clients
     chunk = min(_validate.integer("chunk_size", chunk_size, minimum=1), n)
     b, lab = _materialize(self, -(-n // chunk), chunk)
@@ -357,7 +363,8 @@ def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, nu
   """Builds a :class:`SyntheticWorkload` (validated); ``.materialize()`` for arrays.
 
   Args:
-    key: PRNG key.
+    key: threefry2x32 PRNG key (an ``rbg`` or ``unsafe_rbg`` key is refused: the
+      clients it draws would change with the chunk size).
     num_clients: n, at most ``2**31 - 1`` (the aggregate's counts are int32).
     num_buckets: s.
     num_labels: |Y|.
@@ -366,7 +373,9 @@ def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, nu
     purity: probability the label matches the bucket's dominant label.
     zipf: popularity exponent (0 = uniform).
   """
-  key = _validate.prng_key("key", key)
+  # threefry only: an rbg key's draws under vmap differ from its unbatched ones, so the clients (and every
+  # result built on them) changed with materialize's or simulate's chunk size.
+  key = _validate.prng_key("key", key, threefry=True)
   shape = BsvsShape(num_buckets, num_labels, k, r)
   # Client i's draw folds in i (uint32) and the aggregate counts are int32: beyond 2^31 - 1 clients the counts
   # would wrap (and past 2^32 the clients repeat).

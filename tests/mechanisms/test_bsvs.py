@@ -256,3 +256,16 @@ def test_narrow_integer_inputs_count_like_int32(dtype):
   key = jax.random.key(0)
   np.testing.assert_array_equal(simulation.simulate(key, mech, narrow).estimate,
                                 simulation.simulate(key, mech, wide).estimate)
+
+
+def test_synthetic_workload_needs_a_threefry_key():
+  # An rbg key's vmapped draws differ from its unbatched ones: the workload's clients (and simulate's
+  # counts and estimate) changed with the chunk size, e.g. 55, 59 or 55 votes in entry (0, 0) for chunks
+  # of 500, 64 and 7.
+  for impl in ("rbg", "unsafe_rbg"):
+    with pytest.raises(ValueError, match=f"Expected key to be a threefry2x32 key.*got a {impl} key"):
+      M.synthetic_workload(jax.random.key(0, impl=impl), num_clients=50, num_buckets=6, num_labels=3, k=1)
+    direct = M.SyntheticWorkload(jax.random.key(0, impl=impl), M.BsvsShape(6, 3, 1), 50)
+    with pytest.raises(ValueError, match="threefry2x32"):
+      direct.materialize(chunk_size=7)
+
