@@ -49,7 +49,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from jaxdistill import _validate
 from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
 from jaxdistill.mechanisms._base import check_clients_fit
-from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator, repeated_in_rows
+from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator, input_num_clients, repeated_in_rows
 
 __all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "CLIENT_AXIS",
            "MAX_CLIENTS"]
@@ -137,7 +137,7 @@ def _from_generator(args: Any, global_idx: jax.Array, local_idx: jax.Array):
 def _source(clients: Any) -> tuple[int, SourceFn, bool]:
   """``(n, source_fn, sharded_rows)`` of a client source."""
   if isinstance(clients, BsvsInput):
-    return clients.num_clients, _from_arrays, True
+    return input_num_clients(clients), _from_arrays, True
   if hasattr(clients, "client") and hasattr(clients, "num_clients"):
     # Validated raw: int() turned 2.5 into 2, True into 1 and '7' into 7, and NaN failed deep inside.
     raw = clients.num_clients
@@ -337,15 +337,15 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
 
   Raises:
     ValueError: not a mechanism, an unknown client source (a generator that
-      is not a pytree, or holds an ``rbg`` key), n outside [1, 2^31 - 1],
-      chunk_size < 1, or a bad ``devices``; generator rows that are not 1-D
-      integer arrays; clients that do not fit the mechanism (more than its k
-      buckets or r labels per client, indices outside its s buckets or |Y|
-      labels, or, for a shuffle mechanism, n other than its
-      ``num_clients``), because the noise and the privacy statement were
-      built for that shape. A generator's indices are checked in the same
-      pass (its clients exist only inside it), so that error comes after the
-      pass, before any estimate.
+      is not a pytree, or holds an ``rbg`` key; arrays that are not NumPy or
+      JAX arrays), n outside [1, 2^31 - 1], chunk_size < 1, or a bad
+      ``devices``; generator rows that are not 1-D integer arrays; clients
+      that do not fit the mechanism (more than its k buckets or r labels per
+      client, indices outside its s buckets or |Y| labels, or, for a shuffle
+      mechanism, n other than its ``num_clients``), because the noise and
+      the privacy statement were built for that shape. A generator's indices
+      are checked in the same pass (its clients exist only inside it), so
+      that error comes after the pass, before any estimate.
   """
   key = _validate.prng_key("key", key, threefry=True)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(

@@ -446,3 +446,28 @@ def test_a_generator_holding_a_non_threefry_key_is_refused(impl):
   with pytest.raises(ValueError, match=f"Expected clients.key to be a threefry2x32 key.*got a {impl} key"):
     simulation.simulate(jax.random.key(4), mech, w)
 
+
+@pytest.mark.parametrize("buckets, match", [
+    ([[0], [1]], r"Expected clients\.buckets to be a NumPy or JAX array; got list\."),
+    (np.zeros((2, 0), np.int32), r"clients\.buckets with at least one column \(k >= 1, -1 pads\); got shape \(2, 0\)"),
+    (np.array(1, np.int32), r"clients\.buckets of shape \[n, \.\.\.\]; got a 0-d array"),
+])
+def test_malformed_bsvs_inputs_name_the_field(buckets, match):
+  # Nested lists raised AttributeError ('list' object has no attribute 'shape'), zero columns NumPy's
+  # "zero-size array to reduction operation min", a 0-d array an IndexError.
+  mech = M.RandomizedResponse(M.BsvsShape(4, 2, 1), 1.0)
+  inp = M.BsvsInput(buckets, np.zeros((2, 1), np.int32))
+  for run in (simulation.simulate, simulation.client_statistics):
+    with pytest.raises(ValueError, match=match):
+      run(jax.random.key(0), mech, inp)
+  with pytest.raises(ValueError, match=match):
+    M.bsvs_counts(inp, mech.shape)
+
+
+def test_the_shuffle_protocol_names_a_list_input():
+  # shuffle_multi_message_protocol read inputs.num_clients first: nested lists gave an AttributeError.
+  mech = M.ShuffleMultiMessage(M.BsvsShape(3, 2, 2, 2), 1.0, 1e-6, 3, noise=_NOISE_K2_R2)
+  inp = M.BsvsInput([[0, 1], [1, 2], [0, -1]], np.zeros((3, 2), np.int32))
+  with pytest.raises(ValueError, match=r"Expected clients\.buckets to be a NumPy or JAX array; got list\."):
+    M.shuffle_multi_message_protocol(jax.random.key(0), mech, inp)
+
