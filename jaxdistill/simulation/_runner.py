@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxdistill import _validate
 from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
@@ -294,6 +294,17 @@ def _pad_rows(inp: BsvsInput, rows: int) -> BsvsInput:
   return BsvsInput(*(jnp.pad(a, ((0, extra), (0, 0)), constant_values=-1) for a in inp))
 
 
+def _on_mesh(tree: Any, mesh: Mesh, spec: P) -> Any:
+  """``tree`` with its JAX arrays placed on ``mesh`` as ``spec`` says (other leaves left to ``jit``).
+
+  An array committed to devices outside the mesh (``device_put`` on another device, or sharded over
+  all devices when the run uses fewer) made ``jit`` refuse the run ("incompatible devices"). Moving
+  it changes where rows live, not their values, so the result stays the same.
+  """
+  sharding = NamedSharding(mesh, spec)
+  return jax.tree.map(lambda x: jax.device_put(x, sharding) if isinstance(x, jax.Array) else x, tree)
+
+
 def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
   if not isinstance(mechanism, BsvsMechanism):
     raise ValueError(f"Expected mechanism to be a BsvsMechanism; got {type(mechanism).__name__}.")
@@ -305,6 +316,7 @@ def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
   chunk, per_device = _plan(n, chunk_size, mesh.size)
   if sharded_rows:
     clients = _pad_rows(clients, chunk * per_device * mesh.size)
+  clients = _on_mesh(clients, mesh, P(CLIENT_AXIS) if sharded_rows else P())
   return n, source_fn, sharded_rows, clients, chunk, per_device, mesh
 
 
@@ -350,6 +362,7 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
   key = _validate.prng_key("key", key, threefry=True)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
       mechanism, clients, chunk_size, devices)
+  key = _on_mesh(key, mesh, P())
   return _checked(_run(key, clients, jnp.uint32(n), mechanism, source_fn, sharded_rows, per_device, chunk,
                        mesh), n, mechanism)
 
@@ -372,7 +385,8 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
       for a real release use a secret one (:func:`secret_key`).
     mechanism: any :class:`BsvsMechanism`.
     clients: a :class:`BsvsInput` or a generator such as
-      :class:`SyntheticWorkload` (see :func:`client_statistics`).
+      :class:`SyntheticWorkload` (see :func:`client_statistics`). Arrays
+      committed to other devices are moved onto the mesh.
     chunk_size: clients per vmapped chunk; memory is O(chunk_size * d).
     devices: ``None`` (all devices), a count, a device list, or a 1-D mesh.
     with_counts: also sum the exact aggregate A in the same pass
@@ -397,6 +411,7 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
   clients_key, server_key = jax.random.split(key)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
       mechanism, clients, chunk_size, devices)
+  clients_key = _on_mesh(clients_key, mesh, P())
   run_mech = _WithCounts(mechanism) if _validate.boolean("with_counts", with_counts) else mechanism
   stats = _checked(_run(clients_key, clients, jnp.uint32(n), run_mech, source_fn, sharded_rows, per_device,
                         chunk, mesh), n, mechanism)
