@@ -281,10 +281,18 @@ def _checked(total: tuple[Any, jax.Array], n: int, mechanism: BsvsMechanism) -> 
 
 
 def _plan(n: int, chunk_size: int, num_devices: int) -> tuple[int, int]:
-  """``(chunk, chunks_per_device)``: no device gets more than one padded chunk."""
-  chunk = min(chunk_size, -(-n // num_devices))
-  num_chunks = -(-n // chunk)
-  return chunk, -(-num_chunks // num_devices)
+  """``(chunk, chunks_per_device)``: as few chunks as ``chunk_size`` allows, then the least padding.
+
+  With P devices, each scans ``m = ceil(ceil(n / c0) / P)`` chunks, where ``c0 = min(chunk_size,
+  ceil(n / P))``: the scan length that chunks of ``c0`` need. The chunk is then the smallest that
+  covers n in P * m chunks, ``chunk = ceil(n / (P m)) <= c0``, so the rows past n (padding, masked)
+  number ``P m chunk - n < P m``: fewer than one per chunk on average (all-padding chunks remain
+  possible only when the chunk is smaller than P m). When n is a multiple of P * chunk_size the
+  chunk is chunk_size. The result does not depend on the plan (module docstring).
+  """
+  c0 = min(chunk_size, -(-n // num_devices))
+  per_device = -(-(-(-n // c0)) // num_devices)
+  return -(-n // (num_devices * per_device)), per_device
 
 
 def _pad_rows(inp: BsvsInput, rows: int) -> BsvsInput:

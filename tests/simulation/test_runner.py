@@ -169,11 +169,13 @@ def _temp_bytes(mech, clients, chunk):
 
 def test_working_memory_is_independent_of_n():
   # XLA's buffer assignment for a generator source: the temporaries depend on the
-  # chunk size, not on n (10^3 vs 10^9 clients compile to the same working set).
+  # chunk size, not on n (2^10 vs 10^9 clients compile to the same working set).
   # Deterministic; it fails if the runner ever materialises per-client arrays.
+  # Both n are multiples of the chunk 256, so the plan keeps chunks of exactly 256
+  # (for 10^3 it would shrink them to 250 to avoid padding, a smaller working set).
   shape = M.BsvsShape(8, 4, 2)
   mech = M.RandomizedResponse(shape, 1.0)
-  small = M.synthetic_workload(jax.random.key(0), num_clients=10**3, num_buckets=8, num_labels=4, k=2)
+  small = M.synthetic_workload(jax.random.key(0), num_clients=2**10, num_buckets=8, num_labels=4, k=2)
   huge = M.synthetic_workload(jax.random.key(0), num_clients=10**9, num_buckets=8, num_labels=4, k=2)
   t_small, t_huge = _temp_bytes(mech, small, 256), _temp_bytes(mech, huge, 256)
   assert t_small == t_huge
@@ -471,3 +473,18 @@ def test_the_shuffle_protocol_names_a_list_input():
   with pytest.raises(ValueError, match=r"Expected clients\.buckets to be a NumPy or JAX array; got list\."):
     M.shuffle_multi_message_protocol(jax.random.key(0), mech, inp)
 
+
+@pytest.mark.parametrize("n, chunk_size, devices", [(16389, 4096, 4), (9, 2, 4), (81, 10, 8), (301, 13, 1),
+                                                    (10**9, 256, 1), (7, 4096, 8), (2**31 - 1, 4096, 3)])
+def test_plan_pads_less_than_one_row_per_chunk(n, chunk_size, devices):
+  # n = 4 * 4096 + 5 on 4 devices ran 8 chunks of 4096, 3 of them all padding (2 on one device),
+  # about twice the needed work, though the docstring promised at most one padded chunk per device.
+  from jaxdistill.simulation import _runner
+  chunk, per_device = _runner._plan(n, chunk_size, devices)
+  slots = devices * per_device
+  assert 1 <= chunk <= chunk_size and slots * chunk >= n
+  assert slots * chunk - n < slots  # padding: fewer rows than chunks
+  c0 = min(chunk_size, -(-n // devices))
+  assert per_device == -(-(-(-n // c0)) // devices)  # the scan length chunk_size asks for, unchanged
+  if n % (devices * chunk_size) == 0:
+    assert chunk == chunk_size
