@@ -176,6 +176,14 @@ def check_clients_fit(mechanism: BsvsMechanism, clients: Any, n: int) -> None:
   or report a guarantee that does not hold (more than k buckets per client
   raise the sensitivity; a shuffle mechanism's amplification or noise split
   is computed for its own ``num_clients``).
+
+  A generator's rows are what ``clients.client(index)`` returns, so their
+  widths and dtypes come from :func:`jax.eval_shape` of it, whatever its
+  ``shape`` attribute declares: a declared k = 1 with rows of 2 buckets added
+  2 entries per client under noise calibrated to 1. The rows must be 1-D
+  integer arrays (a float bucket 1.7 was truncated to 1; a scalar has no
+  width); their values are checked during the run (``-1`` pads for signed
+  dtypes).
   """
   shape = mechanism.shape
   calibrated_n = getattr(mechanism, "num_clients", None)
@@ -186,12 +194,22 @@ def check_clients_fit(mechanism: BsvsMechanism, clients: Any, n: int) -> None:
     check_input_fits(clients, shape, n)
     return
   declared = getattr(clients, "shape", None)
-  if isinstance(declared, BsvsShape):
-    pairs = (("num_buckets", declared.num_buckets, shape.num_buckets), ("num_labels", declared.num_labels,
-             shape.num_labels), ("k", declared.k, shape.k), ("r", declared.r, shape.r))
-  else:
-    out = jax.eval_shape(clients.client, jax.ShapeDtypeStruct((), jnp.uint32))
-    pairs = (("k", out[0].shape[-1], shape.k), ("r", out[1].shape[-1], shape.r))
+  pairs = []
+  if isinstance(declared, BsvsShape):  # the workload's own bounds: an early, named refusal
+    pairs += [("num_buckets", declared.num_buckets, shape.num_buckets),
+              ("num_labels", declared.num_labels, shape.num_labels)]
+  out = jax.eval_shape(clients.client, jax.ShapeDtypeStruct((), jnp.uint32))
+  if not (isinstance(out, (tuple, list)) and len(out) == 2
+          and all(isinstance(o, jax.ShapeDtypeStruct) for o in out)):
+    raise ValueError(f"Expected clients.client(index) to return a pair (buckets [k], labels [r]); got "
+                     f"{jax.tree.structure(out)}.")
+  for name, row, bound_name, bound in (("buckets", out[0], "k", shape.k), ("labels", out[1], "r", shape.r)):
+    if row.ndim != 1 or row.shape[0] < 1:
+      raise ValueError(f"Expected clients.client(index) to return {name} of shape [{bound_name}] with "
+                       f"{bound_name} >= 1 (-1 pads); got shape {tuple(row.shape)}.")
+    if not jnp.issubdtype(row.dtype, jnp.integer):
+      raise ValueError(f"Expected clients.client(index) to return integer {name}; got dtype {row.dtype}.")
+    pairs.append((bound_name, row.shape[0], bound))
   for name, got, bound in pairs:
     if got > bound:
       raise ValueError(f"Expected the workload's {name} <= the mechanism's {name}={bound}; got {got}.")

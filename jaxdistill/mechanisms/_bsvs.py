@@ -221,15 +221,33 @@ def repeated_in_rows(a: Any) -> Any:
   return ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
 
 
+def input_num_clients(clients: BsvsInput) -> int:
+  """n of a :class:`BsvsInput` whose fields are arrays (NumPy or JAX) with a client axis, else a ``ValueError``.
+
+  Nested lists or a 0-d array have no client axis: ``num_clients`` raised an AttributeError or an
+  IndexError instead of naming the field.
+  """
+  for name, arr in (("buckets", clients.buckets), ("labels", clients.labels)):
+    if not isinstance(arr, (np.ndarray, jax.Array)):
+      raise ValueError(f"Expected clients.{name} to be a NumPy or JAX array; got {type(arr).__name__}.")
+    if arr.ndim < 1:
+      raise ValueError(f"Expected clients.{name} of shape [n, ...]; got a 0-d array.")
+  return clients.num_clients
+
+
 def check_input_fits(clients: BsvsInput, shape: BsvsShape, n: int | None = None) -> None:
   """Raises ``ValueError`` unless ``clients`` fit ``shape`` (and number ``n`` when given).
 
   Buckets >= s or labels >= |Y| would be dropped or counted in another
   cell, more than k buckets (r labels) per client or a repeated one would
   break the sensitivity the noise is calibrated to. Runs on the host (not
-  under ``jit``).
+  under ``jit``). A host (NumPy) array is checked in its own dtype, before
+  JAX casts it: without x64 an int64 bucket 2**32 + 1 becomes 1 and 2**32 - 1
+  becomes -1 (padding), so checking after the cast counted the first in
+  bucket 1 and dropped the second's vote.
   """
-  n = clients.num_clients if n is None else n
+  n_rows = input_num_clients(clients)
+  n = n_rows if n is None else n
   for name, arr, bound_name, bound, size_name, size in (
       ("buckets", clients.buckets, "k", shape.k, "num_buckets", shape.num_buckets),
       ("labels", clients.labels, "r", shape.r, "num_labels", shape.num_labels)):
@@ -240,13 +258,19 @@ def check_input_fits(clients: BsvsInput, shape: BsvsShape, n: int | None = None)
     if arr.shape[1] > bound:
       raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the declared bound (the noise "
                        f"is calibrated to it); got clients.{name} of shape {tuple(arr.shape)}.")
-    low, high = int(jnp.min(arr)), int(jnp.max(arr))
+    if arr.shape[1] < 1:
+      raise ValueError(f"Expected clients.{name} with at least one column ({bound_name} >= 1, -1 pads); got "
+                       f"shape {tuple(arr.shape)}.")
+    if n == 0:
+      continue
+    xp = jnp if isinstance(arr, jax.Array) else np  # a device array already holds its device dtype
+    low, high = int(xp.min(arr)), int(xp.max(arr))
     if low < -1 or high >= size:
       raise ValueError(f"Expected clients.{name} in [0, {size_name}={size}) or -1 (padding); found values in "
                        f"[{low}, {high}].")
     dup = repeated_in_rows(arr)
-    if bool(jnp.any(dup)):
-      row = int(jnp.argmax(dup))
+    if bool(xp.any(dup)):
+      row = int(xp.argmax(dup))
       raise ValueError(f"Expected distinct clients.{name} within a client (padding -1 aside); client {row} has "
                        f"{np.asarray(arr[row]).tolist()}.")
 
@@ -299,7 +323,7 @@ class SyntheticWorkload:
   clients chunk by chunk: memory stays independent of n.
 
   Attributes:
-    key: PRNG key of the workload.
+    key: threefry2x32 PRNG key of the workload.
     shape: the BSVS sizes.
     num_clients: n.
     purity: probability the label matches the bucket's dominant label.
@@ -337,7 +361,13 @@ class SyntheticWorkload:
     return buckets.astype(jnp.int32), labels.astype(jnp.int32)
 
   def materialize(self, chunk_size: int = 65536) -> BsvsInput:
-    """All clients as a :class:`BsvsInput` (n x (k + r) int32 on the device)."""
+    """All clients as a :class:`BsvsInput` (n x (k + r) int32 on the device), the same for any ``chunk_size``.
+
+    Raises:
+      ValueError: ``chunk_size`` < 1, or a key that is not threefry2x32 (a
+        workload built directly, not by :func:`synthetic_workload`).
+    """
+    _validate.prng_key("key", self.key, threefry=True)
     n = self.num_clients
     chunk = min(_validate.integer("chunk_size", chunk_size, minimum=1), n)
     b, lab = _materialize(self, -(-n // chunk), chunk)
@@ -357,7 +387,8 @@ def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, nu
   """Builds a :class:`SyntheticWorkload` (validated); ``.materialize()`` for arrays.
 
   Args:
-    key: PRNG key.
+    key: threefry2x32 PRNG key (an ``rbg`` or ``unsafe_rbg`` key is refused: the
+      clients it draws would change with the chunk size).
     num_clients: n, at most ``2**31 - 1`` (the aggregate's counts are int32).
     num_buckets: s.
     num_labels: |Y|.
@@ -366,7 +397,9 @@ def synthetic_workload(key: jax.Array, *, num_clients: int, num_buckets: int, nu
     purity: probability the label matches the bucket's dominant label.
     zipf: popularity exponent (0 = uniform).
   """
-  key = _validate.prng_key("key", key)
+  # threefry only: an rbg key's draws under vmap differ from its unbatched ones, so the clients (and every
+  # result built on them) changed with materialize's or simulate's chunk size.
+  key = _validate.prng_key("key", key, threefry=True)
   shape = BsvsShape(num_buckets, num_labels, k, r)
   # Client i's draw folds in i (uint32) and the aggregate counts are int32: beyond 2^31 - 1 clients the counts
   # would wrap (and past 2^32 the clients repeat).

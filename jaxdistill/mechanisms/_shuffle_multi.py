@@ -54,7 +54,8 @@ from jaxdistill.accounting._multi_message import (
 )
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism, check_clients_fit, count_free_clients
-from jaxdistill.mechanisms._bsvs import BsvsInput, BsvsShape, check_shape, client_entries, entry_histogram
+from jaxdistill.mechanisms._bsvs import (BsvsInput, BsvsShape, check_shape, client_entries, entry_histogram,
+                                         input_num_clients)
 from jaxdistill.mechanisms._nb_sampler import (
     MIN_PROB,
     CompoundPoissonTables,
@@ -393,7 +394,7 @@ def shuffle_multi_message_protocol(key: jax.Array, mechanism: ShuffleMultiMessag
     raise ValueError(f"Expected mechanism to be a ShuffleMultiMessage; got {type(mechanism)}.")
   if not isinstance(inputs, BsvsInput):
     raise ValueError(f"Expected inputs to be a BsvsInput; got {type(inputs)}.")
-  n, d = inputs.num_clients, mechanism.shape.d
+  n, d = input_num_clients(inputs), mechanism.shape.d
   check_clients_fit(mechanism, inputs, n)
   clients_key, server_key = jax.random.split(key)
   idx = jnp.arange(n, dtype=jnp.uint32)

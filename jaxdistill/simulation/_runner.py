@@ -44,12 +44,12 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxdistill import _validate
 from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
 from jaxdistill.mechanisms._base import check_clients_fit
-from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator, repeated_in_rows
+from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator, input_num_clients, repeated_in_rows
 
 __all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "CLIENT_AXIS",
            "MAX_CLIENTS"]
@@ -137,14 +137,41 @@ def _from_generator(args: Any, global_idx: jax.Array, local_idx: jax.Array):
 def _source(clients: Any) -> tuple[int, SourceFn, bool]:
   """``(n, source_fn, sharded_rows)`` of a client source."""
   if isinstance(clients, BsvsInput):
-    return clients.num_clients, _from_arrays, True
+    return input_num_clients(clients), _from_arrays, True
   if hasattr(clients, "client") and hasattr(clients, "num_clients"):
-    # Generators are pytrees (their key is data), so they travel as arguments.
     # Validated raw: int() turned 2.5 into 2, True into 1 and '7' into 7, and NaN failed deep inside.
     raw = clients.num_clients
     raw = np.asarray(raw) if isinstance(raw, jax.Array) else raw
-    return _validate.integer("num_clients", raw), _from_generator, False
+    n = _validate.integer("num_clients", raw)
+    _check_generator(clients)
+    return n, _from_generator, False
   raise ValueError(f"Expected clients to be a BsvsInput or a workload with client(index); got {type(clients)}.")
+
+
+_LEAF_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
+def _check_generator(clients: Any) -> None:
+  """A generator travels into the jitted run as an argument, so it must be a pytree of arrays.
+
+  A plain class (not registered with :mod:`jax.tree_util`, e.g. by
+  ``jax.tree_util.register_dataclass`` as :class:`SyntheticWorkload` is) is one opaque leaf that
+  JAX cannot trace: it failed inside ``jit`` with a TypeError. A PRNG key among its leaves must be
+  threefry2x32: an ``rbg`` key's draws under ``vmap`` differ from its unbatched ones, so the clients
+  (and the result) changed with the chunk size and the device count.
+  """
+  leaves = jax.tree_util.tree_leaves_with_path(clients)
+  if len(leaves) == 1 and leaves[0][1] is clients:  # not registered: the object is its own (only) leaf
+    raise ValueError(f"Expected a generator registered as a JAX pytree (jax.tree_util.register_dataclass, as "
+                     f"SyntheticWorkload is); got {type(clients).__name__}, a class JAX sees as one opaque leaf.")
+  for path, leaf in leaves:
+    name = "clients" + jax.tree_util.keystr(path)
+    if not isinstance(leaf, _LEAF_TYPES):
+      raise ValueError(f"Expected the generator's data fields to hold arrays or numbers (others belong in its "
+                       f"static fields); got {name} of type {type(leaf).__name__}.")
+    if jax.dtypes.issubdtype(getattr(leaf, "dtype", np.float32), jax.dtypes.prng_key):
+      batched = leaf.ndim > 0
+      _validate.prng_key(name, leaf.reshape(-1) if batched else leaf, batched=batched, threefry=True)
 
 
 def client_mesh(devices: Any = None) -> Mesh:
@@ -196,12 +223,15 @@ def _run(clients_key, source_args, num_clients, mechanism, source_fn, sharded_ro
       valid = global_idx < n
       safe_idx = jnp.where(valid, global_idx, 0)
       buckets, labels = source_fn(args, safe_idx, j * chunk_size + lane)
-      keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, safe_idx)
-      stats = mechanism.chunk_statistics(keys, buckets, labels, valid)
       if sharded_rows:  # arrays: checked on the host before the run
-        return stats, jnp.int32(0)
-      bad = valid & _bad_rows(buckets, labels, mechanism.shape.num_buckets, mechanism.shape.num_labels)
-      return stats, jnp.sum(bad, dtype=jnp.int32)
+        bad = jnp.int32(0)
+      else:  # checked in the generator's own dtype, before the cast below
+        bad = jnp.sum(valid & _bad_rows(buckets, labels, mechanism.shape.num_buckets, mechanism.shape.num_labels),
+                      dtype=jnp.int32)
+      # Checked rows lie in [-1, size) with size < 2^31, so the cast is exact; mechanisms see int32 rows.
+      buckets, labels = buckets.astype(jnp.int32), labels.astype(jnp.int32)
+      keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, safe_idx)
+      return mechanism.chunk_statistics(keys, buckets, labels, valid), bad
 
     def body(carry, _):
       total, j = carry
@@ -223,10 +253,18 @@ def _bad_rows(buckets: jax.Array, labels: jax.Array, num_buckets: int, num_label
   """bool ``[C]``: rows with an index outside [-1, size) or a repeated non-padding index.
 
   Arrays are checked on the host before the run (check_clients_fit); a generator's clients exist
-  only inside it, so they are counted here and the run raises if any is bad.
+  only inside it, so they are counted here and the run raises if any is bad. The tests run in the
+  rows' own integer dtype and skip a bound the dtype cannot cross: ``a < -1`` in an unsigned dtype
+  (which has no -1 padding) wrapped -1 to 2^32 - 1 and refused every valid uint32 row.
   """
   def bad(a, size):
-    return jnp.any((a < -1) | (a >= size), axis=1) | repeated_in_rows(a)
+    info = jnp.iinfo(a.dtype)
+    out = repeated_in_rows(a)
+    if info.min < -1:
+      out = out | jnp.any(a < -1, axis=1)
+    if size <= info.max:
+      out = out | jnp.any(a >= size, axis=1)
+    return out
   return bad(buckets, num_buckets) | bad(labels, num_labels)
 
 
@@ -243,10 +281,18 @@ def _checked(total: tuple[Any, jax.Array], n: int, mechanism: BsvsMechanism) -> 
 
 
 def _plan(n: int, chunk_size: int, num_devices: int) -> tuple[int, int]:
-  """``(chunk, chunks_per_device)``: no device gets more than one padded chunk."""
-  chunk = min(chunk_size, -(-n // num_devices))
-  num_chunks = -(-n // chunk)
-  return chunk, -(-num_chunks // num_devices)
+  """``(chunk, chunks_per_device)``: as few chunks as ``chunk_size`` allows, then the least padding.
+
+  With P devices, each scans ``m = ceil(ceil(n / c0) / P)`` chunks, where ``c0 = min(chunk_size,
+  ceil(n / P))``: the scan length that chunks of ``c0`` need. The chunk is then the smallest that
+  covers n in P * m chunks, ``chunk = ceil(n / (P m)) <= c0``, so the rows past n (padding, masked)
+  number ``P m chunk - n < P m``: fewer than one per chunk on average (all-padding chunks remain
+  possible only when the chunk is smaller than P m). When n is a multiple of P * chunk_size the
+  chunk is chunk_size. The result does not depend on the plan (module docstring).
+  """
+  c0 = min(chunk_size, -(-n // num_devices))
+  per_device = -(-(-(-n // c0)) // num_devices)
+  return -(-n // (num_devices * per_device)), per_device
 
 
 def _pad_rows(inp: BsvsInput, rows: int) -> BsvsInput:
@@ -254,6 +300,17 @@ def _pad_rows(inp: BsvsInput, rows: int) -> BsvsInput:
   if extra == 0:
     return inp
   return BsvsInput(*(jnp.pad(a, ((0, extra), (0, 0)), constant_values=-1) for a in inp))
+
+
+def _on_mesh(tree: Any, mesh: Mesh, spec: P) -> Any:
+  """``tree`` with its JAX arrays placed on ``mesh`` as ``spec`` says (other leaves left to ``jit``).
+
+  An array committed to devices outside the mesh (``device_put`` on another device, or sharded over
+  all devices when the run uses fewer) made ``jit`` refuse the run ("incompatible devices"). Moving
+  it changes where rows live, not their values, so the result stays the same.
+  """
+  sharding = NamedSharding(mesh, spec)
+  return jax.tree.map(lambda x: jax.device_put(x, sharding) if isinstance(x, jax.Array) else x, tree)
 
 
 def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
@@ -267,6 +324,7 @@ def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
   chunk, per_device = _plan(n, chunk_size, mesh.size)
   if sharded_rows:
     clients = _pad_rows(clients, chunk * per_device * mesh.size)
+  clients = _on_mesh(clients, mesh, P(CLIENT_AXIS) if sharded_rows else P())
   return n, source_fn, sharded_rows, clients, chunk, per_device, mesh
 
 
@@ -281,7 +339,12 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
     key: the clients key (client i uses ``fold_in(key, i)``).
     mechanism: any :class:`BsvsMechanism`.
     clients: a :class:`BsvsInput` (``buckets [n, k]``, ``labels [n, r]``
-      int32) or a generator with ``num_clients`` and ``client(index)``.
+      integer arrays) or a generator: a JAX pytree (e.g. a dataclass
+      registered with ``jax.tree_util.register_dataclass``, as
+      :class:`SyntheticWorkload` is) with ``num_clients`` and a jittable
+      ``client(index)`` that maps a uint32 index to integer rows
+      ``(buckets [k], labels [r])`` (-1 pads in a signed dtype; an unsigned
+      one has no padding); any PRNG key in it must be threefry2x32.
     chunk_size: clients per vmapped chunk (memory O(chunk_size * d) per
       device); it does not change the result.
     devices: see :func:`client_mesh` (default: all devices); it does not
@@ -293,10 +356,12 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
     x64 is enabled): per-client statistics times n must stay below 2^31.
 
   Raises:
-    ValueError: not a mechanism, an unknown client source, n outside
-      [1, 2^31 - 1], chunk_size < 1, or a bad ``devices``; clients that do
-      not fit the mechanism (more than its k buckets or r labels per client,
-      indices outside its s buckets or |Y| labels, or, for a shuffle
+    ValueError: not a mechanism, an unknown client source (a generator that
+      is not a pytree, or holds an ``rbg`` key; arrays that are not NumPy or
+      JAX arrays), n outside [1, 2^31 - 1], chunk_size < 1, or a bad
+      ``devices``; generator rows that are not 1-D integer arrays; clients
+      that do not fit the mechanism (more than its k buckets or r labels per
+      client, indices outside its s buckets or |Y| labels, or, for a shuffle
       mechanism, n other than its ``num_clients``), because the noise and
       the privacy statement were built for that shape. A generator's indices
       are checked in the same pass (its clients exist only inside it), so
@@ -305,6 +370,7 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
   key = _validate.prng_key("key", key, threefry=True)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
       mechanism, clients, chunk_size, devices)
+  key = _on_mesh(key, mesh, P())
   return _checked(_run(key, clients, jnp.uint32(n), mechanism, source_fn, sharded_rows, per_device, chunk,
                        mesh), n, mechanism)
 
@@ -327,7 +393,8 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
       for a real release use a secret one (:func:`secret_key`).
     mechanism: any :class:`BsvsMechanism`.
     clients: a :class:`BsvsInput` or a generator such as
-      :class:`SyntheticWorkload`.
+      :class:`SyntheticWorkload` (see :func:`client_statistics`). Arrays
+      committed to other devices are moved onto the mesh.
     chunk_size: clients per vmapped chunk; memory is O(chunk_size * d).
     devices: ``None`` (all devices), a count, a device list, or a 1-D mesh.
     with_counts: also sum the exact aggregate A in the same pass
@@ -352,6 +419,7 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
   clients_key, server_key = jax.random.split(key)
   n, source_fn, sharded_rows, clients, chunk, per_device, mesh = _prepare(
       mechanism, clients, chunk_size, devices)
+  clients_key = _on_mesh(clients_key, mesh, P())
   run_mech = _WithCounts(mechanism) if _validate.boolean("with_counts", with_counts) else mechanism
   stats = _checked(_run(clients_key, clients, jnp.uint32(n), run_mech, source_fn, sharded_rows, per_device,
                         chunk, mesh), n, mechanism)

@@ -256,3 +256,31 @@ def test_narrow_integer_inputs_count_like_int32(dtype):
   key = jax.random.key(0)
   np.testing.assert_array_equal(simulation.simulate(key, mech, narrow).estimate,
                                 simulation.simulate(key, mech, wide).estimate)
+
+
+def test_synthetic_workload_needs_a_threefry_key():
+  # An rbg key's vmapped draws differ from its unbatched ones: the workload's clients (and simulate's
+  # counts and estimate) changed with the chunk size, e.g. 55, 59 or 55 votes in entry (0, 0) for chunks
+  # of 500, 64 and 7.
+  for impl in ("rbg", "unsafe_rbg"):
+    with pytest.raises(ValueError, match=f"Expected key to be a threefry2x32 key.*got a {impl} key"):
+      M.synthetic_workload(jax.random.key(0, impl=impl), num_clients=50, num_buckets=6, num_labels=3, k=1)
+    direct = M.SyntheticWorkload(jax.random.key(0, impl=impl), M.BsvsShape(6, 3, 1), 50)
+    with pytest.raises(ValueError, match="threefry2x32"):
+      direct.materialize(chunk_size=7)
+
+
+@pytest.mark.parametrize("bad, low, high", [(2**32 + 1, 0, 2**32 + 1), (2**32 - 1, 0, 2**32 - 1),
+                                            (-(2**32) + 1, -(2**32) + 1, 1)])
+def test_wide_integer_inputs_are_checked_before_the_int32_cast(bad, low, high):
+  # An int64 bucket was range-checked after JAX's int32 cast: 2^32 + 1 was counted in bucket 1, and
+  # 2^32 - 1 became -1 (padding) and its vote vanished, without an error.
+  shape = M.BsvsShape(4, 2, 1)
+  inp = M.BsvsInput(np.array([[0], [bad], [1]], np.int64), np.array([[0], [1], [1]], np.int64))
+  match = rf"clients\.buckets in \[0, num_buckets=4\) or -1 \(padding\); found values in \[{low}, {high}\]"
+  with pytest.raises(ValueError, match=match):
+    M.bsvs_counts(inp, shape)
+  with pytest.raises(ValueError, match=match):
+    simulation.simulate(jax.random.key(0), M.CentralDiscreteLaplace(shape, 1.0), inp, with_counts=True)
+  ok = M.BsvsInput(np.array([[0], [3], [-1]], np.int64), np.array([[0], [1], [1]], np.int64))  # in range: fine
+  np.testing.assert_array_equal(np.asarray(M.bsvs_counts(ok, shape)), [[1, 0], [0, 0], [0, 0], [0, 1]])

@@ -169,11 +169,13 @@ def _temp_bytes(mech, clients, chunk):
 
 def test_working_memory_is_independent_of_n():
   # XLA's buffer assignment for a generator source: the temporaries depend on the
-  # chunk size, not on n (10^3 vs 10^9 clients compile to the same working set).
+  # chunk size, not on n (2^10 vs 10^9 clients compile to the same working set).
   # Deterministic; it fails if the runner ever materialises per-client arrays.
+  # Both n are multiples of the chunk 256, so the plan keeps chunks of exactly 256
+  # (for 10^3 it would shrink them to 250 to avoid padding, a smaller working set).
   shape = M.BsvsShape(8, 4, 2)
   mech = M.RandomizedResponse(shape, 1.0)
-  small = M.synthetic_workload(jax.random.key(0), num_clients=10**3, num_buckets=8, num_labels=4, k=2)
+  small = M.synthetic_workload(jax.random.key(0), num_clients=2**10, num_buckets=8, num_labels=4, k=2)
   huge = M.synthetic_workload(jax.random.key(0), num_clients=10**9, num_buckets=8, num_labels=4, k=2)
   t_small, t_huge = _temp_bytes(mech, small, 256), _temp_bytes(mech, huge, 256)
   assert t_small == t_huge
@@ -356,3 +358,133 @@ def test_client_mesh_refuses_duplicate_devices():
   dev = jax.devices()[0]
   with pytest.raises(ValueError, match="Expected devices to be distinct"):
     simulation.client_mesh([dev, dev])
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+  """Client i's rows as ``kind`` says; ``shape`` is what the generator declares (None: nothing)."""
+
+  kind: str = dataclasses.field(metadata=dict(static=True))
+  shape: object = dataclasses.field(default=None, metadata=dict(static=True))
+  num_clients: int = dataclasses.field(default=10, metadata=dict(static=True))
+
+  def client(self, i):
+    label = (i % 2).astype(jnp.int32)[None]
+    if self.kind == "two_buckets":
+      return jnp.stack([i % 4, (i + 1) % 4]).astype(jnp.int32), label
+    if self.kind == "float_bucket":
+      return jnp.full((1,), 1.7, jnp.float32), label
+    if self.kind == "scalars":
+      return (i % 4).astype(jnp.int32), (i % 2).astype(jnp.int32)
+    if self.kind == "no_buckets":
+      return jnp.zeros((0,), jnp.int32), label
+    if self.kind == "triple":
+      return (i % 4)[None], label, label
+    dtype = jnp.dtype(self.kind)  # i is uint32: i % 4 stays uint32 unless cast
+    return (i % 4).astype(dtype)[None], (i % 2).astype(dtype)[None]
+
+
+@pytest.mark.parametrize("make", [M.CentralDiscreteLaplace, M.RandomizedResponse])
+def test_generator_rows_are_measured_whatever_shape_declares(make):
+  # A generator declaring BsvsShape(4, 2, k=1) but returning 2 buckets per client was accepted: its
+  # declared shape was trusted, so each client added 2 entries under noise calibrated to k = 1.
+  mech = make(M.BsvsShape(4, 2, 1), 1.0)
+  for declared in (M.BsvsShape(4, 2, 1), None):
+    with pytest.raises(ValueError, match=r"Expected the workload's k <= the mechanism's k=1; got 2\."):
+      simulation.simulate(jax.random.key(0), mech, _Rows("two_buckets", declared), with_counts=True)
+
+
+@pytest.mark.parametrize("kind, match", [
+    ("float_bucket", r"return integer buckets; got dtype float32"),
+    ("scalars", r"return buckets of shape \[k\] with k >= 1 \(-1 pads\); got shape \(\)"),
+    ("no_buckets", r"return buckets of shape \[k\] with k >= 1 \(-1 pads\); got shape \(0,\)"),
+    ("triple", r"return a pair \(buckets \[k\], labels \[r\]\)"),
+])
+def test_generator_rows_must_be_one_dimensional_integers(kind, match):
+  # A float bucket 1.7 was truncated to bucket 1 and counted; scalar rows raised an IndexError from the
+  # width check.
+  mech = M.RandomizedResponse(M.BsvsShape(4, 2, 1), 1.0)
+  with pytest.raises(ValueError, match=match):
+    simulation.simulate(jax.random.key(0), mech, _Rows(kind), with_counts=True)
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "uint8", "int8"])
+def test_unsigned_and_narrow_generator_rows_count_like_int32(dtype):
+  # uint32 rows (i % 4 on the uint32 index) were all refused as "outside" the shape: the padding test
+  # a < -1 wrapped -1 to 2^32 - 1 in uint32, so every value was below it.
+  mech = M.RandomizedResponse(M.BsvsShape(4, 2, 1), 1.0)
+  want = simulation.simulate(jax.random.key(0), mech, _Rows("int32"), with_counts=True)
+  got = simulation.simulate(jax.random.key(0), mech, _Rows(dtype), with_counts=True)
+  np.testing.assert_array_equal(got.counts, [[3, 0], [0, 3], [2, 0], [0, 2]])
+  np.testing.assert_array_equal(got.counts, want.counts)
+  np.testing.assert_array_equal(got.estimate, want.estimate)
+  # Out of range in an unsigned dtype is still refused (bucket 3 >= s = 3).
+  with pytest.raises(ValueError, match="gave 2 of 10 clients"):
+    simulation.simulate(jax.random.key(0), M.RandomizedResponse(M.BsvsShape(3, 2, 1), 1.0), _Rows(dtype))
+
+
+def test_a_plain_class_generator_is_refused_up_front():
+  # Generators travel into the jitted run as pytree arguments; a plain class raised JAX's "Error
+  # interpreting argument ... as an abstract array" TypeError from inside simulate.
+  class Plain:
+    num_clients = 4
+
+    def client(self, i):
+      return (i % 4).astype(jnp.int32)[None], jnp.zeros((1,), jnp.int32)
+
+  mech = M.RandomizedResponse(M.BsvsShape(4, 2, 1), 1.0)
+  for run in (simulation.simulate, simulation.client_statistics):
+    with pytest.raises(ValueError, match="registered as a JAX pytree .* got Plain, a class"):
+      run(jax.random.key(0), mech, Plain())
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_a_generator_holding_a_non_threefry_key_is_refused(impl):
+  # A SyntheticWorkload built around an rbg key drew other clients for each chunk size: simulate's
+  # counts and estimate changed with chunk_size (500, 64 and 7 gave three different results).
+  w = M.SyntheticWorkload(jax.random.key(0, impl=impl), M.BsvsShape(6, 3, 1), 50)
+  mech = M.CentralDiscreteLaplace(w.shape, 1.0)
+  with pytest.raises(ValueError, match=f"Expected clients.key to be a threefry2x32 key.*got a {impl} key"):
+    simulation.simulate(jax.random.key(4), mech, w)
+
+
+@pytest.mark.parametrize("buckets, match", [
+    ([[0], [1]], r"Expected clients\.buckets to be a NumPy or JAX array; got list\."),
+    (np.zeros((2, 0), np.int32), r"clients\.buckets with at least one column \(k >= 1, -1 pads\); got shape \(2, 0\)"),
+    (np.array(1, np.int32), r"clients\.buckets of shape \[n, \.\.\.\]; got a 0-d array"),
+])
+def test_malformed_bsvs_inputs_name_the_field(buckets, match):
+  # Nested lists raised AttributeError ('list' object has no attribute 'shape'), zero columns NumPy's
+  # "zero-size array to reduction operation min", a 0-d array an IndexError.
+  mech = M.RandomizedResponse(M.BsvsShape(4, 2, 1), 1.0)
+  inp = M.BsvsInput(buckets, np.zeros((2, 1), np.int32))
+  for run in (simulation.simulate, simulation.client_statistics):
+    with pytest.raises(ValueError, match=match):
+      run(jax.random.key(0), mech, inp)
+  with pytest.raises(ValueError, match=match):
+    M.bsvs_counts(inp, mech.shape)
+
+
+def test_the_shuffle_protocol_names_a_list_input():
+  # shuffle_multi_message_protocol read inputs.num_clients first: nested lists gave an AttributeError.
+  mech = M.ShuffleMultiMessage(M.BsvsShape(3, 2, 2, 2), 1.0, 1e-6, 3, noise=_NOISE_K2_R2)
+  inp = M.BsvsInput([[0, 1], [1, 2], [0, -1]], np.zeros((3, 2), np.int32))
+  with pytest.raises(ValueError, match=r"Expected clients\.buckets to be a NumPy or JAX array; got list\."):
+    M.shuffle_multi_message_protocol(jax.random.key(0), mech, inp)
+
+
+@pytest.mark.parametrize("n, chunk_size, devices", [(16389, 4096, 4), (9, 2, 4), (81, 10, 8), (301, 13, 1),
+                                                    (10**9, 256, 1), (7, 4096, 8), (2**31 - 1, 4096, 3)])
+def test_plan_pads_less_than_one_row_per_chunk(n, chunk_size, devices):
+  # n = 4 * 4096 + 5 on 4 devices ran 8 chunks of 4096, 3 of them all padding (2 on one device),
+  # about twice the needed work, though the docstring promised at most one padded chunk per device.
+  from jaxdistill.simulation import _runner
+  chunk, per_device = _runner._plan(n, chunk_size, devices)
+  slots = devices * per_device
+  assert 1 <= chunk <= chunk_size and slots * chunk >= n
+  assert slots * chunk - n < slots  # padding: fewer rows than chunks
+  c0 = min(chunk_size, -(-n // devices))
+  assert per_device == -(-(-(-n // c0)) // devices)  # the scan length chunk_size asks for, unchanged
+  if n % (devices * chunk_size) == 0:
+    assert chunk == chunk_size

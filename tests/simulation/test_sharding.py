@@ -47,6 +47,15 @@ def _cases():
        "runs": [[1, 4096], [1, 7], [2, 64], [None, 7]]},
       {**base, "name": "toy-generator", "mechanism": "toy", "source": "generator", "seed": 2,
        "runs": [[1, 4096], [2, 1], [8, 50]]},
+      # Sources committed to devices outside the run's mesh: rows (or a generator's key) on device 7, or rows
+      # sharded over all 8 devices (the several-hosts recipe) while the run uses 1 or 2. jit refused these
+      # ("Received incompatible devices for jitted computation"); the runner now moves them onto its mesh.
+      {**base, "name": "toy-committed-last", "mechanism": "toy", "source": "arrays", "seed": 3, "commit": "last",
+       "runs": [[1, 4096], [2, 7]]},
+      {**base, "name": "toy-committed-generator", "mechanism": "toy", "source": "generator", "seed": 4,
+       "commit": "last", "runs": [[2, 50]]},
+      {**base, "n": 304, "name": "toy-committed-all", "mechanism": "toy", "source": "arrays", "seed": 5,
+       "commit": "all", "runs": [[2, 7], [1, 4096]]},
   ]
   for i, (name, source) in enumerate(REPRESENTATIVES.items()):
     spec = simulation.mechanism_spec(name)
