@@ -41,7 +41,9 @@ The library's representations are centred (PCA), unit-norm (contrastive, the
 student embedding) or bounded (pixels, HOG, SCAN); centre other features,
 e.g. by subtracting D_pub's mean (public, so free), before the connection
 rules or k-means. The public entry points warn when the public features
-(D_pub, or the queries) sit that far off centre (``_common.warn_if_off_centre``).
+(D_pub, or the queries) sit that far off centre, or when a sample of them
+loses its float32 nearest neighbours although the whole set is centred (tight
+groups far from the origin on opposite sides; ``_common.warn_if_off_centre``).
 """
 
 from __future__ import annotations

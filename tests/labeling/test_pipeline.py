@@ -416,6 +416,10 @@ def one_line(err):
   return str(err.value)
 
 
+# The sharpened head below puts 90% of D_pub within 1e-6 of another sample, finer than float32 resolves at unit
+# norm, so select_queries warns that float32 loses nearest neighbours (true, and harmless here: the cells are the
+# argmax clusters, far apart).
+@pytest.mark.filterwarnings("ignore:public_features lose nearest neighbours to float32 rounding")
 def test_scan_representation_cells_are_its_argmax_clusters(splits, monkeypatch):
   """representation=scan: the pipeline clusters D_pub into s SCAN clusters and uses them as cells."""
   from jaxdistill import representations  # pylint: disable=import-outside-toplevel
