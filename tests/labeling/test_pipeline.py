@@ -729,6 +729,25 @@ def test_knn_labeling_statement_grows_with_s_and_is_central_only():
     labeling.LabelingConfig(mechanism="local-rr", connection="knn-labeling")
 
 
+def test_knn_labeling_k_counts_records_per_query_not_queries():
+  # k <= s was applied to every rule, but k-NN labeling's k is records per query (1 <= k <= n).
+  cfg = labeling.LabelingConfig(connection="knn-labeling", mechanism="central", num_queries=10, k=50)
+  assert cfg.k == 50
+  with pytest.raises(ValueError) as err:  # the rules whose k counts queries still refuse it
+    labeling.LabelingConfig(connection="reverse-knn", num_queries=10, k=50)
+  assert "k=50 <= num_queries (s)=10" in one_line(err)
+  with pytest.raises(ValueError) as err:
+    labeling.LabelingConfig(connection="knn-labeling", num_queries=10, k=50, private_size=40)
+  assert "k=50 <= private_size=40" in one_line(err)
+
+
+def test_knn_labeling_k_beyond_the_private_records_is_refused_by_name(splits):
+  cfg = tiny(connection="knn-labeling", mechanism="central", k=len(splits.private) + 1, private_size=None)
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(cfg, splits=splits)
+  assert f"k={len(splits.private) + 1} <= |D_priv|={len(splits.private)}" in one_line(err)
+
+
 @pytest.mark.parametrize("mechanism,delta,warned", [("central", 0.01, True), ("central", 1e-4, False),
                                                      ("shuffle-multi", 0.01, True), ("local-rr", 0.01, False)])
 def test_delta_at_least_1_over_n_is_warned_for_every_mechanism(mechanism, delta, warned):
