@@ -18,7 +18,8 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
 
   Args:
     name: the parameter name used in error messages.
-    value: array-like ``[n, d]`` of real numbers.
+    value: array-like ``[n, d]`` of real numbers: any floating dtype
+      (bfloat16 included), integers or booleans.
     dim: the required number of columns (``None`` = any).
     dim_name: the parameter whose width ``dim`` came from (for the message).
     min_rows: the least acceptable number of rows.
@@ -29,15 +30,14 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
   """
   if isinstance(value, jax.Array):
     arr = value
-    kind = np.dtype(arr.dtype).kind
   else:
     try:
       arr = np.asarray(value)
     except Exception as err:  # pylint: disable=broad-except
       raise ValueError(f"Expected {name} to be an array of real numbers; "
                        f"got {type(value).__name__}.") from err
-    kind = arr.dtype.kind
-  if kind not in "fiub":
+  # Any floating dtype, bfloat16 and the other ml_dtypes included (NumPy files those under kind "V").
+  if np.dtype(arr.dtype).kind not in "fiub" and not jnp.issubdtype(arr.dtype, jnp.floating):
     raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype}.")
   if arr.ndim != 2:
     raise ValueError(f"Expected {name} of shape [n, d]; got shape {tuple(arr.shape)}.")

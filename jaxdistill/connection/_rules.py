@@ -403,7 +403,8 @@ def balanced_scores(buckets: Any, private_features: Any, query_features: Any, *,
   rows = np.repeat(np.arange(b.shape[0]), b.shape[1])
   cols = b.reshape(-1)
   keep = cols >= 0
-  return np.bincount(cols[keep], weights=sim[rows[keep], cols[keep]], minlength=q.shape[0])
+  # np.asarray: bincount returns int64 zeros when no record has an edge (empty weights).
+  return np.asarray(np.bincount(cols[keep], weights=sim[rows[keep], cols[keep]], minlength=q.shape[0]), np.float64)
 
 
 def _default_bandwidth(q: jax.Array) -> float:
