@@ -13,6 +13,7 @@ import math
 import numbers
 import os
 import pathlib
+import sys
 import tempfile
 from typing import Any
 
@@ -37,6 +38,12 @@ __all__ = [
 
 def _is_bool(value: Any) -> bool:
   return isinstance(value, (bool, np.bool_))
+
+
+def _is_jax_array(value: Any) -> bool:
+  """True for a ``jax.Array`` (without importing jax: a program that never imported it holds none)."""
+  jax = sys.modules.get("jax")
+  return jax is not None and isinstance(value, jax.Array)
 
 
 #: Largest seed: with 64-bit types off (JAX's default) ``jax.random.key(seed)``
@@ -65,7 +72,9 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
   """Returns ``value`` as a Python int, or raises naming ``name``.
 
   Floats are accepted only when they are whole numbers (``3.0``); ``3.5``,
-  NaN, booleans and strings are rejected.
+  NaN, booleans and strings are rejected. 0-d NumPy and JAX arrays count as
+  their single value (``jnp.int32(2)`` like ``np.array(2)``; a boolean one
+  is still rejected).
   """
   if _is_bool(value):
     raise ValueError(f"Expected {name} to be an integer, got {_shown(value)}.")
@@ -75,6 +84,12 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
     out = int(value)
   elif isinstance(value, np.ndarray) and value.ndim == 0:
     return integer(name, value.item(), minimum=minimum, maximum=maximum)
+  elif _is_jax_array(value) and value.ndim == 0:
+    try:
+      host = np.asarray(value)
+    except Exception:  # pylint: disable=broad-except
+      raise ValueError(f"Expected {name} to be a concrete integer, got {_shown(value)} (traced?).") from None
+    return integer(name, host, minimum=minimum, maximum=maximum)
   else:
     raise ValueError(f"Expected {name} to be an integer, got {_shown(value)}.")
   if minimum is not None and out < minimum:

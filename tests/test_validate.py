@@ -27,6 +27,22 @@ def test_integer_accepts_whole_numbers():
     v.integer("k", 0, minimum=1)
 
 
+def test_integer_takes_0d_jax_arrays_like_0d_numpy_arrays():
+  # jnp.int32(2) was refused while np.array(2) was accepted.
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  assert v.integer("k", jnp.int32(2)) == 2 and v.integer("k", jnp.array(7, jnp.uint8)) == 7
+  assert v.integer("k", jnp.array(3.0)) == v.integer("k", np.array(3.0)) == 3
+  with pytest.raises(ValueError, match=r"k=0 >= 1"):
+    v.integer("k", jnp.int32(0), minimum=1)
+  for bad in (jnp.array(True), jnp.array(2.5), jnp.array([1, 2])):  # booleans stay refused, as np.array(True)
+    with pytest.raises(ValueError, match="Expected k to be an integer") as err:
+      v.integer("k", bad)
+    assert "\n" not in str(err.value)
+  with pytest.raises(ValueError, match="Expected k to be a concrete integer"):
+    jax.jit(lambda k: v.integer("k", k))(3)
+
+
 @pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), math.inf, "a", "1", False])
 def test_positive_rejects(value):
   with pytest.raises(ValueError, match="epsilon"):

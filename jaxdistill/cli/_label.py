@@ -45,7 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="TOTAL delta (default: 0 for central/local, min(1e-6, 1/(10n)) for shuffle)")
   p.add_argument("--s", "--num-queries", dest="num_queries", type=int, default=d.num_queries,
                  help="number of queries s (default: %(default)s)")
-  p.add_argument("--k", type=int, default=d.k, help="reverse k-NN out-degree (default: %(default)s)")
+  p.add_argument("--k", type=int, default=d.k,
+                 help="each record's out-degree; records per query with knn-labeling (default: %(default)s)")
   p.add_argument("--connection", default=d.connection, choices=labeling.CONNECTIONS,
                  help="connection rule; only reverse-knn is per record (default: %(default)s)")
   p.add_argument("--T", "--iterations", dest="iterations", type=int, default=d.iterations,

@@ -19,9 +19,13 @@ distance. Centre features that sit far from the origin compared with their
 spread (subtract D_pub's mean: public, so free); the library's own
 representations are centred, unit-norm or bounded. :func:`kmeans`,
 :func:`select_queries` and the connection rules issue a ``RuntimeWarning``
-when ``||mean||^2`` of the public features (D_pub, or the queries; never the
-private records) exceeds 1000 times their mean ``||x - mean||^2``: at that
-ratio 0.2% of Gaussian records already changed nearest query.
+about the public features (D_pub, or the queries; never the private records)
+when ``||mean||^2`` exceeds 1000 times their mean ``||x - mean||^2`` (at that
+ratio 0.2% of Gaussian records already changed nearest query), or else when
+more than 0.5% of up to 512 sampled rows have a float32 nearest other row
+that float64 finds farther by more than 0.1% of the typical neighbour
+distance (tight groups far from the origin on opposite sides, whose overall
+mean is near 0).
 """
 
 from jaxdistill.connection._kmeans import KMeansResult

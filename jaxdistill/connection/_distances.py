@@ -21,6 +21,16 @@ are exact in float32 (e.g. small-integer features); otherwise a block size
 may change float32 rounding, and with it the order of candidates whose
 distances agree to float32 precision.
 
+Block width: every block is ``block_size`` rows wide (the last one padded
+with zero rows), and XLA rounds a row's products the same in every block of
+one width, wherever the row sits and whatever the other rows hold (measured
+on XLA:CPU, widths 37 to 8192). The width itself does change the rounding
+(width 1 vs 2-100 vs 127-128 gave different float32 values for the same
+row), so a caller whose rows must not depend on each other (the private
+records of ``reverse_knn`` and ``knn_labeling``) passes its ``block_size``
+unchanged, never ``min(block_size, n)``: one added or removed record would
+then re-round every other record.
+
 Precision: the expansion's rounding error scales with ``||x||^2 + ||q||^2``,
 not with the distance, so it is not translation invariant. Features far from
 the origin compared with their spread lose their distances: 4 well-separated
@@ -31,7 +41,9 @@ The library's representations are centred (PCA), unit-norm (contrastive, the
 student embedding) or bounded (pixels, HOG, SCAN); centre other features,
 e.g. by subtracting D_pub's mean (public, so free), before the connection
 rules or k-means. The public entry points warn when the public features
-(D_pub, or the queries) sit that far off centre (``_common.warn_if_off_centre``).
+(D_pub, or the queries) sit that far off centre, or when a sample of them
+loses its float32 nearest neighbours although the whole set is centred (tight
+groups far from the origin on opposite sides; ``_common.warn_if_off_centre``).
 """
 
 from __future__ import annotations
@@ -143,7 +155,8 @@ def nearest_columns(x: jax.Array, q: jax.Array, k: int, block_size: int) -> tupl
     x: float32 ``[n, d]`` rows (private records, or public samples).
     q: float32 ``[s, d]`` columns (queries, or centres), ``k <= s``.
     k: neighbours per row (static).
-    block_size: rows per streamed block (static).
+    block_size: rows per streamed block (static); the last block is padded
+      to this width, so a row's values do not depend on ``n``.
 
   Returns:
     ``(indices int32 [n, k], squared distances float32 [n, k])``, sorted by
@@ -179,7 +192,8 @@ def nearest_rows(x: jax.Array, q: jax.Array, k: int, block_size: int) -> tuple[j
     x: float32 ``[n, d]`` rows (private records), ``k <= n``.
     q: float32 ``[s, d]`` queries.
     k: neighbours per query (static).
-    block_size: rows of ``x`` per block (static).
+    block_size: rows of ``x`` per block (static); the last block is padded
+      to this width, so a record's distances do not depend on ``n``.
 
   Returns:
     ``(indices int32 [s, k], squared distances float32 [s, k])``.
@@ -198,9 +212,12 @@ def nearest_rows(x: jax.Array, q: jax.Array, k: int, block_size: int) -> tuple[j
     partial = jnp.sum(xb * xb, axis=1)[None, :] + jnp.matmul(q_m2, xb.T, precision=_HIGHEST)
     partial = jnp.where(rows[None, :] < n, partial, jnp.inf)  # padding rows never win
     cand_d = jnp.concatenate([best_d, partial], axis=1)
-    cand_i = jnp.concatenate([best_i, jnp.broadcast_to(rows, (s, block_size))], axis=1)
     neg, pos = lax.top_k(-cand_d, k)
-    return (-neg, jnp.take_along_axis(cand_i, pos, axis=1)), None
+    # Candidate pos is carried entry pos (pos < k) or row b * block_size + pos - k of this block. Mapped here
+    # rather than by gathering from an [s, k + block_size] index array, which XLA constant-folds (seconds of
+    # compilation at s = 5,000, block 8192) when there is a single block.
+    carried = jnp.take_along_axis(best_i, jnp.minimum(pos, k - 1), axis=1)
+    return (-neg, jnp.where(pos < k, carried, b * block_size + pos - k)), None
 
   init = (jnp.full((s, k), jnp.inf, jnp.float32), jnp.full((s, k), -1, jnp.int32))
   (best_d, best_i), _ = lax.scan(step, init, (jnp.arange(num_blocks, dtype=jnp.int32), blocks))

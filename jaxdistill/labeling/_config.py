@@ -130,7 +130,11 @@ class LabelingConfig:
     delta: the TOTAL delta; ``None`` means 0 for the central and local
       mechanisms (pure DP) and ``min(1e-6, 1/(10 n))`` for shuffle.
     num_queries: s, the number of queries (k-means clusters of D_pub).
-    k: each private record votes for its k nearest queries.
+    k: with ``reverse-knn`` and the balanced rules, each private record
+      votes for its k nearest queries (``k <= s``); with ``knn-labeling``,
+      each query takes its k nearest private records (``k <= |D_priv|``,
+      checked against ``private_size`` here when it is given, otherwise when
+      the data are loaded).
     connection: ``reverse-knn`` (the paper's rule, per record: sensitivity
       2k), ``knn-labeling`` (each query takes its k nearest records:
       sensitivity 2s, central model only) or ``balanced-max-min`` /
@@ -229,11 +233,11 @@ class LabelingConfig:
       object.__setattr__(self, "delta", delta)
     s = _validate.integer("num_queries", self.num_queries, minimum=1)
     k = _validate.integer("k", self.k, minimum=1)
-    if k > s:
+    rule = _validate.choice("connection", self.connection, CONNECTIONS)
+    if rule != "knn-labeling" and k > s:  # knn-labeling's k counts records per query: checked against n below
       raise ValueError(f"Expected k={k} <= num_queries (s)={s}: each record connects to k distinct queries.")
     object.__setattr__(self, "num_queries", s)
     object.__setattr__(self, "k", k)
-    rule = _validate.choice("connection", self.connection, CONNECTIONS)
     if rule == "knn-labeling" and mech not in ("central", "none"):
       raise ValueError(f"Expected mechanism=central or none with connection=knn-labeling (a record's edges "
                        f"depend on the other records, so clients cannot randomize them); got {mech}.")
@@ -250,6 +254,9 @@ class LabelingConfig:
       value = getattr(self, name)
       if value is not None:
         object.__setattr__(self, name, _validate.integer(name, value, minimum=1))
+    if rule == "knn-labeling" and self.private_size is not None and k > self.private_size:
+      raise ValueError(f"Expected k={k} <= private_size={self.private_size} with connection=knn-labeling: each "
+                       "query takes its k nearest private records.")
     if self.public_size is not None and s > self.public_size:
       raise ValueError(f"Expected num_queries (s)={s} <= public_size={self.public_size}: queries are "
                        "public samples.")

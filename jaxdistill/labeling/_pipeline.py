@@ -708,6 +708,9 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   if config.num_queries > len(pub):
     raise ValueError(f"Expected num_queries (s)={config.num_queries} <= |D_pub|={len(pub)}: queries are "
                      "public samples.")
+  if config.connection == "knn-labeling" and config.k > n:
+    raise ValueError(f"Expected k={config.k} <= |D_priv|={n} with connection=knn-labeling: each query takes its "
+                     "k nearest private records.")
   delta = config.resolved_delta(n)
   degree = components.connection_privacy(config.connection, config.k, config.num_queries).shape_k
   plan = plan_budget(config.mechanism, config.epsilon, delta, config.iterations, k=degree,

@@ -147,6 +147,16 @@ def test_balanced_scores_refuse_buckets_outside_the_queries():
   assert connection.balanced_scores(np.array([[0, -1, -1]] * 6), x, x[:2], bandwidth=1.0)[1] == 0.0
 
 
+def test_balanced_scores_are_float64_even_without_edges():
+  # With no edge at all np.bincount returned int64 zeros.
+  rng = np.random.default_rng(0)
+  x, q = rng.normal(size=(6, 3)), rng.normal(size=(4, 3))
+  for buckets in (np.zeros((6, 0), np.int32), np.full((6, 2), -1, np.int32), np.zeros((6, 1), np.int32)):
+    scores = connection.balanced_scores(buckets, x, q, bandwidth=1.0)
+    assert scores.dtype == np.float64 and scores.shape == (4,)
+  assert not connection.balanced_scores(np.full((6, 2), -1), x, q, bandwidth=1.0).any()
+
+
 def test_max_moves_beyond_the_int32_counter_is_refused_by_name():
   x = np.random.default_rng(0).random((20, 3)).astype(np.float32)
   with pytest.raises(ValueError, match="max_moves=2147483648 <= 2147483647"):  # an OverflowError before

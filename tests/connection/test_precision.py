@@ -80,3 +80,64 @@ def test_the_library_pixel_and_hog_features_stay_quiet():
       warnings.simplefilter("error")
       connection.select_queries(jax.random.key(0), features, 10)
       connection.reverse_knn(features, features[:10], 1)
+
+
+# -- the direct measurement: tight groups far from the origin, overall mean near zero ------------------------------
+_LOSS = r"lose nearest neighbours to float32 rounding: for \d+\.\d% of \d+ sampled rows"
+
+
+def two_groups(seed, n, sep, d=8):
+  """Unit-spread Gaussian groups at -sep and +sep in every coordinate: ||mean||^2 / spread is near 0."""
+  rng = np.random.default_rng(seed)
+  return np.where(rng.random(n) < 0.5, -1.0, 1.0)[:, None] * sep + rng.normal(size=(n, d))
+
+
+def test_two_far_groups_warn_although_the_ratio_is_small():
+  x, q = two_groups(0, 3000, 3000.0), two_groups(1, 200, 3000.0)
+  with pytest.warns(RuntimeWarning, match=_LOSS) as caught:
+    got = np.asarray(connection.reverse_knn(x, q, 1))[:, 0]
+  assert len(caught) == 1 and str(caught[0].message).startswith("query_features ")
+  assert caught[0].filename == __file__
+  assert "centre or rescale" in str(caught[0].message)
+  assert np.mean(got != nearest_float64(x, q)) > 0.5  # the loss is real
+  with pytest.warns(RuntimeWarning, match=_LOSS) as caught:
+    connection.select_queries(jax.random.key(0), q, 4)
+  assert len(caught) == 1 and str(caught[0].message).startswith("public_features ")
+
+
+@pytest.mark.parametrize("n, d", [(200, 2), (1000, 8), (3000, 64), (1000, 784)])
+def test_centred_gaussian_data_stays_quiet(n, d):
+  x = gaussian(7, n, d)
+  assert connection._common.float32_neighbour_loss(jax.numpy.asarray(x, np.float32)) == (0.0, min(n, 512))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    connection.reverse_knn(gaussian(8, 50, d), x, 1)
+
+
+def test_near_ties_and_confident_probabilities_stay_quiet():
+  # Float32 rounding picks among equidistant neighbours (a lattice of step 0.1, 4 neighbours per point in real
+  # arithmetic): a 1e-9 margin counted 50% of these rows as lost. Near-copies of a confident softmax lose
+  # neighbours by excesses far below the set's typical spacing.
+  lattice = np.stack(np.meshgrid(np.arange(20), np.arange(20)), -1).reshape(-1, 2) * 0.1 - 1.0
+  rng = np.random.default_rng(10)
+  logits = 12.0 * (rng.normal(size=(600, 10)) + 2.0 * np.eye(10)[rng.integers(0, 10, 600)])
+  probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+  probs /= probs.sum(axis=1, keepdims=True)
+  assert probs.max(axis=1).mean() > 0.94
+  for x in (lattice, probs):
+    assert connection._common.float32_neighbour_loss(jax.numpy.asarray(x, np.float32))[0] == 0.0
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      connection.select_queries(jax.random.key(0), x, 8)
+
+
+def test_exact_duplicates_do_not_count_as_lost():
+  rng = np.random.default_rng(9)
+  for x in (np.repeat(rng.normal(size=(300, 16)), 3, axis=0),  # every row three times
+            rng.integers(0, 3, size=(600, 2)).astype(np.float64),  # 9 distinct points, each about 67 times
+            np.ones((40, 4))):  # all rows equal
+    assert connection._common.float32_neighbour_loss(jax.numpy.asarray(x, np.float32))[0] == 0.0
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      connection.select_queries(jax.random.key(0), x, 3)
+      connection.reverse_knn(x[:5], x, 1)

@@ -195,6 +195,21 @@ def test_reverse_knn_replacing_a_record_changes_only_its_own_row():
     assert np.abs(a - a2).sum() <= 2 * k
 
 
+def test_any_floating_dtype_and_0d_jax_integers_are_accepted():
+  # bfloat16 features were refused ("got dtype bfloat16"), and so was k = jnp.int32(2) (np.array(2) was not).
+  rng = np.random.default_rng(5)
+  x = jnp.asarray(rng.normal(size=(30, 4)), jnp.bfloat16)
+  q = jnp.asarray(rng.normal(size=(6, 4)), jnp.bfloat16)
+  expected = np.asarray(connection.reverse_knn(np.asarray(x, np.float32), np.asarray(q, np.float32), 2))
+  np.testing.assert_array_equal(np.asarray(connection.reverse_knn(x, q, 2)), expected)
+  np.testing.assert_array_equal(np.asarray(connection.reverse_knn(x, q, jnp.int32(2))), expected)
+  np.testing.assert_array_equal(np.asarray(connection.reverse_knn(np.asarray(x, np.float16), q, 2)), expected)
+  with pytest.raises(ValueError, match="Expected k to be an integer"):
+    connection.reverse_knn(x, q, jnp.array(True))
+  with pytest.raises(ValueError, match="hold real numbers; got dtype complex64"):
+    connection.reverse_knn(np.ones((3, 4), np.complex64), q, 1)
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda x, q: connection.reverse_knn(x, q, 0), "k=0"),
     (lambda x, q: connection.reverse_knn(x, q, 6), "k=6"),

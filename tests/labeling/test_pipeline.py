@@ -416,6 +416,10 @@ def one_line(err):
   return str(err.value)
 
 
+# The sharpened head below puts 90% of D_pub within 1e-6 of another sample, finer than float32 resolves at unit
+# norm, so select_queries warns that float32 loses nearest neighbours (true, and harmless here: the cells are the
+# argmax clusters, far apart).
+@pytest.mark.filterwarnings("ignore:public_features lose nearest neighbours to float32 rounding")
 def test_scan_representation_cells_are_its_argmax_clusters(splits, monkeypatch):
   """representation=scan: the pipeline clusters D_pub into s SCAN clusters and uses them as cells."""
   from jaxdistill import representations  # pylint: disable=import-outside-toplevel
@@ -723,6 +727,25 @@ def test_knn_labeling_statement_grows_with_s_and_is_central_only():
   assert "knn_labeling_sensitivity_grows_with_s" in {w["code"] for w in rep["warnings"]}
   with pytest.raises(ValueError, match="knn-labeling"):
     labeling.LabelingConfig(mechanism="local-rr", connection="knn-labeling")
+
+
+def test_knn_labeling_k_counts_records_per_query_not_queries():
+  # k <= s was applied to every rule, but k-NN labeling's k is records per query (1 <= k <= n).
+  cfg = labeling.LabelingConfig(connection="knn-labeling", mechanism="central", num_queries=10, k=50)
+  assert cfg.k == 50
+  with pytest.raises(ValueError) as err:  # the rules whose k counts queries still refuse it
+    labeling.LabelingConfig(connection="reverse-knn", num_queries=10, k=50)
+  assert "k=50 <= num_queries (s)=10" in one_line(err)
+  with pytest.raises(ValueError) as err:
+    labeling.LabelingConfig(connection="knn-labeling", num_queries=10, k=50, private_size=40)
+  assert "k=50 <= private_size=40" in one_line(err)
+
+
+def test_knn_labeling_k_beyond_the_private_records_is_refused_by_name(splits):
+  cfg = tiny(connection="knn-labeling", mechanism="central", k=len(splits.private) + 1, private_size=None)
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(cfg, splits=splits)
+  assert f"k={len(splits.private) + 1} <= |D_priv|={len(splits.private)}" in one_line(err)
 
 
 @pytest.mark.parametrize("mechanism,delta,warned", [("central", 0.01, True), ("central", 1e-4, False),
