@@ -60,7 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--rounds", type=int, default=20, help="collaboration rounds R")
   a("--public-subset", type=int, default=5000, help="public images queried per round")
   a("--aggregation", default="argmax", choices=RELEASE_MODES, help="what parties release")
-  a("--weighting", default="equal", help="'equal', 'size' or N comma-separated weights")
+  a("--weighting", default="equal", help="'equal', 'size' or N comma-separated weights ('size' is refused for nfdp "
+                                          "and ldp: under add/remove the consensus would reveal each party's size)")
   a("--pretrain-epochs", type=int, default=2, help="public pre-training epochs (0: none)")
   a("--init-epochs", type=int, default=20, help="T1: epochs on the private view first")
   a("--digest-epochs", type=int, default=2, help="T2: epochs on the consensus per round")
