@@ -339,18 +339,18 @@ def bernstein_hits_alpha(log_term, p, q, variance, count=1.0):
   ``variance`` and |hit - rate| <= c = max(p, 1 - q): t = cL/3 + sqrt((cL/3)^2 + 2LV) hits, alpha =
   t / (p - q). ``variance`` and ``count`` stay apart inside the square root, so n w never overflows.
   """
-  h = log_term * np.maximum(p, 1.0 - q) / 3.0
-  return (h + np.hypot(h, np.sqrt(2.0 * log_term * variance) * np.sqrt(count))) / (p - q)
+  return bernstein_sum_alpha(log_term, np.maximum(p, 1.0 - q), variance, count) / (p - q)
 
 
-def bernstein_sum_alpha(log_term, term_bound, variance):
+def bernstein_sum_alpha(log_term, term_bound, variance, count=1.0):
   """Bernstein's deviation for a sum of independent centred terms, each at most ``term_bound`` in absolute value.
 
-  With L = ``log_term`` (ln(2m / beta) for a union over m entries) and V the sum's variance,
-  Pr[|sum| >= t] <= 2 exp(-t^2 / (2 (V + M t / 3))) = beta / m at t = ML/3 + sqrt((ML/3)^2 + 2LV).
+  With L = ``log_term`` (ln(2m / beta) for a union over m entries) and V = ``count`` * ``variance`` the sum's
+  variance, Pr[|sum| >= t] <= 2 exp(-t^2 / (2 (V + M t / 3))) = beta / m at t = ML/3 + sqrt((ML/3)^2 + 2LV).
+  ``variance`` and ``count`` stay apart inside the square root, so their product never overflows.
   """
   h = log_term * term_bound / 3.0
-  return h + np.hypot(h, np.sqrt(2.0 * log_term * variance))
+  return h + np.hypot(h, np.sqrt(2.0 * log_term * variance) * np.sqrt(count))
 
 
 def _collision_beta_log(alpha, p, q, n, m):
