@@ -21,9 +21,12 @@ Lattice mechanisms: every privacy loss of discrete Laplace is a(|z - Delta| - |z
 a, and every loss of randomized response is -eps0, 0 or +eps0. Their PLDs are built directly on that
 lattice (step a or eps0, nudged up by a relative 2^-50 so that float products never round a loss down),
 so no loss is rounded and T-fold compositions do not drift (discrete Laplace moves its far tail, at most
-1e-30 of probability per release, up to a higher loss); ``value_discretization_interval`` is not used
-for them. On a grid (Laplace, Gaussian) each release's loss is rounded up by less than one step, so the
-T-fold epsilon can exceed the exact one by up to T steps: with the default step 1e-4 and T = 10^6, up to
+1e-30 of probability per release, up to a higher loss). A discrete Laplace whose lattice is both finer than
+half of ``value_discretization_interval`` and longer than ``_LATTICE_EXACT_POINTS`` points (a = 1/Delta with
+Delta in the millions: 2 Delta + 1 points) is coarsened instead: each loss is rounded up to a multiple of m·a,
+m the largest integer with m·a <= the interval, which is dp-accounting's pessimistic grid rounding (drift up to
+T steps) at the cost of a grid. On a grid (Laplace, Gaussian) each release's loss is rounded up by less than one
+step, so the T-fold epsilon can exceed the exact one by up to T steps: with the default step 1e-4 and T = 10^6, up to
 100. Randomized response with eps0 = 0.01 over 10^6 releases gave epsilon(1e-6) = 146.2 on the grid,
 against the exact 96.7 (binomial), which the lattice reproduces.
 
@@ -158,8 +161,9 @@ class MechanismAccount:
     relation: the neighbouring relation.
     count: number of self-composed releases T.
     num_buckets: K for randomized response, else None.
-    value_discretization_interval: requested PLD grid step, in (0, ``MAX_GRID_INTERVAL``]; validated but
-      unused by discrete Laplace and randomized response, whose PLDs are exact on their loss lattice.
+    value_discretization_interval: requested PLD grid step, in (0, ``MAX_GRID_INTERVAL``]. Randomized
+      response never uses it (its PLD is exact on its loss lattice); discrete Laplace only to coarsen a
+      lattice finer than half of it and longer than ``_LATTICE_EXACT_POINTS`` points.
 
   Raises:
     ValueError: at construction, for an unknown mechanism, a parameter or
@@ -273,10 +277,11 @@ class MechanismAccount:
     """Discretisation interval actually used.
 
     On a grid (Laplace, Gaussian): the requested one, coarsened to fit ``MAX_GRID_POINTS``. For discrete
-    Laplace and randomized response: the loss unit (a or eps0) times 1 + 2^-50, whatever was requested.
+    Laplace and randomized response: the loss unit (a or eps0) times 1 + 2^-50, or for a long discrete-Laplace
+    lattice finer than half the requested interval, the multiple of a coarsened to (:func:`_lattice_multiple`).
     """
     if self._on_lattice():
-      return _lattice_step(self.parameter)
+      return _lattice_step(self.parameter * _lattice_multiple(self))
     t = self.count
     m = self._max_loss()
     width = min(2 * t * m, t * self._mean_loss() + 40 * math.sqrt(t) * m + 2 * m)
@@ -287,9 +292,12 @@ class MechanismAccount:
     try:
       return _cached_pld(self)
     except _CompositionTooLarge as err:
+      # Randomized response's lattice ignores the interval: a coarser one would not help.
+      coarser = "" if self.mechanism == "randomized-response" else " or a coarser value_discretization_interval"
       raise ValueError(f"Expected a {self.mechanism} account whose composition dp-accounting can run in memory; "
                        f"parameter={self.parameter!r}, sensitivity={self.sensitivity!r} over count={self.count} "
-                       f"releases at grid step {self.grid_interval():.3g} {err}") from None
+                       f"releases at grid step {self.grid_interval():.3g} {err}; use fewer "
+                       f"releases{coarser}.") from None
     except _DP_ACCOUNTING_ERRORS as err:  # belt and braces: the ranges checked at construction should hold
       raise ValueError(
           f"dp-accounting could not build the PLD of the {self.mechanism} mechanism with "
@@ -461,8 +469,7 @@ def _self_compose(single: pld_lib.PrivacyLossDistribution, count: int) -> pld_li
   for p in dense.values():
     low, high = pld_common.compute_self_convolve_bounds(p._probs, count, _TAIL_MASS_TRUNCATION)
     if high - low + 1 > MAX_FFT_POINTS:
-      raise _CompositionTooLarge(f"need an FFT of {high - low + 1:.3g} points (> MAX_FFT_POINTS = {MAX_FFT_POINTS}); "
-                                 "use fewer releases or a coarser value_discretization_interval.")
+      raise _CompositionTooLarge(f"need an FFT of {high - low + 1:.3g} points (> MAX_FFT_POINTS = {MAX_FFT_POINTS})")
   composed = pld_lib.PrivacyLossDistribution(dense[id(remove)], None if add is remove else dense[id(add)])
   return composed.self_compose(count, tail_mass_truncation=_TAIL_MASS_TRUNCATION)
 
@@ -484,15 +491,21 @@ def _lattice_step(unit: float) -> float:
   return unit * (1.0 + 2.0**-50)
 
 
-def _lattice_pld(log_probs: np.ndarray, lower: int, unit: float,
-                 infinity_mass: float = 0.0) -> pld_lib.PrivacyLossDistribution:
+def _lattice_pld(log_probs: np.ndarray, lower: int, unit: float, infinity_mass: float = 0.0,
+                 multiple: int = 1) -> pld_lib.PrivacyLossDistribution:
   """A symmetric PLD whose loss ``(lower + i) * unit`` has probability ``exp(log_probs[i])``; exact, no rounding.
 
   Symmetric: discrete Laplace (z -> Delta - z), randomized response (swap x and x') and the dominating
   pair of an (eps, delta)-DP mechanism map one neighbouring direction onto the other, so one PMF serves
-  both. ``infinity_mass`` is the probability of an infinite loss (delta, for the dominating pair).
+  both. ``infinity_mass`` is the probability of an infinite loss (delta, for the dominating pair). With
+  ``multiple`` m > 1, each loss index i is rounded up to m·ceil(i / m) and the PMF lives on the coarser
+  lattice m·unit (pessimistic: no loss goes down).
   """
   probs = np.exp(log_probs)
+  if multiple > 1:
+    index = -((-(lower + np.arange(probs.size))) // multiple)  # ceil((lower + i) / m)
+    lower, unit = int(index[0]), unit * multiple
+    probs = np.bincount(index - lower, weights=probs)
   pmf = pld_pmf.DensePLDPmf(discretization=_lattice_step(unit), lower_loss=lower, probs=probs,
                             infinity_mass=infinity_mass, pessimistic_estimate=True)
   return pld_lib.PrivacyLossDistribution(pmf)
@@ -526,8 +539,7 @@ def _discrete_laplace_single(acct: MechanismAccount) -> pld_lib.PrivacyLossDistr
   """
   a, delta = acct.parameter, int(acct.sensitivity)
   log_den = float(np.logaddexp(0.0, -a))  # log(1 + e^-a)
-  # Keep z <= z_cut, the least z whose tail beyond, e^{-a(z + 1)}/(1 + e^-a), is at most _LATTICE_TAIL.
-  z_cut = min(delta, max(0, math.ceil((-math.log(_LATTICE_TAIL) - log_den) / a) - 1))
+  z_cut = _discrete_laplace_cut(a, delta)
   lower = delta - 2 * z_cut  # the lowest loss index kept
   log_probs = np.full(delta - lower + 1, -np.inf)
   log_probs[-1] = -log_den  # z <= 0: loss +a Delta
@@ -542,11 +554,35 @@ def _discrete_laplace_single(acct: MechanismAccount) -> pld_lib.PrivacyLossDistr
     z = np.arange(1, z_cut)
   if z.size:
     log_probs[delta - 2 * z - lower] = math.log(math.tanh(a / 2)) - a * z
-  return _lattice_pld(log_probs, lower, a)
+  return _lattice_pld(log_probs, lower, a, multiple=_lattice_multiple(acct))
+
+
+def _discrete_laplace_cut(a: float, delta: int) -> int:
+  """z_cut: the least z whose tail beyond, e^{-a(z + 1)}/(1 + e^-a), is at most ``_LATTICE_TAIL`` (at most Delta)."""
+  log_den = float(np.logaddexp(0.0, -a))
+  return min(delta, max(0, math.ceil((-math.log(_LATTICE_TAIL) - log_den) / a) - 1))
+
+
+def _lattice_multiple(acct: MechanismAccount) -> int:
+  """m such that the PLD lives on the lattice m·(loss unit): 1 (exact) unless the lattice is long and fine.
+
+  A discrete Laplace PMF has 2 z_cut + 1 points, up to 2 Delta + 1 (2e7 for a = 1e-7, Delta = 10^7: its 10-fold
+  composition was refused after 22 s, where a grid of step 1e-4 needs 2e4 points). Past
+  ``_LATTICE_EXACT_POINTS`` points and below half the requested interval, the unit is multiplied by
+  m = floor(interval / unit), so the coarse step m·unit lies in (interval / 2, interval].
+  """
+  if acct.mechanism != "discrete-laplace":
+    return 1
+  a, vdi = acct.parameter, acct.value_discretization_interval
+  if 2 * _discrete_laplace_cut(a, int(acct.sensitivity)) + 1 <= _LATTICE_EXACT_POINTS or 2 * a > vdi:
+    return 1
+  return max(1, math.floor(vdi / a))
 
 
 #: Largest probability a discrete-Laplace lattice PMF moves up from its far tail (per release).
 _LATTICE_TAIL = 1e-30
+#: Longest discrete-Laplace lattice PMF kept exact when its unit is below half the requested interval.
+_LATTICE_EXACT_POINTS = 4097
 
 
 @functools.lru_cache(maxsize=256)
@@ -617,7 +653,9 @@ def discrete_laplace(parameter: Any, *, sensitivity: Any, relation: Any, count: 
     sensitivity: integer L1 sensitivity under ``relation``.
     relation: neighbouring relation.
     count: T >= 1.
-    value_discretization_interval: validated, not used (the PLD is exact on the lattice a·Z).
+    value_discretization_interval: used only when the lattice a·Z is finer than half of it and longer than
+      ``_LATTICE_EXACT_POINTS`` points (Delta in the thousands, a tiny): then losses are rounded up to the
+      lattice m·a with m = floor(interval / a). Otherwise unused: the PLD is exact on a·Z.
   """
   rel, count, vdi = _common(relation, count, value_discretization_interval)
   sens = _validate.integer("sensitivity", sensitivity, minimum=1, maximum=MAX_DISCRETE_SENSITIVITY)
