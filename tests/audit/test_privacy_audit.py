@@ -470,3 +470,21 @@ def test_audit_arguments_are_validated():
       audit.audit_privacy(key, lap, x0, x1, num_samples=100, events=[event])
   r = audit.audit_privacy(key, lap, x0, x1, num_samples=100, events=[lambda v: v > 0.5])
   assert len(r.events) == 2 and r.num_selection == 0
+
+
+def test_local_randomizer_validates_before_caching():
+  # The cache hashed its argument first: a list or dict gave TypeError "unhashable type", not this ValueError.
+  for bad in ([1, 2], {"eps": 1}):
+    with pytest.raises(ValueError, match="Expected mechanism to be a BsvsMechanism; got"):
+      audit.local_randomizer(bad)
+
+  class Unhashable(M.RandomizedResponse):
+    __hash__ = None
+
+  mech = Unhashable(M.BsvsShape(2, 1, 1), 1.0)  # valid but not hashable: built without the cache
+  rand = audit.local_randomizer(mech)
+  rand.check_input("x0", (jnp.array([1], jnp.int32), jnp.array([0], jnp.int32)))
+  with pytest.raises(ValueError, match=r"x0's buckets .* \[0, 2\)"):
+    rand.check_input("x0", (jnp.array([5], jnp.int32), jnp.array([0], jnp.int32)))
+  hashable = M.RandomizedResponse(M.BsvsShape(2, 1, 1), 1.0)
+  assert audit.local_randomizer(hashable) is audit.local_randomizer(hashable)
