@@ -371,6 +371,10 @@ def test_clopper_pearson_bad_arguments_name_themselves(bound):
     ({"claimed_delta": 1.0}, "claimed_delta=1.0"),
     ({"events": "histogram"}, "events"),
     ({"events": []}, "events"),
+    # Not iterable: list(events) gave a raw TypeError ("'function' object is not iterable").
+    ({"events": None}, "sequence of functions; got None"),
+    ({"events": 3}, "sequence of functions; got 3"),
+    ({"events": lambda v: v > 0}, r"wrap a single function in a list: events=\[fn\]"),
     ({"selection_fraction": 1.0}, "selection_fraction=1.0"),
     ({"num_events": 0}, "num_events=0"),
 ])
