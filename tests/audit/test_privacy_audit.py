@@ -361,6 +361,10 @@ def test_clopper_pearson_bad_arguments_name_themselves(bound):
   for successes, trials in ((11, 10), (-1, 10), (0, 0), ("three", 10)):
     with pytest.raises(ValueError, match="successes"):
       bound(successes, trials, 0.05)
+  # Mismatched shapes gave NumPy's "operands could not be broadcast" from the range check.
+  with pytest.raises(ValueError, match=r"successes and trials .* shapes \(3,\) and \(2,\)"):
+    bound([1, 2, 3], [10, 20], 0.05)
+  assert bound([[1], [2]], [10, 20, 30], 0.05).shape == (2, 3)
 
 
 @pytest.mark.parametrize("kwargs,needle", [
