@@ -518,3 +518,12 @@ def test_bad_parameters_raise_value_error(mnist):
     R.fit_scan(jax.random.key(0), x, R.ScanConfig(num_neighbours=200))
   with pytest.raises(ValueError, match="ScanConfig"):
     R.fit_scan(jax.random.key(0), x, SMALL_CONTRASTIVE)
+
+
+def test_bfloat16_images_are_accepted_like_float16():
+  # bfloat16 is NumPy kind 'V': as_images refused it as "not real numbers" while float16 passed.
+  x = np.linspace(0, 1, 2 * 4 * 4, dtype=np.float32).reshape(2, 4, 4, 1)
+  want = R.raw_pixels(x.astype(np.float16))
+  got = R.raw_pixels(jnp.asarray(x, jnp.bfloat16))
+  assert got.shape == want.shape == (2, 16)
+  np.testing.assert_allclose(got, want, atol=1e-2)
