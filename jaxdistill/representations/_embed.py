@@ -104,7 +104,11 @@ def embed_with(model_fn: Callable[[jax.Array], jax.Array], *, normalize: bool = 
   if not callable(model_fn):
     raise ValueError(f"Expected model_fn to be callable; got {type(model_fn).__name__}.")
   if image_shape is not None:
-    image_shape = tuple(_validate.integer("image_shape", v, minimum=1) for v in image_shape)
+    try:
+      dims = tuple(image_shape)
+    except TypeError:
+      raise ValueError(f"Expected image_shape=(H, W, C); got {image_shape!r}.") from None
+    image_shape = tuple(_validate.integer("image_shape", v, minimum=1) for v in dims)
     if len(image_shape) != 3:
       raise ValueError(f"Expected image_shape=(H, W, C); got {image_shape}.")
   # Flags checked, not cast: bool("no") is True.

@@ -527,3 +527,13 @@ def test_bfloat16_images_are_accepted_like_float16():
   got = R.raw_pixels(jnp.asarray(x, jnp.bfloat16))
   assert got.shape == want.shape == (2, 16)
   np.testing.assert_allclose(got, want, atol=1e-2)
+
+
+def test_embed_with_refuses_a_non_iterable_image_shape():
+  # image_shape=28 gave TypeError "'int' object is not iterable".
+  for bad in (28, 2.5):
+    with pytest.raises(ValueError, match=r"Expected image_shape=\(H, W, C\); got " + re.escape(repr(bad))):
+      R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=bad)
+  with pytest.raises(ValueError, match=r"image_shape=\(H, W, C\); got \(8, 8\)"):
+    R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=(8, 8))
+
