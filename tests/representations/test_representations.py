@@ -537,3 +537,11 @@ def test_embed_with_refuses_a_non_iterable_image_shape():
   with pytest.raises(ValueError, match=r"image_shape=\(H, W, C\); got \(8, 8\)"):
     R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=(8, 8))
 
+
+def test_fit_representation_checks_hog_options_against_the_images():
+  # fit_representation("hog", 8x8 images, cell_size=8) returned a Hog that failed on the images it was fitted on.
+  x = np.full((4, 8, 8, 1), 0.5, np.float32)
+  for name, extra in (("hog", {}), ("hog-pca", {"num_components": 2})):
+    with pytest.raises(ValueError, match="cell_size \\* block_size = 16 pixels per side; got 8x8"):
+      R.fit_representation(jax.random.key(0), name, x, cell_size=8, **extra)
+  assert R.fit_representation(jax.random.key(0), "hog", x, cell_size=4).cell_size == 4
