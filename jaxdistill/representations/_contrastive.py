@@ -126,15 +126,23 @@ def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: floa
   """One random view of ``image [H, W, C]``: shift (zero fill), optional flip, noise, clip to [0, 1].
 
   Raises:
-    ValueError: an image of another rank, a negative or fractional
+    ValueError: an image that is not an array of numbers or of another rank, a negative or fractional
       ``max_shift``, a negative or non-finite ``noise``, a non-boolean ``flip``.
   """
   key = _validate.prng_key("key", key)
   max_shift = _validate.integer("max_shift", max_shift, minimum=0)
   noise = _validate.nonnegative("noise", noise)
   flip = _validate.boolean("flip", flip)
-  if jnp.ndim(image) != 3:
-    raise ValueError(f"Expected image of shape [H, W, C]; got shape {jnp.shape(image)}.")
+  if not isinstance(image, jax.Array):  # array-likes too (a nested list had no .shape)
+    try:
+      arr = np.asarray(image)
+    except (TypeError, ValueError):
+      arr = np.asarray(None)
+    if arr.dtype.kind not in "biuf" and not _validate.is_float_like(arr.dtype):
+      raise ValueError(f"Expected image to be an array of numbers [H, W, C]; got {type(image).__name__}.")
+    image = jnp.asarray(arr)
+  if image.ndim != 3:
+    raise ValueError(f"Expected image of shape [H, W, C]; got shape {image.shape}.")
   k_shift, k_flip, k_noise = jax.random.split(key, 3)
   h, w, c = image.shape
   y = image

@@ -545,3 +545,14 @@ def test_fit_representation_checks_hog_options_against_the_images():
     with pytest.raises(ValueError, match="cell_size \\* block_size = 16 pixels per side; got 8x8"):
       R.fit_representation(jax.random.key(0), name, x, cell_size=8, **extra)
   assert R.fit_representation(jax.random.key(0), "hog", x, cell_size=4).cell_size == 4
+
+
+def test_augment_takes_a_nested_list_image():
+  # A nested list passed the rank check, then image.shape raised AttributeError.
+  img = np.linspace(0, 1, 16, dtype=np.float32).reshape(4, 4, 1)
+  key = jax.random.key(0)
+  np.testing.assert_array_equal(R.augment(key, img.tolist()), R.augment(key, img))
+  for bad in ([[["a"]]], [[[0.5]], [[0.5, 1.0]]], [[[None]]]):
+    with pytest.raises(ValueError, match=r"image to be an array of numbers \[H, W, C\]; got list"):
+      R.augment(key, bad)
+
