@@ -307,7 +307,7 @@ def fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | Non
 def _fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | None,
                      progress: Callable[[int, float], None] | None, log_every: int, *,
                      prefix: str) -> ContrastiveEncoder:
-  """:func:`fit_contrastive`; a divergence names the settings as ``prefix + "learning_rate"``."""
+  """:func:`fit_contrastive`; errors name config fields as ``prefix + field`` (``"contrastive."`` from fit_scan)."""
   key = _validate.prng_key("key", key)
   x = public_images(public)
   cfg = ContrastiveConfig() if config is None else config
@@ -327,8 +327,8 @@ def _fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | No
     hog_min = hog.cell_size * hog.block_size
     if min(image_shape[:2]) < hog_min:  # HOG's own error named its cell_size, which the caller never chose
       raise ValueError(f"Expected images of at least {hog_min}x{hog_min} pixels for HOG neighbours "
-                       f"(neighbour_fraction={cfg.neighbour_fraction}); got {image_shape[0]}x{image_shape[1]}: "
-                       "use neighbour_fraction=0.")
+                       f"({prefix}neighbour_fraction={cfg.neighbour_fraction}); got "
+                       f"{image_shape[0]}x{image_shape[1]}: use {prefix}neighbour_fraction=0.")
     neighbours = jnp.asarray(_hog_neighbours(x, min(cfg.num_neighbours, m - 1)))
   else:
     neighbours = jnp.arange(m, dtype=jnp.int32)[:, None]

@@ -556,3 +556,12 @@ def test_augment_takes_a_nested_list_image():
     with pytest.raises(ValueError, match=r"image to be an array of numbers \[H, W, C\]; got list"):
       R.augment(key, bad)
 
+
+def test_scan_small_image_error_names_the_contrastive_field():
+  # From fit_scan the advice was "use neighbour_fraction=0", a field ScanConfig does not have.
+  x = np.full((6, 4, 4, 1), 0.5, np.float32)
+  cfg = R.ScanConfig(num_clusters=2, num_neighbours=2, steps=1,
+                     contrastive=R.ContrastiveConfig(steps=1, batch_size=2))
+  needle = r"\(contrastive\.neighbour_fraction=0\.5\).*use contrastive\.neighbour_fraction=0\."
+  with pytest.raises(ValueError, match=needle):
+    R.fit_scan(jax.random.key(0), x, cfg)
