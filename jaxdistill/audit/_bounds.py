@@ -38,12 +38,16 @@ def _check(successes: Any, trials: Any, alpha: Any) -> tuple[np.ndarray, np.ndar
   a = _validate.open_unit("alpha", alpha)
   k = _validate.real_array("successes", successes)
   n = _validate.real_array("trials", trials)
+  try:
+    k, n = np.broadcast_arrays(k, n)
+  except ValueError:
+    raise ValueError(f"Expected successes and trials to broadcast together; got shapes {k.shape} and {n.shape}.") \
+        from None
   if np.any(~np.isfinite(k)) or np.any(~np.isfinite(n)) or np.any(n < 1) or np.any(k < 0) \
       or np.any(k > n):
     raise ValueError(f"Expected 0 <= successes <= trials and trials >= 1; got {successes!r}, {trials!r}.")
   if np.any(n > MAX_TRIALS):
     raise ValueError(f"Expected trials <= 2**53 (float64 counts are exact up to it); got trials={float(np.max(n))!r}.")
-  k, n = np.broadcast_arrays(k, n)
   return k, n, a
 
 

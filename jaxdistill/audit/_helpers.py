@@ -14,7 +14,6 @@ from jaxdistill.mechanisms import BsvsMechanism
 __all__ = ["local_randomizer", "replicate_estimates"]
 
 
-@functools.lru_cache(maxsize=64)
 def local_randomizer(mechanism: BsvsMechanism) -> Callable[[jax.Array, Any], Any]:
   """``(key, (buckets [k], labels [r])) -> message`` of one client (one object per mechanism).
 
@@ -23,9 +22,21 @@ def local_randomizer(mechanism: BsvsMechanism) -> Callable[[jax.Array, Any], Any
   x)`` attribute, which :func:`audit_privacy` calls on both neighbours,
   refuses a client the mechanism cannot take: the kernel would silently drop
   a bucket outside its s, and the audit would be of another input.
+
+  A mechanism that is not hashable (a subclass that is not a frozen
+  dataclass) is not cached: each call returns a new function, which
+  :func:`audit_privacy` compiles again.
   """
   if not isinstance(mechanism, BsvsMechanism):
     raise ValueError(f"Expected mechanism to be a BsvsMechanism; got {type(mechanism).__name__}.")
+  try:
+    hash(mechanism)
+  except TypeError:
+    return _build_randomizer(mechanism)
+  return _cached_randomizer(mechanism)
+
+
+def _build_randomizer(mechanism: BsvsMechanism) -> Callable[[jax.Array, Any], Any]:
   shape = mechanism.shape
 
   def randomize(key, x):
@@ -49,6 +60,9 @@ def local_randomizer(mechanism: BsvsMechanism) -> Callable[[jax.Array, Any], Any
 
   randomize.check_input = check_input
   return randomize
+
+
+_cached_randomizer = functools.lru_cache(maxsize=64)(_build_randomizer)
 
 
 def replicate_estimates(key: jax.Array, mechanism: BsvsMechanism, clients: Any, num_runs: int, *,

@@ -356,10 +356,15 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   if not given:
     kind = _validate.choice("events", events, ("auto", "bins", "thresholds"))
   else:
-    events = list(events)
+    given_events = events
+    try:
+      events = list(events)
+    except TypeError:
+      events = []
     if not events or not all(callable(e) for e in events):
-      raise ValueError("Expected events to be 'auto', 'bins', 'thresholds' or a non-empty "
-                       "sequence of functions.")
+      hint = " (wrap a single function in a list: events=[fn])" if callable(given_events) else ""
+      raise ValueError(f"Expected events to be 'auto', 'bins', 'thresholds' or a non-empty sequence of functions; "
+                       f"got {given_events!r:.80}{hint}.")
   frac = 0.0 if given else _validate.finite("selection_fraction", selection_fraction)
   if not given and not 0.0 < frac < 1.0:
     raise ValueError(f"Expected selection_fraction={frac!r} in (0, 1).")

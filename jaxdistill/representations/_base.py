@@ -33,7 +33,8 @@ __all__ = ["Representation", "as_images", "check_trained", "public_images", "reg
 def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -> np.ndarray:
   """Returns ``images`` as float32 ``[N, H, W, C]`` in [0, 1], or raises naming ``name``.
 
-  Accepts arrays and :class:`~jaxdistill.data.ImageData` (its ``images``).
+  Accepts integer and float arrays (bfloat16 and the other ml_dtypes floats too) and
+  :class:`~jaxdistill.data.ImageData` (its ``images``).
 
   Args:
     name: parameter name for messages.
@@ -50,7 +51,7 @@ def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -
     arr = np.asarray(images)
   except Exception as err:  # pylint: disable=broad-except
     raise ValueError(f"Expected {name} to be an image array; got {type(images).__name__}.") from err
-  if arr.dtype.kind not in "fiu":
+  if arr.dtype.kind not in "fiu" and not _validate.is_float_like(arr.dtype):  # bfloat16 etc. are kind 'V'
     raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype}.")
   if arr.ndim != 4:
     raise ValueError(f"Expected {name} of shape [N, H, W, C]; got shape {arr.shape}.")

@@ -126,15 +126,23 @@ def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: floa
   """One random view of ``image [H, W, C]``: shift (zero fill), optional flip, noise, clip to [0, 1].
 
   Raises:
-    ValueError: an image of another rank, a negative or fractional
+    ValueError: an image that is not an array of numbers or of another rank, a negative or fractional
       ``max_shift``, a negative or non-finite ``noise``, a non-boolean ``flip``.
   """
   key = _validate.prng_key("key", key)
   max_shift = _validate.integer("max_shift", max_shift, minimum=0)
   noise = _validate.nonnegative("noise", noise)
   flip = _validate.boolean("flip", flip)
-  if jnp.ndim(image) != 3:
-    raise ValueError(f"Expected image of shape [H, W, C]; got shape {jnp.shape(image)}.")
+  if not isinstance(image, jax.Array):  # array-likes too (a nested list had no .shape)
+    try:
+      arr = np.asarray(image)
+    except (TypeError, ValueError):
+      arr = np.asarray(None)
+    if arr.dtype.kind not in "biuf" and not _validate.is_float_like(arr.dtype):
+      raise ValueError(f"Expected image to be an array of numbers [H, W, C]; got {type(image).__name__}.")
+    image = jnp.asarray(arr)
+  if image.ndim != 3:
+    raise ValueError(f"Expected image of shape [H, W, C]; got shape {image.shape}.")
   k_shift, k_flip, k_noise = jax.random.split(key, 3)
   h, w, c = image.shape
   y = image
@@ -299,7 +307,7 @@ def fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | Non
 def _fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | None,
                      progress: Callable[[int, float], None] | None, log_every: int, *,
                      prefix: str) -> ContrastiveEncoder:
-  """:func:`fit_contrastive`; a divergence names the settings as ``prefix + "learning_rate"``."""
+  """:func:`fit_contrastive`; errors name config fields as ``prefix + field`` (``"contrastive."`` from fit_scan)."""
   key = _validate.prng_key("key", key)
   x = public_images(public)
   cfg = ContrastiveConfig() if config is None else config
@@ -319,8 +327,8 @@ def _fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | No
     hog_min = hog.cell_size * hog.block_size
     if min(image_shape[:2]) < hog_min:  # HOG's own error named its cell_size, which the caller never chose
       raise ValueError(f"Expected images of at least {hog_min}x{hog_min} pixels for HOG neighbours "
-                       f"(neighbour_fraction={cfg.neighbour_fraction}); got {image_shape[0]}x{image_shape[1]}: "
-                       "use neighbour_fraction=0.")
+                       f"({prefix}neighbour_fraction={cfg.neighbour_fraction}); got "
+                       f"{image_shape[0]}x{image_shape[1]}: use {prefix}neighbour_fraction=0.")
     neighbours = jnp.asarray(_hog_neighbours(x, min(cfg.num_neighbours, m - 1)))
   else:
     neighbours = jnp.arange(m, dtype=jnp.int32)[:, None]

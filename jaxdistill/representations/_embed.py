@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from jaxdistill import _validate
 from jaxdistill.representations._base import Representation, public_images, register, unit_rows
-from jaxdistill.representations._classic import Hog, RawPixels, fit_pca
+from jaxdistill.representations._classic import Hog, RawPixels, _check_hog, fit_pca
 from jaxdistill.representations._contrastive import ContrastiveConfig, fit_contrastive
 from jaxdistill.representations._scan import ScanConfig, fit_scan
 
@@ -104,7 +104,11 @@ def embed_with(model_fn: Callable[[jax.Array], jax.Array], *, normalize: bool = 
   if not callable(model_fn):
     raise ValueError(f"Expected model_fn to be callable; got {type(model_fn).__name__}.")
   if image_shape is not None:
-    image_shape = tuple(_validate.integer("image_shape", v, minimum=1) for v in image_shape)
+    try:
+      dims = tuple(image_shape)
+    except TypeError:
+      raise ValueError(f"Expected image_shape=(H, W, C); got {image_shape!r}.") from None
+    image_shape = tuple(_validate.integer("image_shape", v, minimum=1) for v in dims)
     if len(image_shape) != 3:
       raise ValueError(f"Expected image_shape=(H, W, C); got {image_shape}.")
   # Flags checked, not cast: bool("no") is True.
@@ -141,7 +145,8 @@ def fit_representation(key: jax.Array, name: str, public: Any, **options) -> Rep
     A :class:`Representation`.
 
   Raises:
-    ValueError: unknown name or option, bad images.
+    ValueError: unknown name or option, bad images, HOG cells and blocks
+      larger than the images.
   """
   key = _validate.prng_key("key", key)
   name = _validate.choice("representation", name, REPRESENTATIONS)
@@ -158,7 +163,9 @@ def fit_representation(key: jax.Array, name: str, public: Any, **options) -> Rep
     take()
     return RawPixels()
   if name == "hog":
-    return Hog(**take("cell_size", "block_size", "num_bins"))
+    rep = Hog(**take("cell_size", "block_size", "num_bins"))
+    _check_hog(x.shape[1:], rep.cell_size, rep.block_size, rep.num_bins)  # as hog-pca's fit does, via base(x)
+    return rep
   if name == "pca":
     opts = take("num_components")
     return fit_pca(x, opts.get("num_components", 50))

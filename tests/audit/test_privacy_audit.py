@@ -361,6 +361,10 @@ def test_clopper_pearson_bad_arguments_name_themselves(bound):
   for successes, trials in ((11, 10), (-1, 10), (0, 0), ("three", 10)):
     with pytest.raises(ValueError, match="successes"):
       bound(successes, trials, 0.05)
+  # Mismatched shapes gave NumPy's "operands could not be broadcast" from the range check.
+  with pytest.raises(ValueError, match=r"successes and trials .* shapes \(3,\) and \(2,\)"):
+    bound([1, 2, 3], [10, 20], 0.05)
+  assert bound([[1], [2]], [10, 20, 30], 0.05).shape == (2, 3)
 
 
 @pytest.mark.parametrize("kwargs,needle", [
@@ -371,6 +375,10 @@ def test_clopper_pearson_bad_arguments_name_themselves(bound):
     ({"claimed_delta": 1.0}, "claimed_delta=1.0"),
     ({"events": "histogram"}, "events"),
     ({"events": []}, "events"),
+    # Not iterable: list(events) gave a raw TypeError ("'function' object is not iterable").
+    ({"events": None}, "sequence of functions; got None"),
+    ({"events": 3}, "sequence of functions; got 3"),
+    ({"events": lambda v: v > 0}, r"wrap a single function in a list: events=\[fn\]"),
     ({"selection_fraction": 1.0}, "selection_fraction=1.0"),
     ({"num_events": 0}, "num_events=0"),
 ])
@@ -470,3 +478,21 @@ def test_audit_arguments_are_validated():
       audit.audit_privacy(key, lap, x0, x1, num_samples=100, events=[event])
   r = audit.audit_privacy(key, lap, x0, x1, num_samples=100, events=[lambda v: v > 0.5])
   assert len(r.events) == 2 and r.num_selection == 0
+
+
+def test_local_randomizer_validates_before_caching():
+  # The cache hashed its argument first: a list or dict gave TypeError "unhashable type", not this ValueError.
+  for bad in ([1, 2], {"eps": 1}):
+    with pytest.raises(ValueError, match="Expected mechanism to be a BsvsMechanism; got"):
+      audit.local_randomizer(bad)
+
+  class Unhashable(M.RandomizedResponse):
+    __hash__ = None
+
+  mech = Unhashable(M.BsvsShape(2, 1, 1), 1.0)  # valid but not hashable: built without the cache
+  rand = audit.local_randomizer(mech)
+  rand.check_input("x0", (jnp.array([1], jnp.int32), jnp.array([0], jnp.int32)))
+  with pytest.raises(ValueError, match=r"x0's buckets .* \[0, 2\)"):
+    rand.check_input("x0", (jnp.array([5], jnp.int32), jnp.array([0], jnp.int32)))
+  hashable = M.RandomizedResponse(M.BsvsShape(2, 1, 1), 1.0)
+  assert audit.local_randomizer(hashable) is audit.local_randomizer(hashable)

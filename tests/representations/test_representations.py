@@ -518,3 +518,50 @@ def test_bad_parameters_raise_value_error(mnist):
     R.fit_scan(jax.random.key(0), x, R.ScanConfig(num_neighbours=200))
   with pytest.raises(ValueError, match="ScanConfig"):
     R.fit_scan(jax.random.key(0), x, SMALL_CONTRASTIVE)
+
+
+def test_bfloat16_images_are_accepted_like_float16():
+  # bfloat16 is NumPy kind 'V': as_images refused it as "not real numbers" while float16 passed.
+  x = np.linspace(0, 1, 2 * 4 * 4, dtype=np.float32).reshape(2, 4, 4, 1)
+  want = R.raw_pixels(x.astype(np.float16))
+  got = R.raw_pixels(jnp.asarray(x, jnp.bfloat16))
+  assert got.shape == want.shape == (2, 16)
+  np.testing.assert_allclose(got, want, atol=1e-2)
+
+
+def test_embed_with_refuses_a_non_iterable_image_shape():
+  # image_shape=28 gave TypeError "'int' object is not iterable".
+  for bad in (28, 2.5):
+    with pytest.raises(ValueError, match=r"Expected image_shape=\(H, W, C\); got " + re.escape(repr(bad))):
+      R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=bad)
+  with pytest.raises(ValueError, match=r"image_shape=\(H, W, C\); got \(8, 8\)"):
+    R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=(8, 8))
+
+
+def test_fit_representation_checks_hog_options_against_the_images():
+  # fit_representation("hog", 8x8 images, cell_size=8) returned a Hog that failed on the images it was fitted on.
+  x = np.full((4, 8, 8, 1), 0.5, np.float32)
+  for name, extra in (("hog", {}), ("hog-pca", {"num_components": 2})):
+    with pytest.raises(ValueError, match="cell_size \\* block_size = 16 pixels per side; got 8x8"):
+      R.fit_representation(jax.random.key(0), name, x, cell_size=8, **extra)
+  assert R.fit_representation(jax.random.key(0), "hog", x, cell_size=4).cell_size == 4
+
+
+def test_augment_takes_a_nested_list_image():
+  # A nested list passed the rank check, then image.shape raised AttributeError.
+  img = np.linspace(0, 1, 16, dtype=np.float32).reshape(4, 4, 1)
+  key = jax.random.key(0)
+  np.testing.assert_array_equal(R.augment(key, img.tolist()), R.augment(key, img))
+  for bad in ([[["a"]]], [[[0.5]], [[0.5, 1.0]]], [[[None]]]):
+    with pytest.raises(ValueError, match=r"image to be an array of numbers \[H, W, C\]; got list"):
+      R.augment(key, bad)
+
+
+def test_scan_small_image_error_names_the_contrastive_field():
+  # From fit_scan the advice was "use neighbour_fraction=0", a field ScanConfig does not have.
+  x = np.full((6, 4, 4, 1), 0.5, np.float32)
+  cfg = R.ScanConfig(num_clusters=2, num_neighbours=2, steps=1,
+                     contrastive=R.ContrastiveConfig(steps=1, batch_size=2))
+  needle = r"\(contrastive\.neighbour_fraction=0\.5\).*use contrastive\.neighbour_fraction=0\."
+  with pytest.raises(ValueError, match=needle):
+    R.fit_scan(jax.random.key(0), x, cfg)
