@@ -572,8 +572,9 @@ def _privacy_reports(config: FedMDConfig, data: FedMDData, oracles: list[SampleO
       rep["method"] = config.method
       rep["draws"] = len(oracles[i].draws)
       rep["sample"] = "resampled each round" if len(oracles[i].draws) > 1 else "drawn once, reused"
-      rep["released"] = ("public-set predictions every round and the final model" if config.method == "nfdp"
-                         else "nothing but the final model")
+      rep["released"] = ("nothing but the final model" if config.method != "nfdp"
+                         else "public-set predictions every round and the final model" if config.rounds
+                         else "the final model (no rounds, so no public-set predictions)")
     elif config.method == "ldp":
       acct = accounting.gaussian(ldp_sigmas[i], sensitivity=sens, relation=config.relation, count=count)
       target_delta = _ldp_delta(config, n)

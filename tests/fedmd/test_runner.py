@@ -201,7 +201,10 @@ def test_samples_for_smaller_k_are_prefixes_of_larger_k(data3, secret_seed):
   for wr in (False, True):
     for k in (3, 16):
       cfg = tiny_config(k=k, with_replacement=wr, rounds=0, pretrain_epochs=0, init_epochs=0)
-      out[wr, k] = run(key, cfg, data3, secret_seed=secret_seed).samples
+      res = run(key, cfg, data3, secret_seed=secret_seed)
+      out[wr, k] = res.samples
+      # With no rounds nothing but the final model leaves a party (the report said "predictions every round").
+      assert res.privacy[0]["released"] == "the final model (no rounds, so no public-set predictions)"
   for wr in (False, True):
     for small, large in zip(out[wr, 3], out[wr, 16]):
       np.testing.assert_array_equal(small[0], large[0][:3])
