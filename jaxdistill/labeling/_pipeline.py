@@ -166,11 +166,34 @@ def load_splits(config: LabelingConfig) -> data_lib.LabelingSplits:
 # -- mechanisms ----------------------------------------------------------------------
 def build_mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.BsvsShape,
                     num_private: int) -> mech_lib.BsvsMechanism | None:
-  """The BSVS mechanism of one iteration (None for ``none``)."""
+  """The BSVS mechanism of one iteration (None for ``none``).
+
+  Raises:
+    ValueError: the mechanism refuses the per-iteration budget; with T > 1
+      the message names the total epsilon (and delta) the caller set and
+      the per-iteration share the plan gave the mechanism.
+  """
+  if config.mechanism == "none":
+    return None
+  try:
+    return _mechanism(config, plan, shape, num_private)
+  except ValueError as err:
+    if plan.iterations == 1:  # the per-iteration budget is the caller's own
+      raise
+    total = f"epsilon={config.epsilon!r}"
+    share = f"epsilon={plan.epsilon_per_iteration:.6g}"
+    if plan.delta_per_iteration:
+      total += f", delta={config.resolved_delta(num_private):.6g}"
+      share += f", delta={plan.delta_per_iteration:.6g}"
+    raise ValueError(f"Expected {total} (the total over iterations={plan.iterations}) to leave each iteration a "
+                     f"budget mechanism={config.mechanism} accepts; its per-iteration share {share} is refused: "
+                     f"{err}") from None
+
+
+def _mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.BsvsShape,
+               num_private: int) -> mech_lib.BsvsMechanism:
   eps, delta = plan.epsilon_per_iteration, plan.delta_per_iteration
   m = config.mechanism
-  if m == "none":
-    return None
   if m == "central":
     if config.central_noise == "discrete-laplace":
       return mech_lib.CentralDiscreteLaplace(shape, eps, Relation.REPLACE_ONE)

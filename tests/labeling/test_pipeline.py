@@ -410,6 +410,15 @@ def test_a_mechanism_bound_is_checked_before_any_fitting(splits, monkeypatch):
     labeling.run_labeling(tiny(mechanism="local-collision", epsilon=30.0), splits=splits)
 
 
+def test_a_per_iteration_bound_names_the_total_epsilon_and_its_share(splits):
+  # With T = 2 the error named only epsilon=5e-201, a value the caller never set.
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(tiny(mechanism="central", epsilon=1e-200, iterations=2), splits=splits)
+  message = one_line(err)
+  assert message.startswith("Expected epsilon=1e-200 (the total over iterations=2)"), message
+  assert "per-iteration share epsilon=5e-201 is refused" in message
+
+
 # -- bad input: one-line ValueErrors naming the problem ------------------------------
 def one_line(err):
   assert "\n" not in str(err.value)
