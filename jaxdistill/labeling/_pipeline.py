@@ -767,7 +767,10 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
       if config.mechanism == "none":
         noise_free = chain
       else:
-        nf_config = config.replace(mechanism="none", epsilon=math.inf, delta=None)
+        # The mechanism's own settings go back to their defaults: mechanism "none" refuses others.
+        nf_config = config.replace(mechanism="none", epsilon=math.inf, delta=None,
+                                   central_noise=LabelingConfig.central_noise,
+                                   shuffle_local=LabelingConfig.shuffle_local)
         nf_plan = plan_budget("none", math.inf, 0.0, config.iterations, k=degree)
         noise_free = _run_chain(nf_config, nf_plan, splits, num_classes, embed0, key, None, progress, cache, None,
                                 source)

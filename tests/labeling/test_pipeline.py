@@ -509,6 +509,41 @@ def test_bad_encoder_options(changes, match):
   assert match in one_line(err)
 
 
+@pytest.mark.parametrize("changes,match", [
+    ({"representation": "hog", "pca_dim": 3}, "pca_dim=3 only with representation pca or hog-pca"),
+    ({"mechanism": "local-rr", "central_noise": "laplace"}, "central_noise='laplace' only with mechanism=central"),
+    ({"mechanism": "shuffle-multi", "shuffle_local": "rr"}, "shuffle_local='rr' only with mechanism=shuffle-single"),
+    ({"mechanism": "none", "epsilon": math.inf, "central_noise": "laplace"}, "got mechanism=none"),
+])
+def test_settings_a_run_would_ignore_are_refused(changes, match):
+  # They were accepted and ignored, yet they are in the release fingerprint: changing one blocked a resume.
+  with pytest.raises(ValueError) as err:
+    tiny(**changes)
+  assert match in one_line(err)
+  defaults = {name: getattr(labeling.LabelingConfig, name) for name in ("pca_dim", "central_noise", "shuffle_local")}
+  tiny(**{**changes, **defaults})  # the defaults pass anywhere (the CLI always passes them)
+
+
+def test_the_noise_free_chain_runs_beside_a_laplace_release(splits, monkeypatch):
+  # The noise-free chain is mechanism "none": it must not keep the central mechanism's own settings.
+  chains = []
+
+  class Stop(Exception):
+    pass
+
+  def chain(config, *args):
+    chains.append(config)
+    if len(chains) == 2:
+      raise Stop  # the noise-free chain's config was built: nothing more to see
+    return None
+
+  monkeypatch.setattr(_pipeline, "_run_chain", chain)
+  with pytest.raises(Stop):
+    labeling.run_labeling(tiny(mechanism="central", central_noise="laplace", epsilon=1.0, baselines=True),
+                          splits=splits)
+  assert [(c.mechanism, c.central_noise) for c in chains] == [("central", "laplace"), ("none", "discrete-laplace")]
+
+
 def test_s_larger_than_public_set():
   with pytest.raises(ValueError) as err:
     labeling.LabelingConfig(public_size=100, num_queries=200)
