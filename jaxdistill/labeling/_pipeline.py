@@ -54,7 +54,7 @@ import jax
 import numpy as np
 
 from jaxdistill import _validate
-from jaxdistill._files import claimed_dir, keep_earlier_report
+from jaxdistill._files import atomic_write, claimed_dir, keep_earlier_report
 from jaxdistill._keys import secret_key, seed_key
 from jaxdistill import data as data_lib
 from jaxdistill.data._overlap import shared_images
@@ -804,7 +804,7 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
 
 def _write_report(out: pathlib.Path, report: dict) -> None:
   keep_earlier_report(out, plots=None)  # nothing already saved is lost
-  (out / "report.json").write_text(json.dumps(_jsonable(report), indent=2) + "\n")
+  atomic_write(out / "report.json", (json.dumps(_jsonable(report), indent=2) + "\n").encode())
 
 
 def _jsonable(x: Any) -> Any:

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxdistill._files import atomic_write
+
 __all__ = ["write_plots", "PLOT_FILES"]
 
 PLOT_FILES = ("accuracy.png", "labels.png")
@@ -17,6 +19,11 @@ def _pyplot():
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   return plt
+
+
+def _save(fig: Any, path: pathlib.Path) -> None:
+  """``fig`` as a PNG at ``path``, whole or not at all (temporary file, fsync, rename)."""
+  atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
 
 
 def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
@@ -47,7 +54,7 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(out_dir / PLOT_FILES[0], dpi=100)
+  _save(fig, out_dir / PLOT_FILES[0])
   plt.close(fig)
 
   final = its[-1]
@@ -65,6 +72,6 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
               title=f"released votes, t={final.iteration}")
   axes[1].grid(alpha=0.3)
   fig.tight_layout()
-  fig.savefig(out_dir / PLOT_FILES[1], dpi=100)
+  _save(fig, out_dir / PLOT_FILES[1])
   plt.close(fig)
   return list(PLOT_FILES)

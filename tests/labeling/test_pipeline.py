@@ -831,6 +831,45 @@ def test_report_history_never_overwrites(tmp_path):
   assert json.loads((tmp_path / "report.json").read_text()) == {"run": 4}
 
 
+def test_an_interrupted_report_write_leaves_no_partial_report(tmp_path, monkeypatch):
+  # report.json was written in place (truncate, then write), after the earlier one had moved to history/: an
+  # interrupt mid-write left a truncated report. It is now written to a temporary file, synced, then renamed.
+  from jaxdistill.labeling._pipeline import _write_report  # pylint: disable=import-outside-toplevel
+  (tmp_path / "report.json").write_text('{"run": 1}\n')
+
+  def interrupted(fd):
+    raise KeyboardInterrupt("interrupted before the new report was on disk")
+
+  monkeypatch.setattr(_files.os, "fsync", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    _write_report(tmp_path, {"run": 2})
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["history"]  # no partial report, no temporary file
+  assert json.loads((tmp_path / "history" / "report-1.json").read_text()) == {"run": 1}
+
+
+def test_an_interrupted_plot_leaves_no_partial_png(tmp_path, monkeypatch):
+  # The plots were saved in place too; a PNG cut off mid-write replaced nothing but was left as the plot.
+  import matplotlib.figure  # pylint: disable=import-outside-toplevel
+  from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
+  from jaxdistill.labeling._plots import write_plots  # pylint: disable=import-outside-toplevel
+
+  def half_written(self, target, *args, **kwargs):
+    if hasattr(target, "write"):
+      target.write(b"\x89PNG partial")
+    else:
+      with open(target, "wb") as f:
+        f.write(b"\x89PNG partial")
+    raise KeyboardInterrupt("interrupted mid-write")
+
+  monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_written)
+  it = SimpleNamespace(iteration=1, acc_pl=0.5, acc_pc=0.5)
+  result = SimpleNamespace(config=tiny(), private=SimpleNamespace(iterations=[it]), noise_free=None,
+                           ceiling_acc=None, report={"privacy": {"statement": {"epsilon": 1.0}}})
+  with pytest.raises(KeyboardInterrupt):
+    write_plots(result, tmp_path)
+  assert not list(tmp_path.iterdir())
+
+
 def test_a_history_file_in_the_out_dir_is_refused_before_any_work(tmp_path, monkeypatch):
   # A report already in out_dir moves to history/ at the end of the run; a *file* named history used to
   # make that move fail after all the work, losing the new report.
