@@ -870,6 +870,37 @@ def test_an_interrupted_plot_leaves_no_partial_png(tmp_path, monkeypatch):
   assert not list(tmp_path.iterdir())
 
 
+def plot_titles(tmp_path, monkeypatch, result) -> list[str]:
+  """The titles of the plots ``write_plots`` saves for ``result`` (nothing is drawn to a file)."""
+  import matplotlib.figure  # pylint: disable=import-outside-toplevel
+  from jaxdistill.labeling._plots import write_plots  # pylint: disable=import-outside-toplevel
+  titles = []
+
+  def record(self, target, *args, **kwargs):
+    titles.extend(ax.get_title() for ax in self.axes if ax.get_title())
+    target.write(b"png")
+
+  monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+  write_plots(result, tmp_path)
+  return titles
+
+
+def test_the_accuracy_plot_states_the_reports_epsilon(splits, tmp_path, monkeypatch):
+  # A balanced rule has no guarantee (the report says epsilon = inf), but the title said "eps=1 (total)", the
+  # configured epsilon.
+  from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
+  cfg = tiny(mechanism="central", epsilon=1.0, connection="balanced-max-min")
+  votes = np.eye(splits.public.num_classes)[np.arange(cfg.num_queries) % splits.public.num_classes] * 5.0
+  assignment = np.arange(len(splits.public)) % cfg.num_queries
+  it = SimpleNamespace(iteration=1, acc_pl=0.5, acc_pc=0.5, votes=votes,
+                       pseudo_labels=votes.argmax(1)[assignment])
+  for epsilon, title in (("inf", "no DP guarantee"), (0.5, "eps=0.5 (total)")):
+    result = SimpleNamespace(config=cfg, private=SimpleNamespace(iterations=[it]), noise_free=None,
+                             ceiling_acc=None, report={"privacy": {"statement": {"epsilon": epsilon}}},
+                             splits=splits)
+    assert plot_titles(tmp_path, monkeypatch, result)[0] == f"mnist-embedded: s=20, k=1, {title}"
+
+
 def test_a_history_file_in_the_out_dir_is_refused_before_any_work(tmp_path, monkeypatch):
   # A report already in out_dir moves to history/ at the end of the run; a *file* named history used to
   # make that move fail after all the work, losing the new report.
