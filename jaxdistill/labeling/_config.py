@@ -154,7 +154,8 @@ class LabelingConfig:
       remove the noise: fine for experiments, not for a real release; the
       report warns). It is never written to the report or the ledger.
     private_size, public_size, eval_size: |D_priv|, |D_pub|, |D_eval|
-      (``None``: the paper's protocol for the data set).
+      (``None``: the paper's protocol for the data set). With splits the
+      caller passes to :func:`run_labeling`, ``None`` or their sizes.
     student: :class:`StudentConfig`.
     central_noise: ``discrete-laplace`` (default) or ``laplace``; another
       value than the default only with ``mechanism="central"``.

@@ -72,6 +72,9 @@ __all__ = ["IterationResult", "ChainResult", "LabelingResult", "run_labeling", "
            "load_splits",
            "check_splits", "build_mechanism", "privacy_report"]
 
+#: What the report and the plots name as the data set when the caller passed ``splits`` (config.dataset unused).
+CALLER_SPLITS = "caller splits"
+
 RELATION_TEXT = ("replace-one: D_priv and D'_priv have the same size and differ in one record "
                  "(record-level DP; every private record is its own client, n = |D_priv|)")
 
@@ -148,6 +151,17 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
                      f"and {in_eval} evaluation images are also in the private split (D_pub is released whole, so no "
                      "privacy statement would hold for those records).")
   return int(classes)
+
+
+def _check_caller_sizes(config: LabelingConfig, splits: data_lib.LabelingSplits) -> None:
+  """Sizes set in ``config`` must be those of the caller's splits (the report states them, and they are in the
+  release fingerprint); ``None``, the default, takes the splits as they are."""
+  for name, label, part in (("private_size", "private", splits.private), ("public_size", "public", splits.public),
+                            ("eval_size", "evaluation", splits.evaluation)):
+    value = getattr(config, name)
+    if value is not None and value != len(part):
+      raise ValueError(f"Expected {name}={value} to be the size of the caller's {label} split, {len(part)} (leave "
+                       f"{name} None when passing splits).")
 
 
 def load_splits(config: LabelingConfig) -> data_lib.LabelingSplits:
@@ -667,7 +681,11 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   Args:
     config: the settings (:class:`LabelingConfig`).
     splits: bring your own D_priv / D_pub / evaluation split (validated);
-      default: load ``config.dataset`` with the paper's splits.
+      default: load ``config.dataset`` with the paper's splits. When they
+      are given, ``config.dataset`` is not loaded (the report and the plots
+      name the data ``"caller splits"``), and ``private_size``,
+      ``public_size`` and ``eval_size`` must be ``None`` or the splits'
+      sizes.
     representation: an already fitted ``embed(images) -> float32 [N, d]``
       for the first query selection (it must have been fitted on D_pub
       alone, or on other public data: the privacy statement assumes it);
@@ -723,9 +741,13 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   start = time.perf_counter()
   timer = _Timer()
   with timer("data"):
-    if splits is None:
+    caller = splits is not None
+    if not caller:
       splits = load_splits(config)
     num_classes = check_splits(splits)
+    if caller:
+      _check_caller_sizes(config, splits)
+  data_name = CALLER_SPLITS if caller else config.dataset  # config.dataset is not what a caller's splits hold
   priv, pub = splits.private, splits.public
   n = len(priv)
   if config.num_queries > len(pub):
@@ -785,7 +807,7 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   timer.times["total"] = time.perf_counter() - start
   privacy = privacy_report(config, plan, [it.privacy for it in chain.iterations], n)
   report = _report(config, plan, splits, num_classes, chain, noise_free, ceiling_draws, privacy, timer.times,
-                   ledger)
+                   ledger, data_name)
   report["settings"]["representation_source"] = source
   result = LabelingResult(config, plan, chain, noise_free, ceiling_draws[0] if ceiling_draws else None, report, splits,
                           # The caller's own object (its attributes, and no second wrapper when it is passed back).
@@ -824,7 +846,7 @@ def _jsonable(x: Any) -> Any:
 
 def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingSplits, num_classes: int,
             chain: ChainResult, noise_free: ChainResult | None, ceiling_draws: list[float], privacy: dict,
-            timings: dict, ledger: ReleaseLedger | None) -> dict:
+            timings: dict, ledger: ReleaseLedger | None, data_name: str) -> dict:
   final = chain.final
   ceiling = ceiling_draws[0] if ceiling_draws else None
   ceiling_mean = float(np.mean(ceiling_draws)) if ceiling_draws else None
@@ -851,7 +873,7 @@ def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingS
   return _jsonable({
       "task": "reverse k-NN private labeling (Algorithm 1, arXiv:2207.13253)",
       "settings": config.to_dict(),
-      "data": {"dataset": config.dataset, "num_classes": num_classes,
+      "data": {"dataset": data_name, "num_classes": num_classes,
                "image_shape": list(splits.public.images.shape[1:]),
                "private_size": len(splits.private), "public_size": len(splits.public),
                "eval_size": len(splits.evaluation)},

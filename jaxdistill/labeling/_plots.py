@@ -61,7 +61,7 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
   if result.ceiling_acc is not None:
     ax.axhline(result.ceiling_acc, color="green", ls=":", label="supervised ceiling")
   ax.set(xlabel="iteration t", ylabel="accuracy", xticks=ts,
-         title=f"{cfg.dataset}: s={cfg.num_queries}, k={cfg.k}, {_privacy_title(result.report)}")
+         title=f"{result.report['data']['dataset']}: s={cfg.num_queries}, k={cfg.k}, {_privacy_title(result.report)}")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()

@@ -75,6 +75,8 @@ def test_report_lists_every_setting_and_statement(splits, tmp_path):
   for key in ("acc_pl", "acc_pc", "noise_free_acc_pl", "noise_free_acc_pc", "supervised_ceiling_acc_pc"):
     assert isinstance(rep["results"][key], float)
   assert rep["privacy"]["statement"]["relation"] == "replace-one"
+  # The caller's splits, not config.dataset (it named the unloaded default, mnist-embedded, for any splits).
+  assert rep["data"]["dataset"] == "caller splits"
   codes = {w["code"] for w in rep["privacy"]["warnings"]}
   assert {"baselines_not_private", "noise_from_public_seed"} <= codes
   assert rep["privacy"]["per_iteration"][0]["mechanism"] == "local-collision"
@@ -565,6 +567,21 @@ def test_missing_data_dir(tmp_path):
   assert "does not exist" in one_line(err)
 
 
+@pytest.mark.parametrize("field,label", [("private_size", "private"), ("public_size", "public"),
+                                         ("eval_size", "evaluation")])
+def test_sizes_that_disagree_with_the_callers_splits_are_refused(splits, field, label, monkeypatch):
+  # They were neither checked nor used: the report's settings stated sizes the run never had.
+  def no_fit(*args, **kwargs):
+    raise AssertionError("fitted the representation before checking the sizes")
+
+  monkeypatch.setattr(_pipeline, "fit_first_representation", no_fit)
+  size = len(getattr(splits, label))
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(tiny(**{field: size - 1}), splits=splits)
+  assert one_line(err) == (f"Expected {field}={size - 1} to be the size of the caller's {label} split, {size} "
+                           f"(leave {field} None when passing splits).")
+
+
 def test_labels_outside_the_classes(splits):
   bad = data_lib.ImageData(splits.private.images, (splits.private.labels + 3).astype(np.int32), 13)
   with pytest.raises(ValueError) as err:
@@ -864,7 +881,8 @@ def test_an_interrupted_plot_leaves_no_partial_png(tmp_path, monkeypatch):
   monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_written)
   it = SimpleNamespace(iteration=1, acc_pl=0.5, acc_pc=0.5)
   result = SimpleNamespace(config=tiny(), private=SimpleNamespace(iterations=[it]), noise_free=None,
-                           ceiling_acc=None, report={"privacy": {"statement": {"epsilon": 1.0}}})
+                           ceiling_acc=None, report={"privacy": {"statement": {"epsilon": 1.0}},
+                                                     "data": {"dataset": "mnist-embedded"}})
   with pytest.raises(KeyboardInterrupt):
     write_plots(result, tmp_path)
   assert not list(tmp_path.iterdir())
@@ -895,10 +913,13 @@ def test_the_accuracy_plot_states_the_reports_epsilon(splits, tmp_path, monkeypa
   it = SimpleNamespace(iteration=1, acc_pl=0.5, acc_pc=0.5, votes=votes,
                        pseudo_labels=votes.argmax(1)[assignment])
   for epsilon, title in (("inf", "no DP guarantee"), (0.5, "eps=0.5 (total)")):
+    report = {"privacy": {"statement": {"epsilon": epsilon}}, "data": {"dataset": "mnist-embedded"}}
     result = SimpleNamespace(config=cfg, private=SimpleNamespace(iterations=[it]), noise_free=None,
-                             ceiling_acc=None, report={"privacy": {"statement": {"epsilon": epsilon}}},
-                             splits=splits)
+                             ceiling_acc=None, report=report, splits=splits)
     assert plot_titles(tmp_path, monkeypatch, result)[0] == f"mnist-embedded: s=20, k=1, {title}"
+  # The data set named is the report's, not config.dataset (a caller's splits are not config.dataset).
+  result.report["data"]["dataset"] = "caller splits"
+  assert plot_titles(tmp_path, monkeypatch, result)[0].startswith("caller splits: ")
 
 
 def test_a_history_file_in_the_out_dir_is_refused_before_any_work(tmp_path, monkeypatch):
