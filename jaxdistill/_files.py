@@ -6,8 +6,9 @@ import contextlib
 import os
 import pathlib
 import re
+import tempfile
 import warnings
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from jaxdistill import _validate
 
@@ -92,6 +93,38 @@ def _locked(path: pathlib.Path, name: str) -> Iterator[None]:
     yield
   finally:
     os.close(fd)  # releases the lock
+
+
+def written_temp(path: pathlib.Path, write: Callable[[Any], Any]) -> str:
+  """A temporary file beside ``path`` that ``write(f)`` filled and fsync'd (removed again if writing fails)."""
+  path = pathlib.Path(path)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      write(f)
+      f.flush()
+      os.fsync(f.fileno())
+  except BaseException:
+    os.unlink(tmp)
+    raise
+  return tmp
+
+
+def atomic_write(path: pathlib.Path, data: bytes | Callable[[Any], Any]) -> None:
+  """Writes ``path`` whole or not at all: ``data`` (bytes, or ``write(f)`` filling a binary file).
+
+  It goes to a temporary file beside ``path`` (fsync'd) that then replaces ``path`` (``os.replace``), so an
+  interrupt or a full disk leaves the earlier file or none, never part of one (a truncated report after the
+  earlier one moved to ``history/``).
+  """
+  write = data if callable(data) else (lambda f: f.write(data))
+  tmp = written_temp(pathlib.Path(path), write)
+  try:
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
 
 
 def keep_earlier_report(out: pathlib.Path, name: str = "report.json", *, plots: str | None = _validate.EARLIER_PLOTS

@@ -30,7 +30,7 @@ import sys
 import time
 
 from jaxdistill import _keys, _validate
-from jaxdistill._files import claimed_dir, keep_earlier_report
+from jaxdistill._files import atomic_write, claimed_dir, keep_earlier_report
 from jaxdistill.cli._common import _clean, print_table
 
 # Literal copies of the library's choices, checked against it by tests/fedmd/test_cli.py. (They no longer
@@ -137,7 +137,7 @@ def _write_report(out: pathlib.Path, report: dict) -> pathlib.Path:
   """
   keep_earlier_report(out, plots=None)
   path = out / "report.json"
-  path.write_text(json.dumps(_clean(report), indent=1))
+  atomic_write(path, json.dumps(_clean(report), indent=1).encode())  # whole or not at all
   return path
 
 

@@ -71,11 +71,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="self-training rounds on D_pub: retrain on the student's predictions times the vote "
                       "shares (post-processing, no privacy cost; default: %(default)s)")
   p.add_argument("--central-noise", default=d.central_noise, choices=label_config.CENTRAL_NOISES,
-                 help="noise of the central mechanism (default: %(default)s)")
+                 help="noise of --mechanism central (only with it; default: %(default)s)")
   p.add_argument("--shuffle-local", default=d.shuffle_local, choices=label_config.SHUFFLE_LOCALS,
-                 help="local randomizer of shuffle-single (default: %(default)s)")
+                 help="local randomizer of --mechanism shuffle-single (only with it; default: %(default)s)")
   p.add_argument("--pca-dim", type=int, default=d.pca_dim,
-                 help="PCA components of the pca and hog-pca representations (default: %(default)s)")
+                 help="PCA components of --representation pca or hog-pca (only with them; default: %(default)s)")
   p.add_argument("--encoder-width", type=int, default=None, metavar="W",
                  help="contrastive encoder width for --representation contrastive or scan (default: 16)")
   p.add_argument("--encoder-steps", type=int, default=None, metavar="N",

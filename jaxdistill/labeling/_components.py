@@ -28,6 +28,8 @@ Embed = Callable[[np.ndarray], np.ndarray]
 REPRESENTATIONS = representations.REPRESENTATIONS
 #: Connection rules (reverse k-NN is the paper's and the only per-record one).
 RULES = connection.RULES
+#: Representations with a PCA of ``dim`` components (``LabelingConfig.pca_dim``); the others ignore ``dim``.
+PCA = ("pca", "hog-pca")
 #: Learned representations: they have a contrastive encoder (``encoder`` options) and a progress callback.
 LEARNED = ("contrastive", "scan")
 
@@ -51,7 +53,7 @@ def fit_representation(key: jax.Array, name: str, public_images: np.ndarray, dim
   """``dim``: components of ``pca`` / ``hog-pca``; ``num_queries``: clusters of ``scan`` (s);
   ``encoder``: :class:`~jaxdistill.representations.ContrastiveConfig` fields (``width``, ``steps``) of the
   contrastive encoder (``scan``: of its backbone)."""
-  opts = {"num_components": dim} if name in ("pca", "hog-pca") else {}
+  opts = {"num_components": dim} if name in PCA else {}
   opts.update(_encoder_config(name, encoder))
   if name == "scan" and num_queries is not None:
     opts["num_clusters"] = num_queries

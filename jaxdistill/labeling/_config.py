@@ -46,6 +46,7 @@ MAX_ITERATIONS = 100
 MAX_STUDENT_SEEDS = 1000
 
 _LEARNED = _components.LEARNED  # encoder_width / encoder_steps apply to these only
+_PCA = _components.PCA  # pca_dim applies to these only
 #: Bounds that keep a typo from starting a days-long fit.
 _MAX_ENCODER = {"encoder_width": 1024, "encoder_steps": 1_000_000}
 _EMBEDDED_SIZES = (3000, 1000, 1000)  # D_priv, D_pub, D_eval of the 5,000 embedded digits
@@ -153,11 +154,17 @@ class LabelingConfig:
       remove the noise: fine for experiments, not for a real release; the
       report warns). It is never written to the report or the ledger.
     private_size, public_size, eval_size: |D_priv|, |D_pub|, |D_eval|
-      (``None``: the paper's protocol for the data set).
+      (``None``: the paper's protocol for the data set). With splits the
+      caller passes to :func:`run_labeling`, ``None`` or their sizes.
     student: :class:`StudentConfig`.
-    central_noise: ``discrete-laplace`` (default) or ``laplace``.
-    shuffle_local: local randomizer of ``shuffle-single`` (``collision`` or ``rr``).
-    pca_dim: output dimension of the ``pca`` and ``hog-pca`` representations.
+    central_noise: ``discrete-laplace`` (default) or ``laplace``; another
+      value than the default only with ``mechanism="central"``.
+    shuffle_local: local randomizer of ``shuffle-single`` (``collision`` or
+      ``rr``); another value than the default only with that mechanism.
+    pca_dim: output dimension of the ``pca`` and ``hog-pca`` representations;
+      another value than the default (50) only with those. Like the two
+      above, it is in the release fingerprint, so a value the run ignores
+      is refused rather than kept.
     encoder_width, encoder_steps: width (channels of the first convolution)
       and optimisation steps of the contrastive encoder of the ``contrastive``
       representation (``scan``: of its backbone); ``None`` keeps
@@ -265,6 +272,16 @@ class LabelingConfig:
     _validate.choice("central_noise", self.central_noise, CENTRAL_NOISES)
     _validate.choice("shuffle_local", self.shuffle_local, SHUFFLE_LOCALS)
     object.__setattr__(self, "pca_dim", _validate.integer("pca_dim", self.pca_dim, minimum=1))
+    # Settings that only one mechanism or representation reads: another value elsewhere would be ignored
+    # silently, yet it is in the release fingerprint (a change would block a resume). Defaults pass (the CLI
+    # always passes them).
+    for name, applies, where in (("central_noise", mech == "central", "mechanism=central"),
+                                 ("shuffle_local", mech == "shuffle-single", "mechanism=shuffle-single"),
+                                 ("pca_dim", self.representation in _PCA, f"representation {' or '.join(_PCA)}")):
+      value = getattr(self, name)
+      if not applies and value != _DEFAULTS[name]:
+        got = f"mechanism={mech}" if name != "pca_dim" else f"representation={self.representation}"
+        raise ValueError(f"Expected {name}={value!r} only with {where} (elsewhere it is ignored); got {got}.")
     for name in ("encoder_width", "encoder_steps"):
       value = getattr(self, name)
       if value is not None:
@@ -331,3 +348,6 @@ class LabelingConfig:
       if d[name] is None:
         d.pop(name)
     return d
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LabelingConfig)}

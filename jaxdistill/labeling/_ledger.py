@@ -44,13 +44,13 @@ import json
 import os
 import pathlib
 import secrets
-import tempfile
 import zipfile
 from typing import Any, Callable
 
 import numpy as np
 
 from jaxdistill import _validate
+from jaxdistill._files import atomic_write as _atomic_write, written_temp as _written_temp
 
 __all__ = ["StoredRelease", "ReleaseLedger", "data_fingerprint"]
 
@@ -69,30 +69,6 @@ def data_fingerprint(*arrays: np.ndarray) -> str:
 
 def _now() -> str:
   return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def _written_temp(path: pathlib.Path, write) -> str:
-  """A temporary file beside ``path`` that ``write(f)`` filled and fsync'd (removed again if writing fails)."""
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      write(f)
-      f.flush()
-      os.fsync(f.fileno())
-  except BaseException:
-    os.unlink(tmp)
-    raise
-  return tmp
-
-
-def _atomic_write(path: pathlib.Path, write) -> None:
-  tmp = _written_temp(path, write)
-  try:
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
 
 
 def _publish(path: pathlib.Path, write) -> bool:

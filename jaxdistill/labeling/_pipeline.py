@@ -54,7 +54,7 @@ import jax
 import numpy as np
 
 from jaxdistill import _validate
-from jaxdistill._files import claimed_dir, keep_earlier_report
+from jaxdistill._files import atomic_write, claimed_dir, keep_earlier_report
 from jaxdistill._keys import secret_key, seed_key
 from jaxdistill import data as data_lib
 from jaxdistill.data._overlap import shared_images
@@ -71,6 +71,9 @@ from jaxdistill.simulation import simulate
 __all__ = ["IterationResult", "ChainResult", "LabelingResult", "run_labeling", "fit_first_representation",
            "load_splits",
            "check_splits", "build_mechanism", "privacy_report"]
+
+#: What the report and the plots name as the data set when the caller passed ``splits`` (config.dataset unused).
+CALLER_SPLITS = "caller splits"
 
 RELATION_TEXT = ("replace-one: D_priv and D'_priv have the same size and differ in one record "
                  "(record-level DP; every private record is its own client, n = |D_priv|)")
@@ -150,6 +153,17 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
   return int(classes)
 
 
+def _check_caller_sizes(config: LabelingConfig, splits: data_lib.LabelingSplits) -> None:
+  """Sizes set in ``config`` must be those of the caller's splits (the report states them, and they are in the
+  release fingerprint); ``None``, the default, takes the splits as they are."""
+  for name, label, part in (("private_size", "private", splits.private), ("public_size", "public", splits.public),
+                            ("eval_size", "evaluation", splits.evaluation)):
+    value = getattr(config, name)
+    if value is not None and value != len(part):
+      raise ValueError(f"Expected {name}={value} to be the size of the caller's {label} split, {len(part)} (leave "
+                       f"{name} None when passing splits).")
+
+
 def load_splits(config: LabelingConfig) -> data_lib.LabelingSplits:
   """Loads ``config.dataset`` and applies the paper's splits with the configured sizes."""
   # Check s against D_pub before loading anything (only the embedded set has no test split).
@@ -166,11 +180,34 @@ def load_splits(config: LabelingConfig) -> data_lib.LabelingSplits:
 # -- mechanisms ----------------------------------------------------------------------
 def build_mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.BsvsShape,
                     num_private: int) -> mech_lib.BsvsMechanism | None:
-  """The BSVS mechanism of one iteration (None for ``none``)."""
+  """The BSVS mechanism of one iteration (None for ``none``).
+
+  Raises:
+    ValueError: the mechanism refuses the per-iteration budget; with T > 1
+      the message names the total epsilon (and delta) the caller set and
+      the per-iteration share the plan gave the mechanism.
+  """
+  if config.mechanism == "none":
+    return None
+  try:
+    return _mechanism(config, plan, shape, num_private)
+  except ValueError as err:
+    if plan.iterations == 1:  # the per-iteration budget is the caller's own
+      raise
+    total = f"epsilon={config.epsilon!r}"
+    share = f"epsilon={plan.epsilon_per_iteration:.6g}"
+    if plan.delta_per_iteration:
+      total += f", delta={config.resolved_delta(num_private):.6g}"
+      share += f", delta={plan.delta_per_iteration:.6g}"
+    raise ValueError(f"Expected {total} (the total over iterations={plan.iterations}) to leave each iteration a "
+                     f"budget mechanism={config.mechanism} accepts; its per-iteration share {share} is refused: "
+                     f"{err}") from None
+
+
+def _mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.BsvsShape,
+               num_private: int) -> mech_lib.BsvsMechanism:
   eps, delta = plan.epsilon_per_iteration, plan.delta_per_iteration
   m = config.mechanism
-  if m == "none":
-    return None
   if m == "central":
     if config.central_noise == "discrete-laplace":
       return mech_lib.CentralDiscreteLaplace(shape, eps, Relation.REPLACE_ONE)
@@ -644,7 +681,11 @@ def run_labeling(config: LabelingConfig, *, splits: data_lib.LabelingSplits | No
   Args:
     config: the settings (:class:`LabelingConfig`).
     splits: bring your own D_priv / D_pub / evaluation split (validated);
-      default: load ``config.dataset`` with the paper's splits.
+      default: load ``config.dataset`` with the paper's splits. When they
+      are given, ``config.dataset`` is not loaded (the report and the plots
+      name the data ``"caller splits"``), and ``private_size``,
+      ``public_size`` and ``eval_size`` must be ``None`` or the splits'
+      sizes.
     representation: an already fitted ``embed(images) -> float32 [N, d]``
       for the first query selection (it must have been fitted on D_pub
       alone, or on other public data: the privacy statement assumes it);
@@ -700,9 +741,13 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   start = time.perf_counter()
   timer = _Timer()
   with timer("data"):
-    if splits is None:
+    caller = splits is not None
+    if not caller:
       splits = load_splits(config)
     num_classes = check_splits(splits)
+    if caller:
+      _check_caller_sizes(config, splits)
+  data_name = CALLER_SPLITS if caller else config.dataset  # config.dataset is not what a caller's splits hold
   priv, pub = splits.private, splits.public
   n = len(priv)
   if config.num_queries > len(pub):
@@ -744,7 +789,10 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
       if config.mechanism == "none":
         noise_free = chain
       else:
-        nf_config = config.replace(mechanism="none", epsilon=math.inf, delta=None)
+        # The mechanism's own settings go back to their defaults: mechanism "none" refuses others.
+        nf_config = config.replace(mechanism="none", epsilon=math.inf, delta=None,
+                                   central_noise=LabelingConfig.central_noise,
+                                   shuffle_local=LabelingConfig.shuffle_local)
         nf_plan = plan_budget("none", math.inf, 0.0, config.iterations, k=degree)
         noise_free = _run_chain(nf_config, nf_plan, splits, num_classes, embed0, key, None, progress, cache, None,
                                 source)
@@ -759,7 +807,7 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   timer.times["total"] = time.perf_counter() - start
   privacy = privacy_report(config, plan, [it.privacy for it in chain.iterations], n)
   report = _report(config, plan, splits, num_classes, chain, noise_free, ceiling_draws, privacy, timer.times,
-                   ledger)
+                   ledger, data_name)
   report["settings"]["representation_source"] = source
   result = LabelingResult(config, plan, chain, noise_free, ceiling_draws[0] if ceiling_draws else None, report, splits,
                           # The caller's own object (its attributes, and no second wrapper when it is passed back).
@@ -778,7 +826,7 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
 
 def _write_report(out: pathlib.Path, report: dict) -> None:
   keep_earlier_report(out, plots=None)  # nothing already saved is lost
-  (out / "report.json").write_text(json.dumps(_jsonable(report), indent=2) + "\n")
+  atomic_write(out / "report.json", (json.dumps(_jsonable(report), indent=2) + "\n").encode())
 
 
 def _jsonable(x: Any) -> Any:
@@ -798,7 +846,7 @@ def _jsonable(x: Any) -> Any:
 
 def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingSplits, num_classes: int,
             chain: ChainResult, noise_free: ChainResult | None, ceiling_draws: list[float], privacy: dict,
-            timings: dict, ledger: ReleaseLedger | None) -> dict:
+            timings: dict, ledger: ReleaseLedger | None, data_name: str) -> dict:
   final = chain.final
   ceiling = ceiling_draws[0] if ceiling_draws else None
   ceiling_mean = float(np.mean(ceiling_draws)) if ceiling_draws else None
@@ -825,7 +873,7 @@ def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingS
   return _jsonable({
       "task": "reverse k-NN private labeling (Algorithm 1, arXiv:2207.13253)",
       "settings": config.to_dict(),
-      "data": {"dataset": config.dataset, "num_classes": num_classes,
+      "data": {"dataset": data_name, "num_classes": num_classes,
                "image_shape": list(splits.public.images.shape[1:]),
                "private_size": len(splits.private), "public_size": len(splits.public),
                "eval_size": len(splits.evaluation)},

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import pathlib
 from typing import Any
 
 import numpy as np
+
+from jaxdistill._files import atomic_write
 
 __all__ = ["write_plots", "PLOT_FILES"]
 
@@ -19,11 +22,27 @@ def _pyplot():
   return plt
 
 
+def _save(fig: Any, path: pathlib.Path) -> None:
+  """``fig`` as a PNG at ``path``, whole or not at all (temporary file, fsync, rename)."""
+  atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+
+
+def _privacy_title(report: dict) -> str:
+  """What the report's total statement claims: ``eps=<epsilon> (total)``, or that there is no guarantee.
+
+  Read from the statement, not the settings: a balanced connection rule (or ``mechanism="none"``) has
+  epsilon = inf whatever epsilon the noise was calibrated for.
+  """
+  eps = float(report["privacy"]["statement"]["epsilon"])  # the report writes inf as "inf"
+  return "no DP guarantee" if math.isinf(eps) else f"eps={eps:.6g} (total)"
+
+
 def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
   """Writes ``accuracy.png`` and ``labels.png``; returns their file names.
 
   * ``accuracy.png``: Acc_pl and Acc_pc per iteration, with the noise-free
-    pipeline and the supervised ceiling beside them.
+    pipeline and the supervised ceiling beside them; its title states the
+    report's total epsilon, or "no DP guarantee" where that is inf.
   * ``labels.png``: the confusion matrix of D_pub's final pseudo-labels, and
     each query's released vote total against its margin (top vote minus
     runner-up).
@@ -41,13 +60,12 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
     ax.plot(ts, [it.acc_pc for it in nf], "s--", color="black", label="Acc_pc (no noise)")
   if result.ceiling_acc is not None:
     ax.axhline(result.ceiling_acc, color="green", ls=":", label="supervised ceiling")
-  eps = "inf" if cfg.mechanism == "none" else f"{cfg.epsilon:g}"
   ax.set(xlabel="iteration t", ylabel="accuracy", xticks=ts,
-         title=f"{cfg.dataset}: s={cfg.num_queries}, k={cfg.k}, eps={eps} (total)")
+         title=f"{result.report['data']['dataset']}: s={cfg.num_queries}, k={cfg.k}, {_privacy_title(result.report)}")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(out_dir / PLOT_FILES[0], dpi=100)
+  _save(fig, out_dir / PLOT_FILES[0])
   plt.close(fig)
 
   final = its[-1]
@@ -65,6 +83,6 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
               title=f"released votes, t={final.iteration}")
   axes[1].grid(alpha=0.3)
   fig.tight_layout()
-  fig.savefig(out_dir / PLOT_FILES[1], dpi=100)
+  _save(fig, out_dir / PLOT_FILES[1])
   plt.close(fig)
   return list(PLOT_FILES)

@@ -125,19 +125,29 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
   Args:
     key: PRNG key (initialisation, shuffling, dropout).
     config: :class:`StudentConfig`.
-    images: float32 ``[n, H, W, C]``.
-    targets: int ``[n]`` labels or float32 ``[n, C]`` soft targets.
+    images: float32 ``[n, H, W, C]`` (real numbers; cast to float32).
+    targets: int ``[n]`` labels or float32 ``[n, C]`` soft targets (checked
+      in their own dtype by :func:`jaxdistill.models.fit`, then cast).
     num_classes: C.
     progress: optional callable invoked once per epoch (a progress bar's ``update``).
 
   Returns:
     The trained :class:`Student`.
+
+  Raises:
+    ValueError: a bad key, config or shape; images or targets
+      :func:`jaxdistill.models.fit` refuses (not real numbers, NaN or inf,
+      labels outside ``[0, num_classes)``, soft targets that are not
+      probability rows); training that diverged (it names
+      ``learning_rate``).
   """
   key = _validate.prng_key("key", key)
   if not isinstance(config, StudentConfig):
     raise ValueError(f"Expected config to be a StudentConfig; got {type(config).__name__}.")
   if not isinstance(images, (np.ndarray, jax.Array)):
     images = np.asarray(images)
+  if not isinstance(targets, (np.ndarray, jax.Array)):
+    targets = np.asarray(targets)
   if np.ndim(images) != 4:
     raise ValueError(f"Expected images of shape [n, H, W, C]; got shape {np.shape(images)}.")
   init_key, fit_key = jax.random.split(key)
@@ -149,8 +159,9 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
   # that every student of a run shares compiled steps.
   signature = (spec, num_classes, tuple(images.shape[1:]), config.learning_rate)
   clf = _CLASSIFIERS.setdefault(signature, clf)
-  images = jnp.asarray(images, jnp.float32)
-  targets = jnp.asarray(targets)
+  # Passed in their own dtype: models.fit checks them before it casts them (float32 pixels, int32 labels). Cast
+  # here first (jnp.asarray: int32 without x64), an int64 label 2**32 + 1 trained as 1, and complex, bool or
+  # text images trained.
   for epoch, epoch_key in enumerate(jax.random.split(fit_key, config.epochs), 1):
     try:
       state = models.fit(epoch_key, clf, state, images, targets, epochs=1, batch_size=config.batch_size)

@@ -200,6 +200,21 @@ def test_report_history_never_overwrites(tmp_path):
   assert "history/report-<N>.json" in " ".join(_fedmd.__doc__.split())
 
 
+def test_an_interrupted_report_write_leaves_no_partial_report(tmp_path, monkeypatch):
+  # report.json was written in place after the earlier one moved to history/: an interrupt left a truncated one.
+  from jaxdistill import _files  # pylint: disable=import-outside-toplevel
+  (tmp_path / "report.json").write_text('{"run": 1}')
+
+  def interrupted(fd):
+    raise KeyboardInterrupt("interrupted before the new report was on disk")
+
+  monkeypatch.setattr(_files.os, "fsync", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    _fedmd._write_report(tmp_path, {"run": 2})  # pylint: disable=protected-access
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["history"]  # no partial report, no temporary file
+  assert json.loads((tmp_path / "history" / "report-1.json").read_text()) == {"run": 1}
+
+
 def test_a_history_file_in_out_fails_before_loading_data(capsys, tmp_path, monkeypatch):
   def no_data(*args, **kwargs):
     raise AssertionError("loaded data (and would train) before checking --out")

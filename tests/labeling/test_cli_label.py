@@ -43,6 +43,9 @@ def run_cli(args, capsys):
     (["--student-seeds", "1001"], "student_seeds=1001 <= 1000"),
     (["--encoder-width", "32"], "learned representation"),  # default representation: hog-pca
     (["--representation", "contrastive", "--encoder-steps", "0"], "encoder_steps=0"),
+    # Ignored there, yet in the release fingerprint (they were accepted):
+    (["--representation", "hog", "--pca-dim", "3"], "pca_dim=3 only with representation pca or hog-pca"),
+    (["--mechanism", "local-rr", "--central-noise", "laplace"], "central_noise='laplace' only with mechanism=central"),
 ])
 def test_bad_input_is_one_line_exit_2(args, match, capsys, tmp_path):
   code, out, err = run_cli(["label", "--no-progress", "--out-dir", str(tmp_path / "o"), *args], capsys)

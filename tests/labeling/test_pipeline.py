@@ -75,6 +75,8 @@ def test_report_lists_every_setting_and_statement(splits, tmp_path):
   for key in ("acc_pl", "acc_pc", "noise_free_acc_pl", "noise_free_acc_pc", "supervised_ceiling_acc_pc"):
     assert isinstance(rep["results"][key], float)
   assert rep["privacy"]["statement"]["relation"] == "replace-one"
+  # The caller's splits, not config.dataset (it named the unloaded default, mnist-embedded, for any splits).
+  assert rep["data"]["dataset"] == "caller splits"
   codes = {w["code"] for w in rep["privacy"]["warnings"]}
   assert {"baselines_not_private", "noise_from_public_seed"} <= codes
   assert rep["privacy"]["per_iteration"][0]["mechanism"] == "local-collision"
@@ -410,6 +412,15 @@ def test_a_mechanism_bound_is_checked_before_any_fitting(splits, monkeypatch):
     labeling.run_labeling(tiny(mechanism="local-collision", epsilon=30.0), splits=splits)
 
 
+def test_a_per_iteration_bound_names_the_total_epsilon_and_its_share(splits):
+  # With T = 2 the error named only epsilon=5e-201, a value the caller never set.
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(tiny(mechanism="central", epsilon=1e-200, iterations=2), splits=splits)
+  message = one_line(err)
+  assert message.startswith("Expected epsilon=1e-200 (the total over iterations=2)"), message
+  assert "per-iteration share epsilon=5e-201 is refused" in message
+
+
 # -- bad input: one-line ValueErrors naming the problem ------------------------------
 def one_line(err):
   assert "\n" not in str(err.value)
@@ -500,6 +511,41 @@ def test_bad_encoder_options(changes, match):
   assert match in one_line(err)
 
 
+@pytest.mark.parametrize("changes,match", [
+    ({"representation": "hog", "pca_dim": 3}, "pca_dim=3 only with representation pca or hog-pca"),
+    ({"mechanism": "local-rr", "central_noise": "laplace"}, "central_noise='laplace' only with mechanism=central"),
+    ({"mechanism": "shuffle-multi", "shuffle_local": "rr"}, "shuffle_local='rr' only with mechanism=shuffle-single"),
+    ({"mechanism": "none", "epsilon": math.inf, "central_noise": "laplace"}, "got mechanism=none"),
+])
+def test_settings_a_run_would_ignore_are_refused(changes, match):
+  # They were accepted and ignored, yet they are in the release fingerprint: changing one blocked a resume.
+  with pytest.raises(ValueError) as err:
+    tiny(**changes)
+  assert match in one_line(err)
+  defaults = {name: getattr(labeling.LabelingConfig, name) for name in ("pca_dim", "central_noise", "shuffle_local")}
+  tiny(**{**changes, **defaults})  # the defaults pass anywhere (the CLI always passes them)
+
+
+def test_the_noise_free_chain_runs_beside_a_laplace_release(splits, monkeypatch):
+  # The noise-free chain is mechanism "none": it must not keep the central mechanism's own settings.
+  chains = []
+
+  class Stop(Exception):
+    pass
+
+  def chain(config, *args):
+    chains.append(config)
+    if len(chains) == 2:
+      raise Stop  # the noise-free chain's config was built: nothing more to see
+    return None
+
+  monkeypatch.setattr(_pipeline, "_run_chain", chain)
+  with pytest.raises(Stop):
+    labeling.run_labeling(tiny(mechanism="central", central_noise="laplace", epsilon=1.0, baselines=True),
+                          splits=splits)
+  assert [(c.mechanism, c.central_noise) for c in chains] == [("central", "laplace"), ("none", "discrete-laplace")]
+
+
 def test_s_larger_than_public_set():
   with pytest.raises(ValueError) as err:
     labeling.LabelingConfig(public_size=100, num_queries=200)
@@ -519,6 +565,21 @@ def test_missing_data_dir(tmp_path):
   with pytest.raises(ValueError) as err:
     labeling.run_labeling(labeling.LabelingConfig(dataset="mnist", data_dir=str(tmp_path / "nope")))
   assert "does not exist" in one_line(err)
+
+
+@pytest.mark.parametrize("field,label", [("private_size", "private"), ("public_size", "public"),
+                                         ("eval_size", "evaluation")])
+def test_sizes_that_disagree_with_the_callers_splits_are_refused(splits, field, label, monkeypatch):
+  # They were neither checked nor used: the report's settings stated sizes the run never had.
+  def no_fit(*args, **kwargs):
+    raise AssertionError("fitted the representation before checking the sizes")
+
+  monkeypatch.setattr(_pipeline, "fit_first_representation", no_fit)
+  size = len(getattr(splits, label))
+  with pytest.raises(ValueError) as err:
+    labeling.run_labeling(tiny(**{field: size - 1}), splits=splits)
+  assert one_line(err) == (f"Expected {field}={size - 1} to be the size of the caller's {label} split, {size} "
+                           f"(leave {field} None when passing splits).")
 
 
 def test_labels_outside_the_classes(splits):
@@ -785,6 +846,80 @@ def test_report_history_never_overwrites(tmp_path):
   assert json.loads((tmp_path / "history" / "report-2.json").read_text()) == {"run": 2}
   assert json.loads((tmp_path / "history" / "report-3.json").read_text()) == {"run": 3}
   assert json.loads((tmp_path / "report.json").read_text()) == {"run": 4}
+
+
+def test_an_interrupted_report_write_leaves_no_partial_report(tmp_path, monkeypatch):
+  # report.json was written in place (truncate, then write), after the earlier one had moved to history/: an
+  # interrupt mid-write left a truncated report. It is now written to a temporary file, synced, then renamed.
+  from jaxdistill.labeling._pipeline import _write_report  # pylint: disable=import-outside-toplevel
+  (tmp_path / "report.json").write_text('{"run": 1}\n')
+
+  def interrupted(fd):
+    raise KeyboardInterrupt("interrupted before the new report was on disk")
+
+  monkeypatch.setattr(_files.os, "fsync", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    _write_report(tmp_path, {"run": 2})
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["history"]  # no partial report, no temporary file
+  assert json.loads((tmp_path / "history" / "report-1.json").read_text()) == {"run": 1}
+
+
+def test_an_interrupted_plot_leaves_no_partial_png(tmp_path, monkeypatch):
+  # The plots were saved in place too; a PNG cut off mid-write replaced nothing but was left as the plot.
+  import matplotlib.figure  # pylint: disable=import-outside-toplevel
+  from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
+  from jaxdistill.labeling._plots import write_plots  # pylint: disable=import-outside-toplevel
+
+  def half_written(self, target, *args, **kwargs):
+    if hasattr(target, "write"):
+      target.write(b"\x89PNG partial")
+    else:
+      with open(target, "wb") as f:
+        f.write(b"\x89PNG partial")
+    raise KeyboardInterrupt("interrupted mid-write")
+
+  monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_written)
+  it = SimpleNamespace(iteration=1, acc_pl=0.5, acc_pc=0.5)
+  result = SimpleNamespace(config=tiny(), private=SimpleNamespace(iterations=[it]), noise_free=None,
+                           ceiling_acc=None, report={"privacy": {"statement": {"epsilon": 1.0}},
+                                                     "data": {"dataset": "mnist-embedded"}})
+  with pytest.raises(KeyboardInterrupt):
+    write_plots(result, tmp_path)
+  assert not list(tmp_path.iterdir())
+
+
+def plot_titles(tmp_path, monkeypatch, result) -> list[str]:
+  """The titles of the plots ``write_plots`` saves for ``result`` (nothing is drawn to a file)."""
+  import matplotlib.figure  # pylint: disable=import-outside-toplevel
+  from jaxdistill.labeling._plots import write_plots  # pylint: disable=import-outside-toplevel
+  titles = []
+
+  def record(self, target, *args, **kwargs):
+    titles.extend(ax.get_title() for ax in self.axes if ax.get_title())
+    target.write(b"png")
+
+  monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+  write_plots(result, tmp_path)
+  return titles
+
+
+def test_the_accuracy_plot_states_the_reports_epsilon(splits, tmp_path, monkeypatch):
+  # A balanced rule has no guarantee (the report says epsilon = inf), but the title said "eps=1 (total)", the
+  # configured epsilon.
+  from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
+  cfg = tiny(mechanism="central", epsilon=1.0, connection="balanced-max-min")
+  votes = np.eye(splits.public.num_classes)[np.arange(cfg.num_queries) % splits.public.num_classes] * 5.0
+  assignment = np.arange(len(splits.public)) % cfg.num_queries
+  it = SimpleNamespace(iteration=1, acc_pl=0.5, acc_pc=0.5, votes=votes,
+                       pseudo_labels=votes.argmax(1)[assignment])
+  for epsilon, title in (("inf", "no DP guarantee"), (0.5, "eps=0.5 (total)")):
+    report = {"privacy": {"statement": {"epsilon": epsilon}}, "data": {"dataset": "mnist-embedded"}}
+    result = SimpleNamespace(config=cfg, private=SimpleNamespace(iterations=[it]), noise_free=None,
+                             ceiling_acc=None, report=report, splits=splits)
+    assert plot_titles(tmp_path, monkeypatch, result)[0] == f"mnist-embedded: s=20, k=1, {title}"
+  # The data set named is the report's, not config.dataset (a caller's splits are not config.dataset).
+  result.report["data"]["dataset"] = "caller splits"
+  assert plot_titles(tmp_path, monkeypatch, result)[0].startswith("caller splits: ")
 
 
 def test_a_history_file_in_the_out_dir_is_refused_before_any_work(tmp_path, monkeypatch):

@@ -71,3 +71,23 @@ def test_train_student_names_the_learning_rate_when_training_diverges():
   student = _student.train_student(jax.random.key(0), labeling.StudentConfig(widths=(2, 4), epochs=2), images,
                                    labels, 3)
   assert np.isfinite(student.logits(images)).all()  # the check does not refuse a sane step size
+
+
+def test_train_student_checks_images_and_labels_in_their_own_dtype():
+  # It cast first (float32 pixels, jnp.asarray's int32 labels without x64): int64 label 2**32 + 1 trained as
+  # label 1, and complex, bool or text images trained, where models.fit refuses them.
+  cfg = labeling.StudentConfig(widths=(2, 2), epochs=1, batch_size=4)
+  rng = np.random.default_rng(0)
+  images, labels = rng.random((8, 8, 8, 1)), rng.integers(0, 2, 8)
+  wrapped = labels.copy()
+  wrapped[2] = 2**32 + 1
+  with pytest.raises(ValueError, match=r"labels in \[0, 2\) .*found values in \[0, 4294967297\]"):
+    _student.train_student(jax.random.key(0), cfg, images, wrapped, 2)
+  for bad, dtype in ((images + 1j, "complex128"), (images > 0.5, "bool"), (images.astype(str), "<U")):
+    with pytest.raises(ValueError, match=f"images to hold real numbers; got dtype {dtype}"):
+      _student.train_student(jax.random.key(0), cfg, bad, labels, 2)
+  # Valid inputs train as before: float64 pixels and int64 labels as their float32 / int32 casts, bit for bit.
+  wide = _student.train_student(jax.random.key(0), cfg, images, labels, 2)
+  cast = _student.train_student(jax.random.key(0), cfg, images.astype(np.float32), labels.astype(np.int32), 2)
+  for a, b in zip(jax.tree.leaves(wide.state), jax.tree.leaves(cast.state)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
