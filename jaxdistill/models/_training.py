@@ -259,15 +259,17 @@ def _plan_stacked_jit(keys, sizes, *, n, b):
 
 # Steps take the gathered batch, not the data set: one compiled step serves
 # every data set size (the gather is a cheap host-side numpy take).
-# Keys travel as raw key data (host numpy) so a step costs one dispatch.
-@functools.partial(jax.jit, static_argnames=("clf", "loss"), donate_argnums=(0,))
-def _step_jit(state, x, y, weight, key_data, *, clf, loss):
-  return _masked_step(clf, loss, state, x, y, weight, jax.random.wrap_key_data(key_data))
+# Keys travel as raw key data (host numpy) so a step costs one dispatch; ``impl`` (static) is the caller's key
+# type: wrapped as JAX's default one, a threefry key under JAX_DEFAULT_PRNG_IMPL=rbg (what the CLI's seed keys are)
+# failed with a TypeError, and rbg data of a matching shape would have been read as another type.
+@functools.partial(jax.jit, static_argnames=("clf", "loss", "impl"), donate_argnums=(0,))
+def _step_jit(state, x, y, weight, key_data, *, clf, loss, impl):
+  return _masked_step(clf, loss, state, x, y, weight, jax.random.wrap_key_data(key_data, impl=impl))
 
 
-@functools.partial(jax.jit, static_argnames=("clf", "loss"), donate_argnums=(0,))
-def _step_stacked_jit(states, x, y, weight, key_data, *, clf, loss):
-  keys = jax.vmap(jax.random.wrap_key_data)(key_data)
+@functools.partial(jax.jit, static_argnames=("clf", "loss", "impl"), donate_argnums=(0,))
+def _step_stacked_jit(states, x, y, weight, key_data, *, clf, loss, impl):
+  keys = jax.vmap(lambda d: jax.random.wrap_key_data(d, impl=impl))(key_data)
   return jax.vmap(functools.partial(_masked_step, clf, loss))(states, x, y, weight, keys)
 
 
@@ -487,12 +489,14 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
   _check_start(state, stacked=False)
   b = min(batch_size, n)
   trained = _copy(state)
+  impl = jax.random.key_impl(key)
   for ekey in jax.random.split(key, epochs):
     order, weight, skeys = _plan_jit(ekey, jnp.int32(size), n=n, b=b)
     order, weight, skeys = np.asarray(order), np.asarray(weight), np.asarray(jax.random.key_data(skeys))
     # A Python loop over jitted steps (see the module docstring, "Execution").
     for s in range(order.shape[0]):
-      trained = _step_jit(trained, images[order[s]], targets[order[s]], weight[s], skeys[s], clf=clf, loss=loss)
+      trained = _step_jit(trained, images[order[s]], targets[order[s]], weight[s], skeys[s], clf=clf, loss=loss,
+                          impl=impl)
   _check_trained(state, trained, epochs, loss, stacked=False)
   return trained
 
@@ -571,7 +575,8 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
       idx = order[:, s]
       x = images[idx] if shared else images[rows, idx]
       y = targets[idx] if shared else targets[rows, idx]
-      trained = _step_stacked_jit(trained, x, y, weight[:, s], skeys[:, s], clf=clf, loss=loss)
+      trained = _step_stacked_jit(trained, x, y, weight[:, s], skeys[:, s], clf=clf, loss=loss,
+                                  impl=jax.random.key_impl(keys))
   _check_trained(states, trained, epochs, loss, stacked=True)
   return trained
 

@@ -76,6 +76,25 @@ def test_records_beyond_size_are_never_read():
   assert int(a.step) == 3 * 2  # ceil(30 / 16) steps per epoch
 
 
+def test_keys_of_a_non_default_type_train_and_stay_that_type():
+  # The steps rewrapped raw key data as JAX's default key type: an rbg key here (or a threefry key, what the
+  # CLI's seeds give, under JAX_DEFAULT_PRNG_IMPL=rbg) failed with "invalid PRNG key data" inside jit.
+  x, y = toy(40)
+  clf, st = make(tx=optax.sgd(0.05))  # SGD: see the next test on Adam and vmap
+  key = jax.random.key(3, impl="rbg")
+  a = M.fit(key, clf, st, x, y, epochs=2, batch_size=16)
+  b = M.fit(key, clf, st, x, y, epochs=2, batch_size=16)
+  leaves_close(a, b, rtol=0, atol=0)
+  assert int(a.step) == 2 * 3
+  keys = jax.random.split(key, 2)
+  stacked = M.fit_stacked(keys, clf, M.stack_states([st, st]), x, y, epochs=1, batch_size=16, shared=True)
+  assert int(M.unstack_state(stacked, 1).step) == 3
+  # The same steps with the key's own type: model 0 of the stack equals a lone fit with its key (up to the
+  # summation order of vmapped convolutions).
+  leaves_close(M.unstack_state(stacked, 0).params, M.fit(keys[0], clf, st, x, y, epochs=1, batch_size=16).params,
+               rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("shared", [False, True])
 def test_vmapped_stack_equals_the_per_model_loop(shared):
   # SGD, not Adam: Adam divides by sqrt(v) + eps, so coordinates whose gradient is ~0 move by
