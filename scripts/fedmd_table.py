@@ -68,14 +68,20 @@ def main() -> None:
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--quick", action="store_true", help="tiny smoke test")
   a = ap.parse_args()
-  if a.quick:
-    a.rounds, a.public_subset, a.private_per_class, a.test_per_class = 1, 64, 40, 20
+  if a.quick:  # it sets these itself: given beside it they were silently overridden
+    quick = {"rounds": 1, "public_subset": 64, "private_per_class": 40, "test_per_class": 20,
+             "width_multiplier": 0.0625}
+    given = [f"--{k.replace('_', '-')}" for k in quick if getattr(a, k) != ap.get_default(k)]
+    if given:
+      ap.error(f"--quick sets {', '.join(given)} itself; drop them or --quick.")
+    for k, v in quick.items():
+      setattr(a, k, v)
   out = pathlib.Path(a.out)
   out.mkdir(parents=True, exist_ok=True)
   base = dict(rounds=a.rounds, public_subset=a.public_subset, width_multiplier=a.width_multiplier,
               pretrain_epochs=a.pretrain_epochs)
   if a.quick:
-    base.update(init_epochs=2, width_multiplier=0.0625)
+    base.update(init_epochs=2)
   datasets: dict[tuple[int, str], fedmd.FedMDData] = {}
 
   def data(n_parties: int, partition: str) -> fedmd.FedMDData:
