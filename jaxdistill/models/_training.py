@@ -568,6 +568,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
   # Model i's epoch keys are split(keys[i], epochs), exactly as in fit().
   ekeys = jax.vmap(lambda k: jax.random.split(k, epochs))(keys)
   rows = np.arange(m)[:, None]
+  impl = jax.random.key_impl(keys)
   for e in range(epochs):
     order, weight, skeys = _plan_stacked_jit(ekeys[:, e], sizes, n=n, b=b)
     order, weight, skeys = np.asarray(order), np.asarray(weight), np.asarray(jax.random.key_data(skeys))
@@ -575,8 +576,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
       idx = order[:, s]
       x = images[idx] if shared else images[rows, idx]
       y = targets[idx] if shared else targets[rows, idx]
-      trained = _step_stacked_jit(trained, x, y, weight[:, s], skeys[:, s], clf=clf, loss=loss,
-                                  impl=jax.random.key_impl(keys))
+      trained = _step_stacked_jit(trained, x, y, weight[:, s], skeys[:, s], clf=clf, loss=loss, impl=impl)
   _check_trained(states, trained, epochs, loss, stacked=True)
   return trained
 
