@@ -19,7 +19,7 @@ for the main row (NFDP, N = 10, IID, k = 16, WOR, argmax) ``ldp_sigma.csv`` and
 ``accuracy_per_round.png``, into ``--out`` (default ``results/fedmd``).
 
     python scripts/fedmd_table.py                 # the reduced CPU settings below (~40 min on 2 cores)
-    python scripts/fedmd_table.py --quick         # smoke test (a minute)
+    python scripts/fedmd_table.py --quick         # smoke test (a few minutes on 2 cores: compiling dominates)
     python scripts/fedmd_table.py --rounds 20 --public-subset 5000 --width-multiplier 1   # paper-sized (GPU)
 """
 
