@@ -47,16 +47,16 @@ def test_nfdp_paper_table(capsys):
 
 
 def fmt_closed_form(e0, n, d):
-  """Feldman, McMillan, Talwar (2021) closed form, written out (as in test_shuffle.py)."""
-  return math.log(1 + (math.exp(e0) - 1) / (math.exp(e0) + 1) * (
-      8 * math.sqrt(math.exp(e0) * math.log(4 / d)) / math.sqrt(n) + 8 * math.exp(e0) / n))
+  """Feldman, McMillan, Talwar (2021) closed form as the authors' code computes it (spec §3, I7), written out."""
+  a, c = 8 * math.sqrt(math.exp(e0) * math.log(4 / d) / n), 8 * math.exp(e0) / n
+  return math.log(1 + (1 - math.exp(-e0)) / (1 + math.exp(-e0) / (1 + a + c)) * (a + c))
 
 
 def test_shuffle_json_both_directions(capsys):
   fwd = run_json(capsys, ["privacy", "shuffle", "--n", "100000", "--delta", "1e-6", "--eps0", "4",
                           "--method", "closed-form", "--json"])
   assert fwd["method"] == "closed-form"
-  assert fwd["epsilon"] == pytest.approx(fmt_closed_form(4.0, 1e5, 1e-6), rel=1e-12)  # 0.53463
+  assert fwd["epsilon"] == pytest.approx(fmt_closed_form(4.0, 1e5, 1e-6), rel=1e-12)  # 0.53780
   inv = run_json(capsys, ["privacy", "shuffle", "--n", "100000", "--delta", "1e-6",
                           "--target-epsilon", "0.5", "--method", "closed-form", "--json"])
   assert inv["direction"] == "central-to-local" and 3.0 < inv["eps0"] < 4.0

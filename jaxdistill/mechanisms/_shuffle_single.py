@@ -11,11 +11,13 @@ reduction by default, the closed form of Theorem 3.1 optionally).
 
 Notes (spec REVERSE_KNN.md §5):
 
-* I4: the validity condition of the closed form, eps0 <= ln(n / (16 ln(2/delta))),
+* I4: the validity condition of the closed form, eps0 <= ln(n / (16 ln(4/delta))),
   concerns the *local* eps0, not the central epsilon; the numeric method has
   no such condition.
-* I7: the printed Theorem 3.1 and the authors' code differ slightly
-  (ln(4/delta) in the code's check); the default numeric method avoids both.
+* I7: the printed Theorem 3.1 and the authors' code differ slightly (ln(2/delta)
+  against ln(4/delta) in the check, and a smaller epsilon); ``closed-form`` takes
+  the code's stricter check and larger epsilon, and the default numeric method
+  needs neither.
 * I11: the guarantee is per record with one record per client (n = |D_priv|).
 """
 

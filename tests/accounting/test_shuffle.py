@@ -28,11 +28,37 @@ def test_published_example_both_methods():
   assert (num.method, closed.method) == ("numeric", "closed-form")
 
 
-def test_closed_form_formula_written_out():
-  e0, n, d = 1.5, 20_000, 1e-7
-  want = math.log(1 + (math.exp(e0) - 1) / (math.exp(e0) + 1) * (
+def printed_theorem_3_1(e0, n, d):
+  """FMT21 Theorem 3.1 exactly as printed (spec §3)."""
+  return math.log(1 + (math.exp(e0) - 1) / (math.exp(e0) + 1) * (
       8 * math.sqrt(math.exp(e0) * math.log(4 / d)) / math.sqrt(n) + 8 * math.exp(e0) / n))
+
+
+def test_closed_form_formula_written_out():
+  # The authors' code's variant (spec §3, "Apple code variant"), written out as the spec gives it.
+  e0, n, d = 1.5, 20_000, 1e-7
+  a = 8 * math.sqrt(math.exp(e0) * math.log(4 / d) / n)
+  c = 8 * math.exp(e0) / n
+  e1 = math.log(1 + a + c)
+  want = math.log(1 + (1 - math.exp(-e0)) / (1 + math.exp(-e0 - e1)) * (a + c))
   assert accounting.fmt_closed_form_epsilon(e0, n, d) == pytest.approx(want, rel=1e-14)
+
+
+@pytest.mark.parametrize("n", [200, 10**4, 10**5, 10**8])
+@pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-10])
+def test_closed_form_is_never_below_the_printed_theorem(n, delta):
+  # Spec I7: where the printed theorem and the authors' code differ, the library takes the larger epsilon
+  # and the stricter validity condition (ln(4/delta) in place of the printed ln(2/delta)).
+  cap = math.log(n / (16 * math.log(4 / delta)))
+  assert cap < math.log(n / (16 * math.log(2 / delta)))
+  for e0 in np.linspace(0.01, cap, 9) if cap > 0.01 else []:
+    got = accounting.fmt_closed_form_epsilon(e0, n, delta)
+    assert got >= printed_theorem_3_1(e0, n, delta) * (1 - 1e-14)
+    # (1 + e^-e0) / (1 + e^(-e0-e1)) < 2, and ln(1 + 2u) <= 2 ln(1 + u): at most twice the printed value
+    # (about 1% more at e0 = 4, n = 1e5; up to 45% more at e0 -> 0, n = 200, where a + c is large).
+    assert got <= 2 * printed_theorem_3_1(e0, n, delta)
+  if cap > 0:
+    assert not accounting.fmt_closed_form_valid(cap * (1 + 1e-9) + 1e-12, n, delta)
 
 
 @given(st.floats(0.1, 5.0), st.sampled_from(NS), st.sampled_from([1e-4, 1e-6, 1e-8]))
@@ -65,8 +91,8 @@ def test_inverse_then_forward_round_trips(target, n, method):
     assume(False)  # nothing to round-trip: draw another example
   fwd = accounting.shuffle_epsilon(inv.eps0, n, delta, method=method, tol=1e-6).epsilon
   assert fwd <= target * (1 + 2e-6)
-  cap = math.log(n / (16 * math.log(2 / delta)))
-  # Tight, unless capped at the theorem's validity limit (no larger eps0 is allowed there).
+  cap = math.log(n / (16 * math.log(4 / delta)))
+  # Tight, unless capped at the closed form's validity limit (no larger eps0 is allowed there).
   if method == "numeric" or inv.eps0 < cap * (1 - 1e-12):
     bigger = inv.eps0 * (1 + 1e-3)
     assert accounting.shuffle_epsilon(bigger, n, delta, method=method, tol=1e-6).epsilon > target
@@ -74,7 +100,12 @@ def test_inverse_then_forward_round_trips(target, n, method):
 
 def test_closed_form_validity_condition():
   n, delta = 1000, 1e-6
-  cap = math.log(n / (16 * math.log(2 / delta)))
+  cap = math.log(n / (16 * math.log(4 / delta)))  # the authors' code's check (spec I7), stricter than printed
+  # Between the two conditions: valid as printed, refused here.
+  between = 0.5 * (cap + math.log(n / (16 * math.log(2 / delta))))
+  assert not accounting.fmt_closed_form_valid(between, n, delta)
+  with pytest.raises(ValueError, match=r"ln\(n/\(16 ln\(4/delta\)\)\)"):
+    accounting.fmt_closed_form_epsilon(between, n, delta)
   with pytest.raises(ValueError, match="eps0"):
     accounting.fmt_closed_form_epsilon(cap + 0.1, n, delta)
   with pytest.raises(ValueError, match="eps0"):

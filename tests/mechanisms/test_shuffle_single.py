@@ -79,11 +79,12 @@ def test_eps0_is_the_inverse_amplification():
 
 
 def test_closed_form_respects_its_local_validity_condition():
-  # Spec I4: the condition eps0 <= ln(n / (16 ln(2/delta))) is on the *local* eps0.
+  # Spec I4: the closed form's condition is on the *local* eps0: eps0 <= ln(n / (16 ln(4/delta))), the
+  # authors' code's check (I7; the printed theorem has ln(2/delta)).
   n, eps, delta = 10**4, 1.0, 1e-6
   closed = M.ShuffleSingleMessage(M.BsvsShape(4, 2, 1), eps, delta, n, method="closed-form")
   numeric = M.ShuffleSingleMessage(M.BsvsShape(4, 2, 1), eps, delta, n)
-  assert closed.eps0 <= math.log(n / (16 * math.log(2 / delta))) + 1e-12
+  assert closed.eps0 <= math.log(n / (16 * math.log(4 / delta))) + 1e-12
   assert closed.eps0 < numeric.eps0  # the numeric bound certifies more
   assert closed.privacy().method == "closed-form"
   assert accounting.fmt_closed_form_epsilon(closed.eps0, n, delta) <= eps
