@@ -32,6 +32,13 @@ from jaxdistill.mechanisms._sampling import uniform_below, uniform_index, unifor
 __all__ = ["Collision", "CollisionMessage", "collision_rates", "default_bloom_length", "check_collision_rates"]
 
 _MAX_BLOOM = 2**31 - 1
+#: Largest epsilon of a Collision message. Past it (only reachable with an explicit bloom length; the default
+#: one caps epsilon near 21) e^eps / Omega is 1/c to within 1e-44 relative; at eps = 300, c = 1 it rounded to
+#: exactly 1 (a present position always hit: infinite privacy loss) and the rate search never ended.
+MAX_EPSILON = 100.0
+#: Decimal digits used to round p down: the gap between e^eps / Omega and 1/c is at least
+#: e^-100 / (c l) > 1e-62 relative at MAX_EPSILON, c, l <= 2^31.
+_RATE_DIGITS = 80
 
 
 class CollisionMessage(NamedTuple):
@@ -73,12 +80,12 @@ def collision_rates(epsilon: float, cardinality: int, bloom_length: int) -> tupl
   .. math:: \\Omega = c e^{\\varepsilon} + l - c,\\quad p = e^{\\varepsilon}/\\Omega,
             \\quad q = 1/l.
 
-  p is the largest float64 not above e^eps / Omega (decided with 50-digit
+  p is the largest float64 not above e^eps / Omega (decided with 80-digit
   arithmetic), and it is exactly the probability the sampler draws (see
   :func:`collision_randomize`): rounding down can only lower the real
   privacy loss, ln(p (l - c) / (1 - c p)) <= eps.
   """
-  with decimal.localcontext(decimal.Context(prec=50)):
+  with decimal.localcontext(decimal.Context(prec=_RATE_DIGITS)):
     e = decimal.Decimal(epsilon).exp()
     exact = e / (cardinality * e + bloom_length - cardinality)
   p = math.exp(epsilon) / (cardinality * math.exp(epsilon) + bloom_length - cardinality)
@@ -93,6 +100,8 @@ def collision_rates(epsilon: float, cardinality: int, bloom_length: int) -> tupl
 def check_collision_rates(epsilon: float, cardinality: int, bloom_length: int, *, name: str = "epsilon",
                           value: Any = None) -> None:
   """Raises ValueError naming ``name`` unless p - q >= 2^-30 q (epsilon too small for float64).
+
+  Also unless epsilon <= :data:`MAX_EPSILON` (too large: p would round to 1/c).
 
   .. math:: \\frac{p - q}{q} = \\frac{(l - c)(e^{\\varepsilon} - 1)}{\\Omega} \\ge 2^{-30},
 
@@ -109,6 +118,10 @@ def check_collision_rates(epsilon: float, cardinality: int, bloom_length: int, *
     name: the parameter named in the error.
     value: its value for the message (default ``epsilon``).
   """
+  if epsilon > MAX_EPSILON:
+    what = f"{name}={epsilon!r}" if value is None else f"{name}={value!r} (a Collision epsilon of {epsilon!r})"
+    raise ValueError(f"Expected {what} <= {MAX_EPSILON:g}: beyond it the hit rate e^eps/Omega is 1/c to "
+                     "float64 precision, so a present position would always hit (no privacy at all).")
   p, q, _ = collision_rates(epsilon, cardinality, bloom_length)
   if not p - q >= 2.0**-30 * q:
     value = epsilon if value is None else value
@@ -273,7 +286,8 @@ class Collision(CollisionRates, BsvsMechanism):
   Attributes:
     shape: BSVS sizes.
     epsilon: local epsilon of one message.
-    bloom_length: l (default floor(kr e^eps + 2kr - 1)); needs kr + 1 <= l.
+    bloom_length: l (default floor(kr e^eps + 2kr - 1)); needs kr + 1 <= l. With the default, epsilon
+      must keep l in int32 (about 21); with an explicit l, epsilon <= ``MAX_EPSILON`` = 100.
 
   >>> Collision(BsvsShape(10, 10, 1), 1.0).bloom_length
   3

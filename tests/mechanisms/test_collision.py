@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -300,3 +301,25 @@ def test_epsilon_too_small_for_float64_rates_is_refused(eps, bloom_length):
     M.Collision(shape, eps, bloom_length=bloom_length)
   mech = M.Collision(shape, 1e-8, bloom_length=bloom_length)
   assert mech.p - mech.q >= 2.0**-30 * mech.q
+
+
+@pytest.mark.parametrize("eps", [100.5, 300.0, 800.0, 1e30])
+@pytest.mark.parametrize("k", [1, 2])
+def test_epsilon_too_large_for_an_explicit_bloom_length_is_refused(eps, k):
+  # The default bloom length caps epsilon near 21 (int32); an explicit one did not. At eps = 300 with c = 1,
+  # e^eps / Omega rounded to 1 (every present position hits: no privacy) and the rate search looped forever;
+  # eps >= 710 overflowed math.exp (OverflowError) and 1e30 raised decimal.Overflow.
+  shape = M.BsvsShape(4, 2, k)
+  with pytest.raises(ValueError, match="^" + re.escape(f"Expected epsilon={eps!r} <= 100: ")):
+    M.Collision(shape, eps, bloom_length=64)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_largest_epsilon_keeps_p_below_one_over_c_and_the_real_loss_within_epsilon(k):
+  shape = M.BsvsShape(4, 2, k)
+  c, l = shape.c, 64
+  mech = M.Collision(shape, _collision.MAX_EPSILON, bloom_length=l)
+  assert c * mech.p < 1.0
+  # Real per-message loss of the sampled rates: the ratio of a present position's hit rate p to the rate of
+  # any other output, (1 - c p) / (l - c).
+  assert math.log(mech.p * (l - c) / (1.0 - c * mech.p)) <= mech.epsilon
