@@ -179,6 +179,11 @@ def warn_if_off_centre(name: str, x: jax.Array, *, stacklevel: int) -> None:
         RuntimeWarning, stacklevel=stacklevel + 1)
 
 
+#: Largest streaming block (rows per block): every block is allocated in full (padded), and a block's row
+#: indices are int32 on the device (1e30 failed inside JAX with a TypeError).
+MAX_BLOCK_SIZE = 2**24
+
+
 def block_size(value: Any) -> int:
-  """Validates a streaming block size (rows per block)."""
-  return _validate.integer("block_size", value, minimum=1)
+  """Validates a streaming block size (rows per block): an integer in ``[1, MAX_BLOCK_SIZE]`` (2**24)."""
+  return _validate.integer("block_size", value, minimum=1, maximum=MAX_BLOCK_SIZE)

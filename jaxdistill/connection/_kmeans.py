@@ -165,7 +165,7 @@ def kmeans(key: jax.Array, features: Any, num_clusters: int, *, max_iterations: 
     num_clusters: s, with ``1 <= s <= m``.
     max_iterations: Lloyd iteration cap, in ``[1, MAX_ITERATIONS]`` (10^7).
     num_trials: candidates per seeding step, in ``[1, 1024]``.
-    block_size: points per distance block.
+    block_size: points per distance block, at most 2**24.
 
   Returns:
     A :class:`KMeansResult` (host arrays; ``inertia`` in float64).
@@ -278,7 +278,7 @@ def select_queries(key: jax.Array, public_features: Any, num_queries: int, *,
     num_queries: s, with ``1 <= s <= m_pub``.
     max_iterations: Lloyd iteration cap.
     num_trials: k-means++ candidates per step (default ``2 + floor(ln s)``).
-    block_size: points per distance block.
+    block_size: points per distance block, at most 2**24.
 
   Returns:
     A :class:`QuerySelection`.

@@ -281,7 +281,7 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
       and d = 784, see ``benchmarks/README.md``;
       the neighbours do not depend on it, up to float32 rounding of
       near-ties). Always allocated in full (``block_size x s`` distances),
-      also for fewer records.
+      also for fewer records; at most 2**24.
 
   Returns:
     int32 ``[n, k]`` query indices (the ``buckets`` of
@@ -358,7 +358,8 @@ def knn_labeling(private_features: Any, query_features: Any, k: int, *,
     k: records per query, ``1 <= k <= n``.
     block_size: records per block, always allocated in full (``s x
       block_size`` distances; on 2 CPU cores a block of the default 8192 at
-      s = 1,000, d = 64 took about 0.07 s, however few the records).
+      s = 1,000, d = 64 took about 0.07 s, however few the records); at
+      most 2**24.
 
   Returns:
     A :class:`Connection` with ``buckets`` int32 ``[n, max_out_degree]``.
@@ -543,7 +544,7 @@ def balanced_connection(private_features: Any, query_features: Any, k: int, *,
     bandwidth: h > 0 of the similarity; default: the median over queries of
       the squared distance to the nearest other query (public data only).
     max_moves: cap on edge moves, at most ``2**31 - 1`` (default ``n * k``, capped there).
-    block_size: records per block of the candidate search.
+    block_size: records per block of the candidate search, at most 2**24.
 
   Returns:
     A :class:`Connection` with ``buckets`` int32 ``[n, k]`` (each row nearest

@@ -44,6 +44,8 @@ MAX_REFINE_ROUNDS = 1000
 MAX_ITERATIONS = 100
 #: Most student (or ceiling) seeds: each trains a student on the same votes.
 MAX_STUDENT_SEEDS = 1000
+#: Largest student batch_size / embedding_dim: int32, the device's index type (2**63 was accepted).
+_MAX_COUNT = 2**31 - 1
 
 _LEARNED = _components.LEARNED  # encoder_width / encoder_steps apply to these only
 _PCA = _components.PCA  # pca_dim applies to these only
@@ -63,10 +65,11 @@ class StudentConfig:
     epochs: training epochs on D_pub (at most
       :data:`jaxdistill.models.MAX_EPOCHS`; checked here, before any vote
       is released, not when the student trains).
-    batch_size: minibatch size.
+    batch_size: minibatch size, at most 2**31 - 1.
     learning_rate: Adam step size.
     embedding_dim: PCA dimension of the penultimate features used to
-      re-select queries at iterations t >= 2 (fitted on D_pub only).
+      re-select queries at iterations t >= 2 (fitted on D_pub only), at
+      most 2**31 - 1.
     targets: ``hard`` (argmax labels, the paper) or ``soft`` (each query's
       noisy votes clipped at 0 and normalised; post-processing, no privacy
       cost).
@@ -102,10 +105,11 @@ class StudentConfig:
     object.__setattr__(self, "dropout", rate)
     object.__setattr__(self, "epochs", _validate.integer("epochs", self.epochs, minimum=1,
                                                          maximum=models.MAX_EPOCHS))
-    object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=1))
+    object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=1,
+                                                             maximum=_MAX_COUNT))
     object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
     object.__setattr__(self, "embedding_dim",
-                       _validate.integer("embedding_dim", self.embedding_dim, minimum=1))
+                       _validate.integer("embedding_dim", self.embedding_dim, minimum=1, maximum=_MAX_COUNT))
     object.__setattr__(self, "targets", _validate.choice("targets", self.targets, STUDENT_TARGETS))
     object.__setattr__(self, "refine_rounds",
                        _validate.integer("refine_rounds", self.refine_rounds, minimum=0,

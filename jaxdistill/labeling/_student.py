@@ -128,14 +128,14 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
     images: float32 ``[n, H, W, C]`` (real numbers; cast to float32).
     targets: int ``[n]`` labels or float32 ``[n, C]`` soft targets (checked
       in their own dtype by :func:`jaxdistill.models.fit`, then cast).
-    num_classes: C.
+    num_classes: C, an integer in ``[1, jaxdistill.models.MAX_CLASSES]`` (0-d arrays count as their value).
     progress: optional callable invoked once per epoch (a progress bar's ``update``).
 
   Returns:
     The trained :class:`Student`.
 
   Raises:
-    ValueError: a bad key, config or shape; images or targets
+    ValueError: a bad key, config, ``num_classes`` or shape; images or targets
       :func:`jaxdistill.models.fit` refuses (not real numbers, NaN or inf,
       labels outside ``[0, num_classes)``, soft targets that are not
       probability rows); training that diverged (it names
@@ -144,6 +144,8 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
   key = _validate.prng_key("key", key)
   if not isinstance(config, StudentConfig):
     raise ValueError(f"Expected config to be a StudentConfig; got {type(config).__name__}.")
+  # A Python int: it keys the classifier cache below (np.array(4) was unhashable there).
+  num_classes = _validate.integer("num_classes", num_classes, minimum=1, maximum=models.MAX_CLASSES)
   if not isinstance(images, (np.ndarray, jax.Array)):
     images = np.asarray(images)
   if not isinstance(targets, (np.ndarray, jax.Array)):
@@ -211,6 +213,19 @@ def vote_shares(votes: np.ndarray, assignment: np.ndarray) -> np.ndarray:
   return shares[np.asarray(assignment)].astype(np.float32)
 
 
+def _check_real(name: str, images: Any) -> None:
+  """ValueError naming ``name`` unless ``images`` is an array of real numbers (integer or float dtype)."""
+  arr = images
+  if not isinstance(arr, jax.Array):
+    try:
+      arr = np.asarray(arr)
+    except (TypeError, ValueError):  # ragged nesting
+      raise ValueError(f"Expected {name} to be an array of real numbers; got {type(images).__name__}.") from None
+  dtype = np.dtype(arr.dtype)
+  if dtype.kind not in "fiu" and not (dtype.kind == "V" and _validate.is_float_like(dtype)):
+    raise ValueError(f"Expected {name} to hold real numbers; got {type(images).__name__} of dtype {dtype}.")
+
+
 def refine_targets(student: Student, public_images: np.ndarray, shares: np.ndarray) -> np.ndarray:
   """Self-training targets: the student's predictions on D_pub times the cluster vote shares.
 
@@ -245,9 +260,14 @@ def refine_targets(student: Student, public_images: np.ndarray, shares: np.ndarr
     float32 ``[m, C]``, rows summing to 1.
 
   Raises:
-    ValueError: if ``shares`` does not match the images and the classes, or
-      has a negative entry or an all-zero row.
+    ValueError: ``student`` is not a :class:`Student`; ``public_images``
+      are not real numbers (text, complex, bool) or not what the student
+      takes; ``shares`` does not match the images and the classes, or has a
+      negative entry or an all-zero row.
   """
+  if not isinstance(student, Student):
+    raise ValueError(f"Expected student to be a Student (from train_student); got {type(student).__name__}.")
+  _check_real("public_images", public_images)
   shares = _validate.real_array("shares", shares)
   logits = np.asarray(student.logits(public_images), np.float64)
   if shares.shape != logits.shape:

@@ -10,12 +10,14 @@
 """
 
 from jaxdistill.models._cnn import CNNSpec
+from jaxdistill.models._cnn import MAX_CLASSES
 from jaxdistill.models._cnn import MAX_WIDTH
 from jaxdistill.models._cnn import FEDMD_SPECS
 from jaxdistill.models._cnn import FedMDCNN
 from jaxdistill.models._cnn import forward_flops
 from jaxdistill.models._cnn import parse_spec
 from jaxdistill.models._training import LOSSES
+from jaxdistill.models._training import MAX_CHUNK
 from jaxdistill.models._training import MAX_EPOCHS
 from jaxdistill.models._training import MAX_MSE_TARGET
 from jaxdistill.models._training import Classifier
@@ -32,7 +34,8 @@ from jaxdistill.models._training import stack_states
 from jaxdistill.models._training import unstack_state
 
 __all__ = [
-    "CNNSpec", "FEDMD_SPECS", "MAX_WIDTH", "FedMDCNN", "forward_flops", "parse_spec", "LOSSES", "MAX_EPOCHS",
-    "MAX_MSE_TARGET", "Classifier", "DivergedError", "TrainState", "accuracy", "create", "fit", "fit_stacked",
-    "predict_logits", "predict_logits_stacked", "predict_proba", "stack_states", "unstack_state",
+    "CNNSpec", "FEDMD_SPECS", "MAX_CLASSES", "MAX_WIDTH", "FedMDCNN", "forward_flops", "parse_spec", "LOSSES",
+    "MAX_CHUNK", "MAX_EPOCHS", "MAX_MSE_TARGET", "Classifier", "DivergedError", "TrainState", "accuracy", "create",
+    "fit", "fit_stacked", "predict_logits", "predict_logits_stacked", "predict_proba", "stack_states",
+    "unstack_state",
 ]

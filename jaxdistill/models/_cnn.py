@@ -57,6 +57,10 @@ __all__ = ["CNNSpec", "FEDMD_SPECS", "FedMDCNN", "forward_flops", "parse_spec"]
 #: instead of failing inside XLA.
 MAX_WIDTH = 8192
 
+#: Most classes (``num_classes``) a :class:`FedMDCNN` may have: labels are int32 on the device (2**63 failed
+#: inside JAX with a TypeError).
+MAX_CLASSES = 2**31 - 1
+
 
 def _items(name: str, value: Any) -> tuple:
   """``value`` as a tuple (a list, tuple or 1-D array), or a ValueError naming ``name``."""
@@ -158,16 +162,39 @@ def _spatial(spec: CNNSpec, input_shape: Sequence[int]) -> list[tuple[int, int]]
   return sizes
 
 
+def _check_cnn(spec: Any, num_classes: Any, input_shape: Any) -> tuple[CNNSpec, int, tuple[int, int, int]]:
+  """The arguments :class:`FedMDCNN` and :func:`forward_flops` share, validated."""
+  if not isinstance(spec, CNNSpec):
+    raise ValueError(f"Expected spec to be a CNNSpec; got {spec!r}.")
+  num_classes = _validate.integer("num_classes", num_classes, minimum=1, maximum=MAX_CLASSES)
+  items = _items("input_shape", input_shape)
+  if len(items) != 3:
+    raise ValueError(f"Expected input_shape=(H, W, C); got {input_shape!r}.")
+  # Whole numbers >= 1 (12.7 was truncated to 12; a 0 raised ZeroDivisionError further down).
+  return spec, num_classes, tuple(_validate.integer("input_shape", s, minimum=1) for s in items)
+
+
 def forward_flops(spec: CNNSpec, *, num_classes: int = 16, input_shape: Sequence[int] = (28, 28, 1)) -> int:
   """Multiply-add FLOPs (2 per MAC) of one forward pass of one image.
 
   Counts convolutions and the dense layer (BN, ReLU, pooling are lower order).
 
+  Args:
+    spec: the :class:`CNNSpec`.
+    num_classes: C, an integer in ``[1, MAX_CLASSES]``.
+    input_shape: ``(H, W, channels)`` of one image, whole numbers >= 1.
+
+  Raises:
+    ValueError: as :class:`FedMDCNN` for these arguments: ``spec`` not a
+      :class:`CNNSpec`, a bad ``num_classes``, an ``input_shape`` that is
+      not three whole numbers >= 1 or is too small for the spec.
+
   >>> forward_flops(FEDMD_SPECS[0])   # (128, 256): about 103 MFLOPs
   102871040
   """
+  spec, num_classes, input_shape = _check_cnn(spec, num_classes, input_shape)
   sizes = _spatial(spec, input_shape)
-  cin = int(input_shape[2])
+  cin = input_shape[2]
   total = 0
   for (kernel, _, _, _), (h, w), cout in zip(_layout(spec), sizes, spec.widths):
     total += 2 * h * w * kernel * kernel * cin * cout
@@ -214,7 +241,7 @@ class FedMDCNN(nnx.Module):
 
   Args:
     spec: widths and dropout.
-    num_classes: C, the output size (FedMD: 10 public + 6 private = 16).
+    num_classes: C, the output size (FedMD: 10 public + 6 private = 16), at most :data:`MAX_CLASSES`.
     input_shape: ``(H, W, channels)`` of one image.
     l2: L2 penalty on the dense kernel (Keras ``kernel_regularizer``).
     rngs: initialisation keys.
@@ -226,15 +253,11 @@ class FedMDCNN(nnx.Module):
 
   def __init__(self, spec: CNNSpec, num_classes: int, *, input_shape: Sequence[int] = (28, 28, 1),
                l2: float = 1e-3, rngs: nnx.Rngs):
-    if not isinstance(spec, CNNSpec):
-      raise ValueError(f"Expected spec to be a CNNSpec; got {spec!r}.")
+    spec, num_classes, input_shape = _check_cnn(spec, num_classes, input_shape)
     self.spec = spec
-    self.num_classes = _validate.integer("num_classes", num_classes, minimum=1)
+    self.num_classes = num_classes
     self.l2 = _validate.nonnegative("l2", l2)
-    if len(_items("input_shape", input_shape)) != 3:
-      raise ValueError(f"Expected input_shape=(H, W, C); got {input_shape!r}.")
-    # Whole numbers >= 1 (12.7 was truncated to 12; a 0 raised ZeroDivisionError further down).
-    self.input_shape = tuple(_validate.integer("input_shape", s, minimum=1) for s in input_shape)
+    self.input_shape = input_shape
     sizes = _spatial(spec, self.input_shape)
     self.layout = _layout(spec)
     cin = self.input_shape[2]

@@ -146,7 +146,16 @@ def create(model: nnx.Module, tx: optax.GradientTransformation) -> tuple[Classif
   >>> clf, st = create(FedMDCNN(CNNSpec((4, 8), 0.2), 16, rngs=nnx.Rngs(params=0)), optax.adam(1e-3))
   >>> int(st.step)
   0
+
+  Raises:
+    ValueError: ``model`` is not an ``nnx.Module`` or ``tx`` not an optax
+      optimiser (an object with ``init`` and ``update``).
   """
+  if not isinstance(model, nnx.Module):
+    raise ValueError(f"Expected model to be an nnx.Module; got {type(model).__name__}.")
+  if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+    raise ValueError(f"Expected tx to be an optax GradientTransformation (init and update); got "
+                     f"{type(tx).__name__}.")
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   return Classifier(graphdef, tx), TrainState(params, rest, tx.init(params), jnp.zeros((), jnp.int32))
 
@@ -162,9 +171,20 @@ def _take(stacked, index):
 
 
 def stack_states(states: Sequence[TrainState]) -> TrainState:
-  """Stacks same-architecture states along a new leading model axis."""
+  """Stacks same-architecture states along a new leading model axis.
+
+  Raises:
+    ValueError: ``states`` is not a non-empty list or tuple of
+      :class:`TrainState` (from :func:`create`).
+  """
+  if not isinstance(states, (list, tuple)):
+    raise ValueError(f"Expected states to be a list or tuple of TrainStates; got {type(states).__name__}.")
   if not states:
     raise ValueError("Expected at least one state to stack.")
+  for i, state in enumerate(states):
+    if not isinstance(state, TrainState):
+      raise ValueError(f"Expected states[{i}] to be a TrainState (from models.create); got "
+                       f"{type(state).__name__}.")
   return _stack(list(states))
 
 
@@ -280,6 +300,10 @@ def _copy(tree: Any) -> Any:
 
 #: Most epochs one call of :func:`fit` / :func:`fit_stacked` runs (their keys are split up front).
 MAX_EPOCHS = 1_000_000
+
+#: Largest ``chunk`` of :func:`predict_logits` and friends: every chunk is padded to ``chunk`` images, so a
+#: larger one only allocates padding (and 1e30 or 2**63 failed inside JAX with a TypeError).
+MAX_CHUNK = 65_536
 
 
 def _check_model(clf: Any, state: Any, state_name: str = "state") -> None:
@@ -527,18 +551,19 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
     loss: one of :data:`LOSSES`.
     sizes: ``[m] int`` valid records per model (ragged data padded to n);
       default n for all.
-    shared: whether all models train on the same data.
+    shared: whether all models train on the same data (a bool).
 
   Returns:
     The stacked trained states.
 
   Raises:
     ValueError: as :func:`fit` (model i's rows past ``sizes[i]`` are padding
-      and are not checked); mismatched m, sizes or keys.
+      and are not checked); mismatched m, sizes or keys; a non-bool ``shared``.
     DivergedError: as :func:`fit`; its ``models`` lists the diverged models.
   """
   keys = _validate.prng_key("keys", keys, batched=True)
   _check_model(clf, states, "states")
+  shared = _validate.boolean("shared", shared)
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs,
                                                          0 if shared else 1)
   m = _stacked_count(states)
@@ -605,6 +630,24 @@ def _pad_to(x: jax.Array, c: int, axis: int) -> jax.Array:
   return jnp.pad(x, widths)
 
 
+def _predict_images(images: Any) -> jax.Array:
+  """``images`` as float32, or a ValueError naming ``images`` (text, complex, bool or object data, or no array).
+
+  ``jnp.asarray(images, jnp.float32)`` parsed numeric text and dropped imaginary parts; a tracer is checked by
+  its dtype alone.
+  """
+  arr = images
+  if not isinstance(arr, jax.Array):
+    try:
+      arr = np.asarray(arr)
+    except (TypeError, ValueError):  # ragged nesting
+      raise ValueError(f"Expected images to be an array of real numbers; got {type(images).__name__}.") from None
+  dtype = np.dtype(arr.dtype)
+  if dtype.kind not in "fiu" and not (dtype.kind == "V" and _validate.is_float_like(dtype)):
+    raise ValueError(f"Expected images to hold real numbers; got {type(images).__name__} of dtype {dtype}.")
+  return jnp.asarray(arr, jnp.float32)
+
+
 def _check_predict(clf: Classifier, state: TrainState, images: jax.Array, *, stacked: bool) -> None:
   if isinstance(images, jax.core.Tracer):
     return
@@ -616,16 +659,23 @@ def _check_predict(clf: Classifier, state: TrainState, images: jax.Array, *, sta
 def predict_logits(clf: Classifier, state: TrainState, images: Any, *, chunk: int = 512) -> jax.Array:
   """Eval-mode logits ``[n, C] float32`` of ``images: [n, H, W, C]``, in chunks.
 
+  Args:
+    clf: the model's :class:`Classifier`.
+    state: its :class:`TrainState`.
+    images: real numbers (integer or float dtype).
+    chunk: images per forward pass, in ``[1, MAX_CHUNK]`` (65,536); every chunk is padded to this size.
+
   Raises:
-    ValueError: images of another rank or shape than the model takes, or NaN/inf pixels.
+    ValueError: images not of a real dtype (text, complex, bool, objects), of another rank or shape than the
+      model takes, or with NaN/inf pixels; a bad ``chunk``.
   """
   _check_model(clf, state)
-  images = jnp.asarray(images, jnp.float32)
+  c = _validate.integer("chunk", chunk, minimum=1, maximum=MAX_CHUNK)
+  images = _predict_images(images)
   if images.ndim != 4 or images.shape[0] < 1:
     raise ValueError(f"Expected images of shape [n >= 1, H, W, C]; got {images.shape}.")
   _check_predict(clf, state, images, stacked=False)
   n = images.shape[0]
-  c = _validate.integer("chunk", chunk, minimum=1)
   # Every chunk is padded to c rows, so one compiled forward serves every n.
   out = [_forward_jit(state, _pad_to(images[a:b], c, 0), clf=clf)[:b - a] for a, b in _chunks(n, c)]
   return jnp.concatenate(out)
@@ -638,12 +688,17 @@ def predict_logits_stacked(clf: Classifier, states: TrainState, images: Any, *, 
   Args:
     clf: shared classifier.
     states: stacked states (leading axis m).
-    images: ``[n, H, W, C]`` if ``shared`` else ``[m, n, H, W, C]``.
-    shared: whether all models see the same images.
-    chunk: images per forward pass.
+    images: ``[n, H, W, C]`` if ``shared`` else ``[m, n, H, W, C]`` (real numbers).
+    shared: whether all models see the same images (a bool).
+    chunk: images per forward pass, in ``[1, MAX_CHUNK]`` (65,536).
+
+  Raises:
+    ValueError: as :func:`predict_logits`; a non-bool ``shared``; images for another number of models.
   """
   _check_model(clf, states, "states")
-  images = jnp.asarray(images, jnp.float32)
+  shared = _validate.boolean("shared", shared)
+  c = _validate.integer("chunk", chunk, minimum=1, maximum=MAX_CHUNK)
+  images = _predict_images(images)
   if images.ndim != (4 if shared else 5):
     raise ValueError(f"Expected images of rank {4 if shared else 5}; got shape {images.shape}.")
   m = _stacked_count(states)
@@ -654,7 +709,6 @@ def predict_logits_stacked(clf: Classifier, states: TrainState, images: Any, *, 
   n = images.shape[axis]
   if n == 0:
     raise ValueError(f"Expected at least one image; got shape {images.shape}.")
-  c = _validate.integer("chunk", chunk, minimum=1)
   out = []
   for a, b in _chunks(n, c):
     x = images[a:b] if shared else images[:, a:b]
@@ -663,7 +717,11 @@ def predict_logits_stacked(clf: Classifier, states: TrainState, images: Any, *, 
 
 
 def predict_proba(clf: Classifier, state: TrainState, images: Any, *, chunk: int = 512) -> jax.Array:
-  """Eval-mode class probabilities ``[n, C] float32``."""
+  """Eval-mode class probabilities ``[n, C] float32``.
+
+  Raises:
+    ValueError: as :func:`predict_logits`.
+  """
   return jax.nn.softmax(predict_logits(clf, state, images, chunk=chunk), axis=-1)
 
 

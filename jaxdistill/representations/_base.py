@@ -34,7 +34,7 @@ def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -
   """Returns ``images`` as float32 ``[N, H, W, C]`` in [0, 1], or raises naming ``name``.
 
   Accepts integer and float arrays (bfloat16 and the other ml_dtypes floats too) and
-  :class:`~jaxdistill.data.ImageData` (its ``images``).
+  :class:`~jaxdistill.data.ImageData` (its ``images``); complex, text, bool and object arrays are refused.
 
   Args:
     name: parameter name for messages.
@@ -42,8 +42,8 @@ def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -
     shape: required ``(H, W, C)`` (a fitted representation's input shape).
 
   Raises:
-    ValueError: not 4-D, empty, wrong ``(H, W, C)``, NaN/inf, or values
-      outside [0, 1].
+    ValueError: not real numbers, not 4-D, empty, wrong ``(H, W, C)``,
+      NaN/inf, or values outside [0, 1].
   """
   if hasattr(images, "images") and hasattr(images, "labels"):
     images = images.images
@@ -51,7 +51,8 @@ def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -
     arr = np.asarray(images)
   except Exception as err:  # pylint: disable=broad-except
     raise ValueError(f"Expected {name} to be an image array; got {type(images).__name__}.") from err
-  if arr.dtype.kind not in "fiu" and not _validate.is_float_like(arr.dtype):  # bfloat16 etc. are kind 'V'
+  # bfloat16 etc. are kind 'V'. Complex is "float-like" to ml_dtypes.finfo: it passed, losing its imaginary part.
+  if arr.dtype.kind not in "fiu" and not (arr.dtype.kind == "V" and _validate.is_float_like(arr.dtype)):
     raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype}.")
   if arr.ndim != 4:
     raise ValueError(f"Expected {name} of shape [N, H, W, C]; got shape {arr.shape}.")

@@ -56,10 +56,17 @@ def _hog(x: jax.Array, cell_size: int, block_size: int, num_bins: int) -> jax.Ar
   return v.reshape(b, -1)
 
 
+#: Most HOG orientation bins: bins narrower than a fifth of a degree. Every pixel votes into a one-hot vector
+#: of this length, so memory grows with it (2**63 raised an OverflowError inside JAX).
+MAX_HOG_BINS = 1024
+#: Largest ``cell_size`` / ``block_size``: int32, the device's index type (an image must still hold one block).
+MAX_HOG_SIZE = 2**31 - 1
+
+
 def _check_hog(images_shape: tuple[int, ...], cell_size: Any, block_size: Any, num_bins: Any):
-  c = _validate.integer("cell_size", cell_size, minimum=1)
-  bl = _validate.integer("block_size", block_size, minimum=1)
-  nb = _validate.integer("num_bins", num_bins, minimum=2)
+  c = _validate.integer("cell_size", cell_size, minimum=1, maximum=MAX_HOG_SIZE)
+  bl = _validate.integer("block_size", block_size, minimum=1, maximum=MAX_HOG_SIZE)
+  nb = _validate.integer("num_bins", num_bins, minimum=2, maximum=MAX_HOG_BINS)
   if images_shape is not None:
     h, w = images_shape[0], images_shape[1]
     if h // c < bl or w // c < bl:
@@ -107,10 +114,11 @@ def hog(images: Any, *, cell_size: int = 4, block_size: int = 2, num_bins: int =
     images: float ``[N, H, W, C]`` in [0, 1] (or an ImageData).
     cell_size: pixels per cell side.
     block_size: cells per block side.
-    num_bins: orientation bins over [0, pi).
+    num_bins: orientation bins over [0, pi), in ``[2, MAX_HOG_BINS]`` (1024).
 
   Raises:
-    ValueError: bad images, or parameters that do not fit the image size.
+    ValueError: bad images, parameters that are not whole numbers >= 1 (``num_bins`` >= 2) within their caps,
+      or that do not fit the image size.
   """
   return Hog(cell_size, block_size, num_bins)(images)  # __call__ validates the images
 
@@ -135,7 +143,7 @@ class Hog(Representation):
   Attributes:
     cell_size: pixels per cell side.
     block_size: cells per block side.
-    num_bins: orientation bins.
+    num_bins: orientation bins, in ``[2, MAX_HOG_BINS]`` (1024).
   """
 
   cell_size: int = 4

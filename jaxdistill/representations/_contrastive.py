@@ -30,6 +30,16 @@ from jaxdistill.representations._classic import Hog
 __all__ = ["ContrastiveConfig", "ContrastiveEncoder", "fit_contrastive", "augment"]
 
 MIN_TEMPERATURE = 1e-3
+#: Most optimisation steps of :func:`fit_contrastive` / :func:`~jaxdistill.representations.fit_scan` (2**63 was
+#: accepted and the fit ran forever).
+MAX_STEPS = 10_000_000
+#: Widest layer (``width``, ``feature_dim``, ``projection_dim``), as :data:`jaxdistill.models.MAX_WIDTH`.
+MAX_WIDTH = 8192
+#: Largest ``max_shift`` (pixels): far beyond the images here (a shift past the image's size leaves it blank);
+#: every view is padded by it on each side.
+MAX_SHIFT = 256
+#: Largest batch or neighbour count: int32, the device's index type.
+MAX_COUNT = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,18 +47,19 @@ class ContrastiveConfig:
   """Hyperparameters of :func:`fit_contrastive` (all safe to log).
 
   Attributes:
-    width: channels of the first convolution (the second has 2 x width).
+    width: channels of the first convolution (the second has 2 x width); each of the three sizes is at most
+      ``MAX_WIDTH`` (8192).
     feature_dim: backbone feature size.
     projection_dim: projection-head output size (the default output).
-    steps: optimisation steps.
-    batch_size: anchors per step (2 x batch_size views), at least 2.
+    steps: optimisation steps, at most ``MAX_STEPS`` (10**7).
+    batch_size: anchors per step (2 x batch_size views), in ``[2, 2**31 - 1]``.
     learning_rate: peak AdamW learning rate (cosine decay to 0).
     weight_decay: AdamW weight decay.
     temperature: NT-Xent temperature tau, at least ``MIN_TEMPERATURE`` = 1e-3.
     neighbour_fraction: probability that the positive is a HOG neighbour
       rather than the anchor itself (0 = plain SimCLR).
-    num_neighbours: HOG neighbours per public image to draw positives from.
-    max_shift: largest random translation, in pixels.
+    num_neighbours: HOG neighbours per public image to draw positives from (at most 2**31 - 1).
+    max_shift: largest random translation, in pixels, at most ``MAX_SHIFT`` (256).
     noise: standard deviation of the additive pixel noise.
     flip: random horizontal flips.
     output: ``"projection"`` (unit-norm head output; best cluster purity in
@@ -72,11 +83,15 @@ class ContrastiveConfig:
 
   def __post_init__(self):
     # The validated Python ints are kept: a whole float (2.0) would otherwise reach layer and array shapes.
-    for name in ("width", "feature_dim", "projection_dim", "steps", "num_neighbours"):
-      object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1))
+    # Capped so that a typo (2**63 steps) fails here, not by running forever or inside JAX.
+    for name, cap in (("width", MAX_WIDTH), ("feature_dim", MAX_WIDTH), ("projection_dim", MAX_WIDTH),
+                      ("steps", MAX_STEPS), ("num_neighbours", MAX_COUNT)):
+      object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1, maximum=cap))
     # One anchor leaves NT-Xent only its positive: the loss is 0 and nothing trains.
-    object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=2))
-    object.__setattr__(self, "max_shift", _validate.integer("max_shift", self.max_shift, minimum=0))
+    object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=2,
+                                                             maximum=MAX_COUNT))
+    object.__setattr__(self, "max_shift", _validate.integer("max_shift", self.max_shift, minimum=0,
+                                                            maximum=MAX_SHIFT))
     # The validated Python floats and bool are kept too: a jnp.float32(0.2) passed the checks, then made the
     # config unhashable as a static jit argument, failing inside training with JAX's multi-line message.
     object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
@@ -127,10 +142,10 @@ def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: floa
 
   Raises:
     ValueError: an image that is not an array of numbers or of another rank, a negative or fractional
-      ``max_shift``, a negative or non-finite ``noise``, a non-boolean ``flip``.
+      ``max_shift`` or one above ``MAX_SHIFT`` (256), a negative or non-finite ``noise``, a non-boolean ``flip``.
   """
   key = _validate.prng_key("key", key)
-  max_shift = _validate.integer("max_shift", max_shift, minimum=0)
+  max_shift = _validate.integer("max_shift", max_shift, minimum=0, maximum=MAX_SHIFT)
   noise = _validate.nonnegative("noise", noise)
   flip = _validate.boolean("flip", flip)
   if not isinstance(image, jax.Array):  # array-likes too (a nested list had no .shape)
@@ -138,9 +153,12 @@ def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: floa
       arr = np.asarray(image)
     except (TypeError, ValueError):
       arr = np.asarray(None)
-    if arr.dtype.kind not in "biuf" and not _validate.is_float_like(arr.dtype):
+    if arr.dtype.kind not in "biuf" and not (arr.dtype.kind == "V" and _validate.is_float_like(arr.dtype)):
       raise ValueError(f"Expected image to be an array of numbers [H, W, C]; got {type(image).__name__}.")
     image = jnp.asarray(arr)
+  kind = np.dtype(image.dtype).kind
+  if kind not in "biuf" and not (kind == "V" and _validate.is_float_like(image.dtype)):  # a complex jax.Array
+    raise ValueError(f"Expected image to hold real numbers [H, W, C]; got dtype {image.dtype}.")
   if image.ndim != 3:
     raise ValueError(f"Expected image of shape [H, W, C]; got shape {image.shape}.")
   k_shift, k_flip, k_noise = jax.random.split(key, 3)

@@ -40,8 +40,8 @@ from flax import nnx
 
 from jaxdistill import _validate
 from jaxdistill.representations._base import Representation, check_trained, public_images, register
-from jaxdistill.representations._contrastive import (ContrastiveConfig, _Encoder, _fit_contrastive, _neighbours,
-                                                     augment, backbone)
+from jaxdistill.representations._contrastive import (MAX_COUNT, MAX_STEPS, ContrastiveConfig, _Encoder,
+                                                     _fit_contrastive, _neighbours, augment, backbone)
 
 __all__ = ["ScanConfig", "ScanClusterer", "fit_scan"]
 
@@ -49,6 +49,10 @@ __all__ = ["ScanConfig", "ScanClusterer", "fit_scan"]
 #: the entropy term's gradient (up to lambda * (ln 1e8 + 1) in size) can overflow float32, and from about
 #: 1.5e38 (with 10 clusters) the loss itself does, so training ended in NaN and was blamed on the learning rate.
 MAX_ENTROPY_WEIGHT = 1e6
+#: Most clusters (the head's width; the pipeline sets it to s, at most the public images).
+MAX_CLUSTERS = 1_000_000
+#: Most clustering heads (each is a ``feature_dim x num_clusters`` layer trained at every step).
+MAX_HEADS = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,19 +65,21 @@ class ScanConfig:
 
   Attributes:
     num_clusters: clusters (the head's width); the pipeline sets it to s.
-    steps: optimisation steps of the clustering stage.
+      In ``[2, MAX_CLUSTERS]`` (10**6).
+    steps: optimisation steps of the clustering stage, at most
+      ``MAX_STEPS`` (10**7).
     batch_size: anchors per step (two views each: anchor, neighbour); a D_pub
-      smaller than this uses all of D_pub every step.
+      smaller than this uses all of D_pub every step. At most 2**31 - 1.
     learning_rate: peak AdamW learning rate (cosine decay to 0).
     weight_decay: AdamW weight decay.
     entropy_weight: lambda, the weight of the entropy of the mean cluster
       probabilities (higher: more even cluster sizes), at most
       ``MAX_ENTROPY_WEIGHT`` = 1e6.
     num_neighbours: neighbours per public image, mined in the contrastive
-      projection space, to draw positives from.
+      projection space, to draw positives from (at most 2**31 - 1).
     num_heads: clustering heads trained together on the one backbone (their
       losses are summed); the head with the lowest SCAN loss over all of
-      D_pub is kept.
+      D_pub is kept. At most ``MAX_HEADS`` (1000).
     contrastive: the backbone's :class:`ContrastiveConfig` (its augmentation
       settings are reused here).
   """
@@ -90,9 +96,12 @@ class ScanConfig:
 
   def __post_init__(self):
     # The validated Python ints are kept: a whole float (3.0) would otherwise reach layer and array shapes.
-    object.__setattr__(self, "num_clusters", _validate.integer("num_clusters", self.num_clusters, minimum=2))
-    for name in ("steps", "batch_size", "num_neighbours", "num_heads"):
-      object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1))
+    # Capped so that a typo (2**63 steps) fails here, not by running forever or inside JAX.
+    object.__setattr__(self, "num_clusters", _validate.integer("num_clusters", self.num_clusters, minimum=2,
+                                                               maximum=MAX_CLUSTERS))
+    for name, cap in (("steps", MAX_STEPS), ("batch_size", MAX_COUNT), ("num_neighbours", MAX_COUNT),
+                      ("num_heads", MAX_HEADS)):
+      object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1, maximum=cap))
     # The validated Python floats are kept too: a jnp.float32(1e-3) passed the checks, then made the config
     # unhashable as a static jit argument, failing with JAX's multi-line message after the contrastive stage.
     object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))

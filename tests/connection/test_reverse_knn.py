@@ -6,6 +6,7 @@ the lower index. Small-integer features make every float32 product exact, so
 the blockwise kernels must match the reference bitwise, ties included.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -220,6 +221,15 @@ def test_any_floating_dtype_and_0d_jax_integers_are_accepted():
     (lambda x, q: connection.reverse_knn(x, np.full_like(q, np.inf), 1), "query_features"),
     (lambda x, q: connection.reverse_knn(x[0], q, 1), "private_features"),
     (lambda x, q: connection.reverse_knn(x, q, 1, block_size=0), "block_size"),
+    # 1e30 raised a TypeError inside JAX and 2**63 an unrelated ValueError; each block is allocated in full.
+    (lambda x, q: connection.reverse_knn(x, q, 2, block_size=1e30), r"block_size=\d+ <= 16777216"),
+    (lambda x, q: connection.reverse_knn(x, q, 2, block_size=2**63), r"block_size=9223372036854775808 <= 16777216"),
+    (lambda x, q: connection.reverse_knn(x, q, 2, block_size=2**24 + 1), r"block_size=16777217 <= 16777216"),
+    (lambda x, q: connection.reverse_knn_connection(x, q, 2, block_size=2**63), r"block_size=\d+ <= 16777216"),
+    (lambda x, q: connection.knn_labeling(x, q, 2, block_size=1e30), r"block_size=\d+ <= 16777216"),
+    (lambda x, q: connection.connect("balanced-max-min", x, q, 2, block_size=2**63), r"block_size=\d+ <= 16777216"),
+    (lambda x, q: connection.select_queries(jax.random.key(0), x, 2, block_size=2**63),
+     r"block_size=\d+ <= 16777216"),
     (lambda x, q: connection.knn_labeling(x, q, 11), "k=11"),
     (lambda x, q: connection.knn_labeling(x, q[:, :2], 1), "private_features"),
     (lambda x, q: connection.connect("nearest", x, q, 1), "rule"),

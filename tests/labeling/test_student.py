@@ -91,3 +91,30 @@ def test_train_student_checks_images_and_labels_in_their_own_dtype():
   cast = _student.train_student(jax.random.key(0), cfg, images.astype(np.float32), labels.astype(np.int32), 2)
   for a, b in zip(jax.tree.leaves(wide.state), jax.tree.leaves(cast.state)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_train_student_and_refine_targets_name_bad_arguments():
+  cfg = labeling.StudentConfig(widths=(2, 2), epochs=1, batch_size=4)
+  rng = np.random.default_rng(0)
+  images, labels = rng.random((8, 8, 8, 1)), rng.integers(0, 2, 8)
+  # np.array(4) raised "unhashable type: 'numpy.ndarray'"; 1e30 and 2**63 failed inside JAX.
+  for bad, needle in ((2.5, "num_classes to be an integer"), (0, "num_classes=0 >= 1"), (None, "num_classes"),
+                      (1e30, r"num_classes=\d+ <= 2147483647"), (2**63, r"num_classes=\d+ <= 2147483647")):
+    with pytest.raises(ValueError, match=needle):
+      _student.train_student(jax.random.key(0), cfg, images, labels, bad)
+  student = _student.train_student(jax.random.key(0), cfg, images, labels, np.array(2))  # 0-d: its value
+  assert student.logits(images).shape == (8, 2)
+  shares = np.full((8, 2), 0.5)
+  # None raised an AttributeError; text images were parsed and complex ones lost their imaginary part.
+  with pytest.raises(ValueError, match=r"student to be a Student \(from train_student\); got NoneType"):
+    labeling.refine_targets(None, images, shares)
+  for bad in (images.astype(str), images + 3j, None):
+    with pytest.raises(ValueError, match="public_images to hold real numbers"):
+      labeling.refine_targets(student, bad, shares)
+
+
+@pytest.mark.parametrize("field", ["batch_size", "embedding_dim"])
+def test_student_config_caps_sizes_at_int32(field):
+  with pytest.raises(ValueError, match=f"{field}=9223372036854775808 <= 2147483647"):
+    labeling.StudentConfig(**{field: 2**63})
+  assert getattr(labeling.StudentConfig(**{field: 2**31 - 1}), field) == 2**31 - 1

@@ -72,6 +72,19 @@ def test_bad_specs(text):
      r"input_shape=0 >= 1"),                                              # ZeroDivisionError before
     (lambda: M.FedMDCNN(M.CNNSpec((2, 4), 0.2), 3, input_shape=(12.7, 12, 1), rngs=nnx.Rngs(0)),
      "input_shape to be an integer, got 12.7"),                           # silently 12 before
+    (lambda: M.FedMDCNN(M.CNNSpec((2, 4), 0.2), 2**63, input_shape=(12, 12, 1), rngs=nnx.Rngs(0)),
+     r"num_classes=9223372036854775808 <= 2147483647"),                   # TypeError inside JAX before
+    # forward_flops counted -1 classes, took 0, 2.5 and True, and raised AttributeError / IndexError.
+    (lambda: M.forward_flops(M.FEDMD_SPECS[0], num_classes=-1), r"num_classes=-1 >= 1"),
+    (lambda: M.forward_flops(M.FEDMD_SPECS[0], num_classes=0), r"num_classes=0 >= 1"),
+    (lambda: M.forward_flops(M.FEDMD_SPECS[0], num_classes=2.5), "num_classes to be an integer"),
+    (lambda: M.forward_flops(M.FEDMD_SPECS[0], num_classes=True), "num_classes to be an integer"),
+    (lambda: M.forward_flops(M.FEDMD_SPECS[0], num_classes=float("nan")), "num_classes to be an integer"),
+    (lambda: M.forward_flops(M.FEDMD_SPECS[0], num_classes=2**63), r"num_classes=9223372036854775808 <= "),
+    (lambda: M.forward_flops(None), "spec to be a CNNSpec"),
+    (lambda: M.forward_flops(M.FEDMD_SPECS[0], input_shape=()), r"input_shape=\(H, W, C\)"),
+    (lambda: M.forward_flops(M.FEDMD_SPECS[0], input_shape=(28, 28, 0)), r"input_shape=0 >= 1"),
+    (lambda: M.forward_flops(M.FEDMD_SPECS[0], input_shape=(28, 28.5, 1)), "input_shape to be an integer"),
 ])
 def test_bad_model_arguments_name_the_parameter(make, needle):
   with pytest.raises(ValueError, match=needle):

@@ -300,3 +300,46 @@ def test_fit_and_accuracy_refuse_what_is_not_real_numbers():
   logits = jnp.asarray([[1.0, 0.0], [0.0, 1.0], [2.0, -1.0]], jnp.bfloat16)
   assert M.accuracy(logits, np.array([0, 1, 1])) == pytest.approx(2 / 3)
   M.fit(jax.random.key(0), clf, st, jnp.asarray(x, jnp.bfloat16), y, epochs=0, batch_size=4)
+
+
+def test_predict_refuses_images_that_are_not_real_numbers_and_bad_options():
+  # jnp.asarray(images, float32) parsed numeric text and dropped imaginary parts; None and "abc" failed inside JAX.
+  x, _ = toy(8)
+  clf, st = make()
+  two = M.stack_states([st, st])
+  calls = (lambda b, **kw: M.predict_logits(clf, st, b, **kw), lambda b, **kw: M.predict_proba(clf, st, b, **kw),
+           lambda b, **kw: M.predict_logits_stacked(clf, two, b, **kw))
+  for bad in (x.astype(np.complex64) + 5j, x.astype(str), x > 0.5, None, "abc"):
+    for call in calls:
+      with pytest.raises(ValueError, match="Expected images to hold real numbers"):
+        call(bad)
+  # 1e30 and 2**63 failed inside JAX with a TypeError; every chunk is padded to `chunk` rows.
+  for chunk, needle in ((1e30, "chunk=1000000000000000019884624838656 <= 65536"),
+                        (2**63, "chunk=9223372036854775808 <= 65536"), (0, "chunk=0 >= 1"), (2.5, "chunk")):
+    for call in calls:
+      with pytest.raises(ValueError, match=needle):
+        call(x, chunk=chunk)
+  # "no" was truthy, so it meant shared=True; fit_stacked's shared=0 was blamed on the images' rank.
+  for bad in ("no", 0, 1, None):
+    with pytest.raises(ValueError, match="shared to be a bool"):
+      M.predict_logits_stacked(clf, two, x, shared=bad)
+    with pytest.raises(ValueError, match="shared to be a bool"):
+      M.fit_stacked(jax.random.split(jax.random.key(0), 2), clf, two, x, np.zeros(8, np.int32), epochs=1,
+                    batch_size=4, shared=bad)
+
+
+def test_create_and_stack_states_refuse_what_is_not_a_model():
+  # create(None, tx) built a Classifier of a None graph; create(model, None) raised an AttributeError.
+  model = M.FedMDCNN(SPEC, 4, input_shape=SHAPE, rngs=nnx.Rngs(params=0))
+  with pytest.raises(ValueError, match="model to be an nnx.Module; got NoneType"):
+    M.create(None, optax.adam(1e-2))
+  for tx in (None, "adam", 1e-2):
+    with pytest.raises(ValueError, match="tx to be an optax GradientTransformation"):
+      M.create(model, tx)
+  _, st = M.create(model, optax.adam(1e-2))
+  # "ab" raised a TypeError inside JAX; (-1,) was stacked into a "state" of one integer.
+  for bad, needle in (("ab", "states to be a list or tuple"), (st, "states to be a list or tuple"),
+                      ((-1,), r"states\[0\] to be a TrainState"), ([st, None], r"states\[1\] to be a TrainState"),
+                      ([], "at least one state")):
+    with pytest.raises(ValueError, match=needle):
+      M.stack_states(bad)

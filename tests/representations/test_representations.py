@@ -565,3 +565,50 @@ def test_scan_small_image_error_names_the_contrastive_field():
   needle = r"\(contrastive\.neighbour_fraction=0\.5\).*use contrastive\.neighbour_fraction=0\."
   with pytest.raises(ValueError, match=needle):
     R.fit_scan(jax.random.key(0), x, cfg)
+
+
+def test_images_that_are_not_real_numbers_are_refused_by_every_entry_point():
+  # Complex images passed as_images (ml_dtypes.finfo takes complex as "float-like") and lost their imaginary part.
+  x = np.full((4, 8, 8, 1), 0.5, np.float32)
+  tiny = R.ContrastiveConfig(width=2, feature_dim=4, projection_dim=2, steps=1, batch_size=2, neighbour_fraction=0)
+  rep = R.embed_with(lambda z: z.reshape(z.shape[0], -1))
+  for bad in (x.astype(np.complex64) + 3j, jnp.asarray(x, jnp.complex64), x.astype(str), x.astype(object)):
+    for call in (lambda b: R.raw_pixels(b), lambda b: R.hog(b), lambda b: R.Hog()(b), lambda b: rep(b),
+                 lambda b: R.as_images("images", b)):
+      with pytest.raises(ValueError, match="images to hold real numbers"):
+        call(bad)
+    for call in (lambda b: R.public_images(b), lambda b: R.fit_pca(b, 2),
+                 lambda b: R.fit_contrastive(jax.random.key(0), b, tiny),
+                 lambda b: R.fit_scan(jax.random.key(0), b, R.ScanConfig(num_clusters=2, contrastive=tiny)),
+                 lambda b: R.fit_representation(jax.random.key(0), "raw", b)):
+      with pytest.raises(ValueError, match="public to hold real numbers"):
+        call(bad)
+  for bad in (x[0].astype(np.complex64) + 3j, jnp.asarray(x[0], jnp.complex64)):
+    with pytest.raises(ValueError, match="image"):
+      R.augment(jax.random.key(0), bad)
+
+
+@pytest.mark.parametrize("make, needle", [
+    # Accepted, then the fit ran forever (steps) or failed inside JAX (the sizes).
+    (lambda: R.ContrastiveConfig(steps=2**63), r"steps=9223372036854775808 <= 10000000"),
+    (lambda: R.ContrastiveConfig(width=2**63), r"width=9223372036854775808 <= 8192"),
+    (lambda: R.ContrastiveConfig(feature_dim=8193), r"feature_dim=8193 <= 8192"),
+    (lambda: R.ContrastiveConfig(projection_dim=2**40), r"projection_dim=1099511627776 <= 8192"),
+    (lambda: R.ContrastiveConfig(batch_size=2**63), r"batch_size=9223372036854775808 <= 2147483647"),
+    (lambda: R.ContrastiveConfig(num_neighbours=2**63), r"num_neighbours=9223372036854775808 <= 2147483647"),
+    (lambda: R.ContrastiveConfig(max_shift=257), r"max_shift=257 <= 256"),
+    (lambda: R.ScanConfig(steps=2**63), r"steps=9223372036854775808 <= 10000000"),
+    (lambda: R.ScanConfig(num_clusters=2**63), r"num_clusters=9223372036854775808 <= 1000000"),
+    (lambda: R.ScanConfig(num_heads=1001), r"num_heads=1001 <= 1000"),
+    (lambda: R.ScanConfig(batch_size=2**63), r"batch_size=9223372036854775808 <= 2147483647"),
+    (lambda: R.ScanConfig(num_neighbours=2**31), r"num_neighbours=2147483648 <= 2147483647"),
+    (lambda: R.Hog(num_bins=2**63), r"num_bins=9223372036854775808 <= 1024"),
+    (lambda: R.Hog(cell_size=2**63), r"cell_size=9223372036854775808 <= 2147483647"),
+    (lambda: R.Hog(block_size=2**63), r"block_size=9223372036854775808 <= 2147483647"),
+    (lambda: R.hog(np.zeros((1, 8, 8, 1)), num_bins=2**63), r"num_bins=9223372036854775808 <= 1024"),  # Overflow
+    (lambda: R.augment(jax.random.key(0), np.zeros((4, 4, 1)), max_shift=2**63), r"max_shift=\d+ <= 256"),
+    (lambda: R.augment(jax.random.key(0), np.zeros((4, 4, 1)), max_shift=1e30), r"max_shift=\d+ <= 256"),
+])
+def test_sizes_beyond_their_caps_are_refused_up_front(make, needle):
+  with pytest.raises(ValueError, match=needle):
+    make()
