@@ -49,7 +49,7 @@ def release(logits: Any, mode: str) -> jax.Array:
       input) NaN or inf logits, which argmax would turn into a vote for
       class 0 and softmax into NaN rows.
   """
-  mode = _validate.choice("aggregation", mode, RELEASE_MODES)
+  mode = _validate.choice("mode", mode, RELEASE_MODES)
   if np.ndim(logits) < 2:
     raise ValueError(f"Expected logits of shape [..., q, C]; got {np.shape(logits)}.")
   # Real numbers only, as clip_rows and aggregate: text parsed, complex lost its imaginary part.
@@ -210,7 +210,7 @@ def release_sensitivity(mode: str, clip: float | None = None) -> float:
       clip outside [MIN_CLIP, MAX_CLIP] whatever the mode (``softmax`` with
       clip=-5 used to pass).
   """
-  mode = _validate.choice("aggregation", mode, RELEASE_MODES)
+  mode = _validate.choice("mode", mode, RELEASE_MODES)
   clip = None if clip is None else check_clip("clip", clip)
   if mode in ("argmax", "softmax"):
     return math.sqrt(2.0)
