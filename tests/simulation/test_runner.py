@@ -1,6 +1,7 @@
 """The streaming runner: exact sums, chunk invariance, generator == arrays."""
 
 import dataclasses
+import re
 import sys
 
 import jax
@@ -40,6 +41,17 @@ def test_rejects_unknown_clients():
   mech = M.RandomizedResponse(M.BsvsShape(2, 2, 1), 1.0)
   with pytest.raises(ValueError, match="clients"):
     simulation.simulate(jax.random.key(0), mech, [1, 2, 3])
+
+
+@pytest.mark.parametrize("name", ["gaussian", "", "RR", 3, None, ["rr"]])
+def test_unknown_mechanism_name_is_named_with_the_known_names(name):
+  # The error said "Expected mechanism ...", naming no parameter of mechanism_spec or build_mechanism.
+  known = ", ".join(simulation.mechanism_names())
+  want = rf"^Expected name \(a mechanism name\) to be one of {re.escape(known)}; got {re.escape(repr(name))}\.$"
+  with pytest.raises(ValueError, match=want):
+    simulation.mechanism_spec(name)
+  with pytest.raises(ValueError, match=want):
+    simulation.build_mechanism(name, M.BsvsShape(10, 5, 1), epsilon=1.0)
 
 
 def test_bad_arguments_name_themselves():
