@@ -782,6 +782,10 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
   rel, count, vdi = _common(relation, count, value_discretization_interval)
   rtol = _validate.positive("rtol", rtol)
   sens = 1.0 if mech == "randomized-response" else _validate.positive("sensitivity", sensitivity)
+  if mech == "gaussian" and not GAUSSIAN_SCALE_RANGE[0] <= sens <= GAUSSIAN_SCALE_RANGE[1]:
+    # Checked by its own name: the check below, at sigma = sensitivity, named the sigma (not a parameter here).
+    raise ValueError(f"Expected sensitivity={sens!r} in [{GAUSSIAN_SCALE_RANGE[0]:g}, {GAUSSIAN_SCALE_RANGE[1]:g}] "
+                     "for the Gaussian mechanism (dp-accounting squares it).")
   # What the noise does not change (an integer sensitivity within its cap, num_buckets, the relation RR takes) is
   # checked here, at a noise of loss 1 per release, so it is refused by its own name, not as a "starting noise
   # outside what the accounting supports".
