@@ -365,6 +365,23 @@ def test_measure_subprocess_refuses_a_command_string(argv):
     simulation.measure_subprocess(argv)
 
 
+@pytest.mark.parametrize("kwargs,match", [
+    # Each was a TypeError from deep inside subprocess, or (timeout=-1) a child killed at once.
+    (dict(argv=5), r"^Expected argv to be a list of arguments, .*; got int 5\.$"),
+    (dict(argv=[]), r"^Expected argv to be a non-empty list of arguments; got \[\]\.$"),
+    (dict(argv=[sys.executable, 1]), r"^Expected argv\[1\] to be a str \(or bytes or a path\); got int 1\.$"),
+    (dict(env="x"), r"^Expected env to be None or a mapping of str to str; got str 'x'\.$"),
+    (dict(env={"A": 1}), r"^Expected env to be None or a mapping of str to str; got dict \{'A': 1\}\.$"),
+    (dict(timeout=-1), r"^Expected timeout=-1\.0 > 0\.$"),
+    (dict(timeout="1"), r"^Expected timeout to be a real number, got '1'\.$"),
+    (dict(timeout=float("nan")), r"^Expected timeout to be finite, got nan\.$"),
+])
+def test_measure_subprocess_names_bad_arguments(kwargs, match):
+  kwargs = {"argv": [sys.executable, "-c", "pass"], **kwargs}
+  with pytest.raises(ValueError, match=match):
+    simulation.measure_subprocess(**kwargs)
+
+
 def test_client_mesh_refuses_duplicate_devices():
   # A repeated device used to pass here and fail later inside JAX.
   dev = jax.devices()[0]
