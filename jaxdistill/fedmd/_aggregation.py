@@ -85,7 +85,8 @@ def aggregate(released: Any, weights: Any = None) -> jax.Array:
     return jnp.mean(y, axis=0)
   w = _validate.real_array("weights", weights)
   if w.shape != (m,) or not np.all(np.isfinite(w)) or w.min() < 0 or w.max() <= 0:
-    raise ValueError(f"Expected {m} finite nonnegative weights, not all zero; got {np.asarray(weights).tolist()}.")
+    raise ValueError(f"Expected weights to be {m} finite nonnegative numbers (one per party), not all zero; "
+                     f"got {np.asarray(weights).tolist()}.")
   w = w / w.max()  # the sum of weights near the float64 maximum would overflow: w / inf = 0
   w = jnp.asarray(w / w.sum(), jnp.float32)
   return jnp.tensordot(w, y, axes=1)

@@ -50,7 +50,7 @@ def test_logits_equal_and_weighted():
 
 @pytest.mark.parametrize("weights", [[1], [1, -1], [0, 0], [1, float("nan")], [[1, 2]], ["1", "1"], [True, True]])
 def test_bad_weights(weights):
-  with pytest.raises(ValueError, match="weights"):
+  with pytest.raises(ValueError, match="^Expected weights"):
     fedmd.aggregate(LOGITS, weights)
 
 
