@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -121,3 +122,35 @@ def test_out_of_memory_in_simulate_names_chunk_size(capsys, monkeypatch):
   assert main(argv) == 1
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "--chunk-size" in err and "--student-widths" not in err
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("16,,32", "entry 2 of '16,,32' is empty"),
+    ("16,", "entry 2 of '16,' is empty"),
+    (",", "entry 1 of ',' is empty"),
+    ("16,x", "entry 2 of '16,x' is 'x', not an integer"),  # was "got '16,x'", naming no entry
+])
+def test_label_list_flag_entries_are_refused_by_argparse(capsys, value, needle):
+  assert main(["label", "--student-widths", value]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("jaxdistill label: argument --student-widths: expected comma-separated integers; ")
+  assert needle in err and len(err.splitlines()) == 1
+
+
+def test_entries_is_one_parser_for_every_list_flag():
+  import argparse  # pylint: disable=import-outside-toplevel
+  from jaxdistill.cli._common import _entries  # pylint: disable=import-outside-toplevel
+  ints = _entries(int, "integers", "an integer")
+  assert ints("1, 2,3") == (1, 2, 3) and ints("7") == (7,)
+  for text, message in [("1,,2", "entry 2 of '1,,2' is empty"), (" ", "got ' '"), ("1,x", "'x', not an integer")]:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+      ints(text)
+  assert _entries(float, "numbers", "a number", allow_empty=True)("") == ()
+  words = _entries(float, "numbers", "a number", also=("equal", "size"))
+  assert words("size") == "size" and words("1,2") == (1.0, 2.0)
+
+  def spec(text):
+    raise ValueError(f"bad spec {text}\nsecond line")
+  with pytest.raises(argparse.ArgumentTypeError, match=r"^expected ';'-separated specs; 'q' is not a spec "
+                                                       r"\(bad spec q\)$"):
+    _entries(spec, "specs", "a spec", sep=";")("q")

@@ -142,6 +142,9 @@ MAX_FFT_POINTS = 2**26
 FFT_ROUNDOFF_PER_RELEASE = 64 * 2.0**-53
 
 _MECHANISMS = ("laplace", "discrete-laplace", "gaussian", "randomized-response")
+#: What :attr:`MechanismAccount.parameter` is for each mechanism, as its errors name it.
+_PARAMETER_MEANING = {"laplace": "Laplace scale b", "discrete-laplace": "discrete-Laplace decay a",
+                      "gaussian": "Gaussian sigma", "randomized-response": "randomized-response epsilon0"}
 
 #: Exceptions dp-accounting raises for parameters outside its numerical range; re-raised as ValueError.
 _DP_ACCOUNTING_ERRORS = (OverflowError, IndexError, ZeroDivisionError, FloatingPointError, MemoryError, ValueError)
@@ -192,7 +195,8 @@ class MechanismAccount:
   def __post_init__(self):
     mech = _validate.choice("mechanism", self.mechanism, _MECHANISMS)
     rr = mech == "randomized-response"
-    pname = {"laplace": "scale", "discrete-laplace": "parameter", "gaussian": "sigma"}.get(mech, "epsilon0")
+    # Errors name the field and what it means for this mechanism ("Expected scale=-1.0 > 0" named no field).
+    pname = f"parameter (the {_PARAMETER_MEANING[mech]})"
     param = _validate.positive(pname, self.parameter)
     if mech == "discrete-laplace":
       sens = _validate.integer("sensitivity", self.sensitivity, minimum=1, maximum=MAX_DISCRETE_SENSITIVITY)
@@ -210,17 +214,17 @@ class MechanismAccount:
         raise ValueError(f"Expected sensitivity=1 for randomized response; got sensitivity={sens!r}.")
       buckets = _validate.integer("num_buckets", buckets, minimum=2, maximum=MAX_COUNT)
       if param > MAX_RR_EPSILON0:
-        raise ValueError(f"Expected epsilon0={param!r} <= {MAX_RR_EPSILON0:g} (e^eps0 overflows float64 from "
+        raise ValueError(f"Expected {pname}={param!r} <= {MAX_RR_EPSILON0:g} (e^eps0 overflows float64 from "
                          "~709.8).")
       if not _rr_noise(param, buckets) < 1.0:
-        raise ValueError(f"Expected epsilon0={param!r} large enough that randomized response over "
+        raise ValueError(f"Expected {pname}={param!r} large enough that randomized response over "
                          f"num_buckets={buckets} keeps its input more often than uniform in float64 "
                          f"(K/(e^eps0 + K - 1) < 1; about eps0 > K * 1.1e-16).")
     elif buckets is not None:
       raise ValueError(f"Expected num_buckets=None for the {mech} mechanism; got {buckets!r}.")
     if mech == "gaussian":
       low, high = GAUSSIAN_SCALE_RANGE
-      for name, value in (("sigma", param), ("sensitivity", sens)):
+      for name, value in ((pname, param), ("sensitivity", sens)):
         if not low <= value <= high:
           raise ValueError(f"Expected {name}={value!r} in [{low:g}, {high:g}] for the Gaussian mechanism "
                            "(dp-accounting squares it).")
@@ -237,7 +241,7 @@ class MechanismAccount:
                          f"is indexed in int64); got count={count}, sensitivity={sens!r}.")
       if not count * self._max_loss() <= MAX_LATTICE_LOSS:
         raise ValueError(
-            f"Expected a composed privacy loss count * {pname} * sensitivity <= {MAX_LATTICE_LOSS:g} for the "
+            f"Expected a composed privacy loss count * parameter * sensitivity <= {MAX_LATTICE_LOSS:g} for the "
             f"{mech} mechanism; got {pname}={param!r}, sensitivity={sens!r}, count={count}. Use more noise or "
             "fewer releases.")
       return
@@ -778,6 +782,10 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
   rel, count, vdi = _common(relation, count, value_discretization_interval)
   rtol = _validate.positive("rtol", rtol)
   sens = 1.0 if mech == "randomized-response" else _validate.positive("sensitivity", sensitivity)
+  if mech == "gaussian" and not GAUSSIAN_SCALE_RANGE[0] <= sens <= GAUSSIAN_SCALE_RANGE[1]:
+    # Checked by its own name: the check below, at sigma = sensitivity, named the sigma (not a parameter here).
+    raise ValueError(f"Expected sensitivity={sens!r} in [{GAUSSIAN_SCALE_RANGE[0]:g}, {GAUSSIAN_SCALE_RANGE[1]:g}] "
+                     "for the Gaussian mechanism (dp-accounting squares it).")
   # What the noise does not change (an integer sensitivity within its cap, num_buckets, the relation RR takes) is
   # checked here, at a noise of loss 1 per release, so it is refused by its own name, not as a "starting noise
   # outside what the accounting supports".

@@ -520,6 +520,30 @@ def _calibrate(eps: float, delta: float, shifts: int, fraction: float, multiplie
   return MultiMessageNoise(p, rho, pf)
 
 
+def _brief(value: Any) -> str:
+  """``repr(value)`` cut to 80 characters, for one-line errors."""
+  text = " ".join(repr(value).split())
+  return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_flood_multipliers(value: Any) -> tuple[float, ...]:
+  """``value`` as a non-empty tuple of finite floats > 0; errors name ``flood_multipliers`` and the bad entry.
+
+  An entry's error said "Expected flood_multipliers=-1.0 > 0" (the entry's value under the sequence's name), and
+  a string was read character by character ("Expected flood_multipliers to be a real number, got 'a'").
+  """
+  try:
+    if isinstance(value, (str, bytes, dict)):
+      raise TypeError
+    entries = list(value)
+  except TypeError:  # also a 0-d array, which has __iter__ but no entries
+    raise ValueError(f"Expected flood_multipliers to be a sequence of positive numbers; got {_brief(value)}.") from None
+  mults = tuple(_validate.positive(f"flood_multipliers[{i}]", m) for i, m in enumerate(entries))
+  if not mults:
+    raise ValueError(f"Expected flood_multipliers to hold at least one multiplier; got {_brief(value)}.")
+  return mults
+
+
 def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 1, r: Any = 1,
                             dlap_fraction: Any = 0.5,
                             flood_multipliers: Any = DEFAULT_FLOOD_MULTIPLIERS, rtol: Any = 1e-3,
@@ -577,19 +601,14 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
     raise ValueError(f"Expected target_epsilon={eps!r} >= {least:.3g}, the smallest epsilon the calibration "
                      f"supports at k={k}, r={r}, dlap_fraction={fraction:g}: below it the exact view needs more "
                      f"than {MAX_VIEW_OUTCOMES} outcomes (minutes to hours of accounting and many GiB).")
-  try:
-    mults = tuple(_validate.positive("flood_multipliers", m) for m in flood_multipliers)
-  except TypeError:
-    raise ValueError(f"Expected flood_multipliers to be a sequence of positive numbers; "
-                     f"got {flood_multipliers!r}.") from None
-  if not mults:
-    raise ValueError("Expected at least one flood multiplier.")
+  mults = _check_flood_multipliers(flood_multipliers)
   base_b = (1.0 - fraction) * eps / (2 * shifts)  # as in _calibrate
-  for mult in mults:
+  for i, mult in enumerate(mults):
     # A multiplier whose p_flood rounded to 0 or 1 was refused under the name p_flood, not the caller's.
     if not 0.0 < math.exp(-mult * base_b) < 1.0:
-      raise ValueError(f"Expected flood_multipliers={flood_multipliers!r} whose p_flood = e^(-m (1 - dlap_fraction) "
-                       f"eps/(2kr)) is in (0, 1); m={mult!r} gives {math.exp(-mult * base_b)!r}.")
+      raise ValueError(f"Expected flood_multipliers[{i}]={mult!r} to give a flooding probability "
+                       f"p' = e^(-m (1 - dlap_fraction) eps/(2kr)) in (0, 1); it gives {math.exp(-mult * base_b)!r} "
+                       f"at target_epsilon={eps!r}, dlap_fraction={fraction!r}, k*r={shifts}.")
   rtol = _validate.positive("rtol", rtol)
   if rtol < MIN_RTOL:
     raise ValueError(f"Expected rtol={rtol!r} >= {MIN_RTOL:g}: float64 cannot resolve a finer relative step.")

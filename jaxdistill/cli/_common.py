@@ -6,7 +6,9 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+from jaxdistill import _validate
 
 
 class CliError(Exception):
@@ -18,6 +20,49 @@ class Parser(argparse.ArgumentParser):
 
   def error(self, message: str) -> None:  # type: ignore[override]
     raise CliError(f"{self.prog}: {message}")
+
+
+def _entries(convert: Callable[[str], Any], kind: str, one: str, *, sep: str = ",", allow_empty: bool = False,
+             also: Sequence[str] = ()) -> Callable[[str], Any]:
+  """An argparse ``type=`` for a ``sep``-separated list: every entry converted by ``convert``, as a tuple.
+
+  The one parser of every list flag, so a bad list is refused by argparse (exit 2, "argument --k: ...") naming
+  the entry: an empty entry (``1,,2``, ``,``) or one ``convert`` refuses (``1,x``). The flags used to skip
+  empty entries silently and name only the whole text.
+
+  Args:
+    convert: one entry's text (stripped) to its value; raises ValueError (or ArgumentTypeError) if bad.
+    kind: what the entries are, plural ("integers"), and ``one``: one of them ("an integer").
+    sep: the separator.
+    allow_empty: blank text is the empty tuple (a flag whose '' means "none").
+    also: words accepted as the whole text and returned unchanged (``--weighting``'s ``equal``).
+  """
+  listed = f"{'comma' if sep == ',' else repr(sep)}-separated {kind}"
+  words = f"{', '.join(also)} or {listed}" if also else listed
+
+  def parse(text: str) -> Any:
+    if text in also:
+      return text
+    if not text.strip():
+      if allow_empty:
+        return ()
+      raise argparse.ArgumentTypeError(f"expected {words}; got {text!r}")
+    out = []
+    parts = text.split(sep)
+    for i, part in enumerate(parts, 1):
+      entry = part.strip()
+      if not entry:
+        raise argparse.ArgumentTypeError(f"expected {words}; entry {i} of {text!r} is empty")
+      try:
+        out.append(convert(entry))
+      except (ValueError, ArithmeticError, argparse.ArgumentTypeError) as err:
+        why = "" if convert in (int, float) else f" ({_validate.first_line(err)})"
+        where = f"entry {i} of {text!r} is {entry!r}," if len(parts) > 1 else f"{entry!r} is"
+        raise argparse.ArgumentTypeError(f"expected {words}; {where} not {one}{why}") from None
+    return tuple(out)
+
+  parse.__name__ = kind  # argparse names the type by it in its own messages
+  return parse
 
 
 def _clean(x: Any) -> Any:

@@ -31,7 +31,7 @@ import time
 
 from jaxdistill import _keys, _validate
 from jaxdistill._files import atomic_write, claimed_dir, keep_earlier_report
-from jaxdistill.cli._common import _clean, print_table
+from jaxdistill.cli._common import _clean, _entries, print_table
 
 # Literal copies of the library's choices, checked against it by tests/fedmd/test_cli.py. (They no longer
 # keep ``jaxdistill --help`` from importing jax and flax: ``import jaxdistill`` loads every subpackage.)
@@ -40,11 +40,13 @@ RELEASE_MODES = ("argmax", "softmax", "logits")
 VMAP_MODES = ("auto", "on", "off")
 
 
-def _ints(text: str, name: str) -> list[int]:
-  try:
-    return [int(x) for x in text.split(",") if x.strip()]
-  except ValueError:
-    raise ValueError(f"Expected --{name} to be comma-separated integers; got {text!r}.") from None
+def _spec(text: str):
+  from jaxdistill.models import parse_spec  # pylint: disable=import-outside-toplevel
+  return parse_spec(text)
+
+
+# List flags: argparse refuses an empty or bad entry (exit 2), naming the flag and the entry.
+_INTS = _entries(int, "integers", "an integer")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,14 +56,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a = p.add_argument
   a("--method", default="nfdp", choices=METHODS, help="algorithm or baseline")
   a("--parties", type=int, default=10, help="number of parties N")
-  a("--k", default="16", help="sample size per party; a comma list runs one NFDP run per value")
+  a("--k", type=_INTS, default="16", help="sample size per party; a comma list runs one NFDP run per value")
   a("--sampling", default="wor", choices=["wor", "wr", "both"], help="without / with replacement")
   a("--resample-each-round", action="store_true", help="fresh sample every round (composed privacy)")
   a("--rounds", type=int, default=20, help="collaboration rounds R")
   a("--public-subset", type=int, default=5000, help="public images queried per round")
   a("--aggregation", default="argmax", choices=RELEASE_MODES, help="what parties release")
-  a("--weighting", default="equal", help="'equal', 'size' or N comma-separated weights ('size' is refused for nfdp "
-                                          "and ldp: under add/remove the consensus would reveal each party's size)")
+  a("--weighting", type=_entries(float, "numbers", "a number", also=("equal", "size")), default="equal",
+    help="'equal', 'size' or N comma-separated weights ('size' is refused for nfdp and ldp: under add/remove "
+         "the consensus would reveal each party's size)")
   a("--pretrain-epochs", type=int, default=2, help="public pre-training epochs (0: none)")
   a("--init-epochs", type=int, default=20, help="T1: epochs on the private view first")
   a("--digest-epochs", type=int, default=2, help="T2: epochs on the consensus per round")
@@ -70,13 +73,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--private-batch-size", type=int, default=5, help="FedMD: 5")
   a("--public-batch-size", type=int, default=256)
   a("--width-multiplier", type=float, default=0.125, help="scales FedMD's conv widths (1 = paper)")
-  a("--architectures", default="fedmd",
+  a("--architectures", type=_entries(_spec, "CNN specs", "a CNN spec", sep=";", also=("fedmd",)), default="fedmd",
     help="'fedmd' (the ten FedMD CNNs, cycled) or ';'-separated specs like '128,256:0.2;64,128,256:0.2'")
   a("--ldp-epsilon", type=float, default=1.0, help="FedMD-LDP target epsilon")
   a("--ldp-delta", type=float, default=None,
     help="FedMD-LDP target delta, a public number (required with --method ldp; e.g. NFDP's p at the planned n)")
   a("--ldp-clip", type=float, default=10.0, help="L2 clip of logits releases under LDP")
-  a("--ldp-table-epsilons", default="0,0.1,0.5,1,2,4,8",
+  a("--ldp-table-epsilons", type=_entries(float, "numbers", "a number", allow_empty=True),
+    default="0,0.1,0.5,1,2,4,8",
     help="epsilons of the report's FedMD-LDP sigma table at NFDP's delta ('' for none)")
   a("--partition", default="iid", help="iid, dirichlet or classes")
   a("--alpha", type=float, default=0.5, help="Dirichlet concentration")
@@ -85,7 +89,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--private-dataset", default="fashion-mnist")
   a("--data-dir", default=None, help="IDX folder of the private data set")
   a("--public-data-dir", default=None, help="IDX folder of the public data set (mnist, idx, emnist-*)")
-  a("--private-classes", default="0,1,2,3,4,5", help="source classes of the private task")
+  a("--private-classes", type=_INTS, default="0,1,2,3,4,5", help="source classes of the private task")
   a("--private-per-class", type=int, default=500, help="private training images per class (0: all)")
   a("--test-per-class", type=int, default=500, help="test images per class (0: all)")
   a("--public-size", type=int, default=0, help="keep this many public images (0: all)")
@@ -143,16 +147,8 @@ def _write_report(out: pathlib.Path, report: dict) -> pathlib.Path:
 
 def _config(args: argparse.Namespace, k: int, wr: bool):
   from jaxdistill import fedmd  # pylint: disable=import-outside-toplevel
-  from jaxdistill.models import parse_spec  # pylint: disable=import-outside-toplevel
-  specs = None
-  if args.architectures != "fedmd":
-    specs = tuple(parse_spec(s) for s in args.architectures.split(";") if s.strip())
+  specs = None if args.architectures == "fedmd" else args.architectures  # parsed by argparse (_entries)
   weighting = args.weighting
-  if weighting not in ("equal", "size"):
-    try:
-      weighting = tuple(float(x) for x in weighting.split(","))
-    except ValueError:
-      raise ValueError(f"Expected --weighting to be equal, size or numbers; got {args.weighting!r}.") from None
   return fedmd.FedMDConfig(
       method=args.method, num_parties=args.parties, specs=specs, width_multiplier=args.width_multiplier,
       k=k, with_replacement=wr, resample_each_round=args.resample_each_round, rounds=args.rounds,
@@ -188,20 +184,15 @@ def _secret_seed(args: argparse.Namespace, out: pathlib.Path, names: list[str]) 
 
 
 def run(args: argparse.Namespace) -> int:
-  ks = _ints(args.k, "k")
-  if not ks:
-    raise ValueError("Expected at least one --k.")
+  ks = list(args.k)  # parsed by argparse (_entries): at least one, every entry an integer
   samplings = {"wor": [False], "wr": [True], "both": [False, True]}[args.sampling]
   if args.method not in ("nfdp", "local-sample") and (len(ks) > 1 or len(samplings) > 1):
     raise ValueError(f"Expected one --k and one --sampling for --method {args.method}.")
   if len(set(ks)) != len(ks):  # the second run of a repeated k would find the first one's checkpoint
-    raise ValueError(f"Expected distinct --k values; got {args.k!r}.")
+    raise ValueError(f"Expected distinct --k values; got {','.join(map(str, ks))}.")
   configs = [(k, wr, _config(args, k, wr)) for wr in samplings for k in ks]  # validates all first
   names = [f"{args.method}-k{k}-{'wr' if wr else 'wor'}" for k, wr, _ in configs]
-  try:
-    table_eps = tuple(float(x) for x in args.ldp_table_epsilons.split(",") if x.strip())
-  except ValueError:
-    raise ValueError(f"Expected --ldp-table-epsilons to be numbers; got {args.ldp_table_epsilons!r}.") from None
+  table_eps = args.ldp_table_epsilons  # parsed by argparse (_entries)
   from jaxdistill.fedmd._privacy import check_ldp_epsilon  # pylint: disable=import-outside-toplevel
   table_eps = tuple(check_ldp_epsilon("--ldp-table-epsilons", e, allow_zero=True) for e in table_eps)  # before training
   if args.stop_after_round is not None:  # 0 or -5 stopped after round 1 but said "after round -5"
@@ -227,7 +218,7 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
   data = fedmd.load_fedmd_data(
       num_parties=args.parties, seed=args.seed, public_dataset=args.public_dataset,
       private_dataset=args.private_dataset, data_dir=args.data_dir, public_data_dir=args.public_data_dir,
-      private_classes=_ints(args.private_classes, "private-classes"),
+      private_classes=list(args.private_classes),
       private_per_class=args.private_per_class or None, test_per_class=args.test_per_class or None,
       partition=args.partition, alpha=args.alpha, classes_per_party=args.classes_per_party,
       public_size=args.public_size or None)

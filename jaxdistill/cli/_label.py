@@ -15,16 +15,9 @@ from typing import Any
 from jaxdistill import _validate
 from jaxdistill import labeling
 from jaxdistill._keys import draw_secret_seed
-from jaxdistill.cli._common import print_json, print_table
+from jaxdistill.cli._common import _entries, print_json, print_table
 from jaxdistill.data import DATASETS
 from jaxdistill.labeling import _config as label_config
-
-
-def _widths(text: str) -> tuple[int, ...]:
-  try:
-    return tuple(int(w) for w in text.split(","))
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected comma-separated integers like 16,32; got {text!r}") from None
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--public-size", type=int, default=None, help="|D_pub| (default: 5000; embedded: 1000)")
   p.add_argument("--eval-size", type=int, default=None, help="|D_eval| (default: 5000; embedded: 1000)")
   p.add_argument("--student-epochs", type=int, default=st.epochs, help="student epochs (default: %(default)s)")
-  p.add_argument("--student-widths", type=_widths, default=st.widths,
+  p.add_argument("--student-widths", type=_entries(int, "integers", "an integer"), default=st.widths,
                  help="student conv widths, e.g. 16,32 (default: 16,32)")
   p.add_argument("--student-targets", default=st.targets, choices=label_config.STUDENT_TARGETS,
                  help="train on argmax labels or on the noisy vote shares (default: %(default)s)")

@@ -49,7 +49,7 @@ def release(logits: Any, mode: str) -> jax.Array:
       input) NaN or inf logits, which argmax would turn into a vote for
       class 0 and softmax into NaN rows.
   """
-  mode = _validate.choice("aggregation", mode, RELEASE_MODES)
+  mode = _validate.choice("mode", mode, RELEASE_MODES)
   if np.ndim(logits) < 2:
     raise ValueError(f"Expected logits of shape [..., q, C]; got {np.shape(logits)}.")
   # Real numbers only, as clip_rows and aggregate: text parsed, complex lost its imaginary part.
@@ -85,7 +85,8 @@ def aggregate(released: Any, weights: Any = None) -> jax.Array:
     return jnp.mean(y, axis=0)
   w = _validate.real_array("weights", weights)
   if w.shape != (m,) or not np.all(np.isfinite(w)) or w.min() < 0 or w.max() <= 0:
-    raise ValueError(f"Expected {m} finite nonnegative weights, not all zero; got {np.asarray(weights).tolist()}.")
+    raise ValueError(f"Expected weights to be {m} finite nonnegative numbers (one per party), not all zero; "
+                     f"got {np.asarray(weights).tolist()}.")
   w = w / w.max()  # the sum of weights near the float64 maximum would overflow: w / inf = 0
   w = jnp.asarray(w / w.sum(), jnp.float32)
   return jnp.tensordot(w, y, axes=1)
@@ -210,7 +211,7 @@ def release_sensitivity(mode: str, clip: float | None = None) -> float:
       clip outside [MIN_CLIP, MAX_CLIP] whatever the mode (``softmax`` with
       clip=-5 used to pass).
   """
-  mode = _validate.choice("aggregation", mode, RELEASE_MODES)
+  mode = _validate.choice("mode", mode, RELEASE_MODES)
   clip = None if clip is None else check_clip("clip", clip)
   if mode in ("argmax", "softmax"):
     return math.sqrt(2.0)

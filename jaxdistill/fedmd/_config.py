@@ -117,7 +117,10 @@ class FedMDConfig:
     _validate.choice("method", self.method, METHODS)
     s("num_parties", _validate.integer("num_parties", self.num_parties, minimum=1))
     if self.specs is not None:
-      specs = tuple(self.specs)
+      try:
+        specs = tuple(self.specs)
+      except TypeError:  # specs=1.5 was "'float' object is not iterable"
+        raise ValueError(f"Expected specs to be a non-empty tuple of CNNSpec; got {self.specs!r}.") from None
       if not specs or not all(isinstance(x, CNNSpec) for x in specs):
         raise ValueError(f"Expected specs to be a non-empty tuple of CNNSpec; got {self.specs!r}.")
       s("specs", specs)
@@ -143,7 +146,8 @@ class FedMDConfig:
         raise ValueError(f"Expected weighting to be 'equal', 'size' or N numbers; got {self.weighting!r}.")
       w = tuple(_validate.finite(f"weighting[{i}]", x) for i, x in enumerate(given))
       if len(w) != self.num_parties or any(not (x >= 0 and x < float("inf")) for x in w) or sum(w) <= 0:
-        raise ValueError(f"Expected {self.num_parties} finite nonnegative weights, not all zero; got {w}.")
+        raise ValueError(f"Expected weighting to be num_parties={self.num_parties} finite nonnegative weights, not "
+                         f"all zero; got {w}.")
       s("weighting", w)
     for name in ("pretrain_epochs", "init_epochs", "digest_epochs", "revisit_epochs"):
       # Capped as training caps them: digest_epochs = 10^6 + 1 failed only after round 1's consensus, naming "epochs".

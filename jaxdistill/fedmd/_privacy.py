@@ -46,6 +46,7 @@ from scipy import stats
 
 from jaxdistill import _validate
 from jaxdistill import accounting
+from jaxdistill.accounting._mechanisms import MAX_COUNT
 
 __all__ = ["analytic_gaussian_delta", "gaussian_sigma_for_flat_delta", "ldp_sigma_table",
            "calibrate_ldp_sigma", "DEFAULT_LDP_EPSILONS", "MAX_LDP_EPSILON"]
@@ -73,7 +74,7 @@ def analytic_gaussian_delta(epsilon: Any, *, sigma: Any, sensitivity: Any, count
   eps = _validate.nonnegative("epsilon", epsilon)
   sigma = _validate.positive("sigma", sigma)
   delta_2 = _validate.positive("sensitivity", sensitivity)
-  count = _validate.integer("count", count, minimum=1)
+  count = _validate.integer("count", count, minimum=1, maximum=MAX_COUNT)  # 10**400 overflowed sqrt
   s = sigma / math.sqrt(count)
   a = delta_2 / (2 * s)
   b = eps * s / delta_2
@@ -95,7 +96,7 @@ def gaussian_sigma_for_flat_delta(delta: Any, *, sensitivity: Any, count: Any = 
   """
   d = _validate.open_unit("delta", delta)
   delta_2 = _validate.positive("sensitivity", sensitivity)
-  count = _validate.integer("count", count, minimum=1)
+  count = _validate.integer("count", count, minimum=1, maximum=MAX_COUNT)  # 10**400 overflowed sqrt
   s = delta_2 / (2 * math.sqrt(2) * special.erfinv(d))
   return float(s * math.sqrt(count))
 
@@ -112,7 +113,7 @@ def calibrate_ldp_sigma(epsilon: Any, delta: Any, *, sensitivity: Any, count: An
   eps = check_ldp_epsilon("epsilon", epsilon)
   d = _validate.open_unit("delta", delta)
   sens = _validate.positive("sensitivity", sensitivity)
-  count = _validate.integer("count", count, minimum=1)
+  count = _validate.integer("count", count, minimum=1, maximum=MAX_COUNT)  # 10**400 overflowed sqrt
   return _calibrated(eps, d, sens, count, accounting.Relation.parse(relation))
 
 
@@ -143,9 +144,15 @@ def ldp_sigma_table(delta: Any, *, sensitivity: Any, count: Any,
     closed form at that sigma, a cross-check).
   """
   d = _validate.open_unit("delta", delta)
+  try:
+    if isinstance(epsilons, (str, bytes)):
+      raise TypeError
+    items = list(epsilons)
+  except TypeError:  # a single number was a TypeError, and "0,1" was read character by character
+    raise ValueError(f"Expected epsilons to be a sequence of numbers >= 0; got {epsilons!r:.60}.") from None
   rows = []
-  for eps in epsilons:
-    eps = check_ldp_epsilon("epsilon", eps, allow_zero=True)
+  for i, eps in enumerate(items):
+    eps = check_ldp_epsilon(f"epsilons[{i}]", eps, allow_zero=True)
     if eps == 0.0:
       sigma = gaussian_sigma_for_flat_delta(d, sensitivity=sensitivity, count=count)
       method = "closed-form"

@@ -315,11 +315,19 @@ def fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | Non
     A :class:`ContrastiveEncoder` (call it on images for float32 ``[N, d]``).
 
   Raises:
-    ValueError: bad images or config, or ``batch_size > m``; training that
-      diverged (NaN or inf parameters), naming ``learning_rate`` (and
-      ``weight_decay`` when their product reaches 1).
+    ValueError: bad images or config, a non-callable ``progress``, or
+      ``batch_size > m``; training that diverged (NaN or inf parameters),
+      naming ``learning_rate`` (and ``weight_decay`` when their product
+      reaches 1).
   """
   return _fit_contrastive(key, public, config, progress, log_every, prefix="")
+
+
+def _check_progress(progress: Any) -> None:
+  """A progress callback must be None or callable: a non-callable one failed with a TypeError after training."""
+  if progress is not None and not callable(progress):
+    raise ValueError(f"Expected progress to be None or a callable progress(steps_done, loss); got "
+                     f"{type(progress).__name__}.")
 
 
 def _fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | None,
@@ -331,6 +339,7 @@ def _fit_contrastive(key: jax.Array, public: Any, config: ContrastiveConfig | No
   cfg = ContrastiveConfig() if config is None else config
   if not isinstance(cfg, ContrastiveConfig):
     raise ValueError(f"Expected config to be a ContrastiveConfig; got {type(cfg).__name__}.")
+  _check_progress(progress)
   m = x.shape[0]
   if cfg.batch_size > m:
     raise ValueError(f"Expected batch_size={cfg.batch_size} <= the number of public images m={m}.")

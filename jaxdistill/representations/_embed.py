@@ -149,14 +149,14 @@ def fit_representation(key: jax.Array, name: str, public: Any, **options) -> Rep
       larger than the images.
   """
   key = _validate.prng_key("key", key)
-  name = _validate.choice("representation", name, REPRESENTATIONS)
+  name = _validate.choice("name (a representation)", name, REPRESENTATIONS)
   x = public_images(public)
 
   def take(*allowed):
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-      raise ValueError(f"Unknown option(s) {', '.join(unknown)} for representation {name!r}; "
-                       f"expected some of: {', '.join(allowed) or 'none'}.")
+      takes = f"expected some of: {', '.join(allowed)}" if allowed else "it takes no options"
+      raise ValueError(f"Unknown option(s) {', '.join(unknown)} for representation {name!r}; {takes}.")
     return dict(options)
 
   if name == "raw":

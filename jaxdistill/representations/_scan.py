@@ -41,7 +41,8 @@ from flax import nnx
 from jaxdistill import _validate
 from jaxdistill.representations._base import Representation, check_trained, public_images, register
 from jaxdistill.representations._contrastive import (MAX_COUNT, MAX_STEPS, ContrastiveConfig, _Encoder,
-                                                     _fit_contrastive, _neighbours, augment, backbone)
+                                                     _check_progress, _fit_contrastive, _neighbours, augment,
+                                                     backbone)
 
 __all__ = ["ScanConfig", "ScanClusterer", "fit_scan"]
 
@@ -273,8 +274,9 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
     probabilities; ``.clusters(images)`` gives the argmax clusters.
 
   Raises:
-    ValueError: bad images or config, ``num_clusters > m``, or fewer than
-      ``num_neighbours + 1`` public images; either stage's training diverged
+    ValueError: bad images or config, a non-callable ``progress``,
+      ``num_clusters > m``, or fewer than ``num_neighbours + 1`` public
+      images; either stage's training diverged
       (NaN or inf parameters or head losses), naming its ``learning_rate``
       (``contrastive.learning_rate`` for the backbone) and, when their
       product reaches 1, ``weight_decay``.
@@ -284,6 +286,7 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
   cfg = ScanConfig() if config is None else config
   if not isinstance(cfg, ScanConfig):
     raise ValueError(f"Expected config to be a ScanConfig; got {type(cfg).__name__}.")
+  _check_progress(progress)
   m = x.shape[0]
   if cfg.num_clusters > m:
     raise ValueError(f"Expected num_clusters={cfg.num_clusters} <= the number of public images m={m}.")

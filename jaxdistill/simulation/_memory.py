@@ -27,6 +27,8 @@ import tempfile
 import time
 from typing import Mapping, Sequence
 
+from jaxdistill import _validate
+
 __all__ = ["peak_rss_bytes", "MeasuredRun", "measure_subprocess"]
 
 # ru_maxrss is in KiB on Linux and in bytes on macOS.
@@ -90,20 +92,36 @@ def measure_subprocess(argv: Sequence[str], *, env: Mapping[str, str] | None = N
     timeout: seconds before the child is killed (``None``: no limit).
 
   Raises:
-    ValueError: an empty ``argv``, or a ``str``/``bytes`` (one command line would be split into
-      characters: pass a list of arguments).
+    ValueError: an empty ``argv``, a ``str``/``bytes`` (one command line would be split into
+      characters: pass a list of arguments), an argument that is not a str, bytes or path, an ``env``
+      that is not a mapping of str to str, or a ``timeout`` that is not a number > 0.
     subprocess.TimeoutExpired: the child ran past ``timeout`` (it is killed
       and reaped first).
   """
   if isinstance(argv, (str, bytes, bytearray)):
     raise ValueError(f"Expected argv to be a list of arguments, e.g. [sys.executable, 'script.py']; got a "
                      f"{type(argv).__name__} {str(argv)[:60]!r}.")
-  if not argv:
-    raise ValueError("Expected a non-empty argv.")
+  try:
+    args = list(argv)
+  except TypeError:
+    raise ValueError(f"Expected argv to be a list of arguments, e.g. [sys.executable, 'script.py']; got "
+                     f"{type(argv).__name__} {argv!r:.60}.") from None
+  if not args:
+    raise ValueError(f"Expected argv to be a non-empty list of arguments; got {argv!r:.60}.")
+  for i, arg in enumerate(args):  # an int was a TypeError from subprocess, after the trampoline was built
+    if not isinstance(arg, (str, bytes, os.PathLike)):
+      raise ValueError(f"Expected argv[{i}] to be a str (or bytes or a path); got {type(arg).__name__} {arg!r:.60}.")
+  if env is not None:
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+      raise ValueError(f"Expected env to be None or a mapping of str to str; got {type(env).__name__} "
+                       f"{env!r:.60}.")
+  if timeout is not None:
+    timeout = _validate.positive("timeout", timeout, allow_inf=True)  # -1 killed the child at once; "1" a TypeError
+    timeout = None if timeout == float("inf") else timeout
   with tempfile.TemporaryDirectory() as tmp:
     peak_file = os.path.join(tmp, "peak")
     out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-    cmd = [sys.executable, "-S", "-c", _TRAMPOLINE, peak_file, *argv]
+    cmd = [sys.executable, "-S", "-c", _TRAMPOLINE, peak_file, *args]
     with open(out_path, "w") as out, open(err_path, "w") as err:
       start = time.perf_counter()
       proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=None if env is None else dict(env),

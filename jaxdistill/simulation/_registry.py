@@ -87,7 +87,7 @@ def mechanism_names() -> tuple[str, ...]:
 
 def mechanism_spec(name: str) -> MechanismSpec:
   """The :class:`MechanismSpec` of ``name``; raises ``ValueError`` if unknown."""
-  return _REGISTRY[_validate.choice("mechanism", name, mechanism_names())]
+  return _REGISTRY[_validate.choice("name (a mechanism name)", name, mechanism_names())]
 
 
 def build_mechanism(name: str, shape: BsvsShape, *, epsilon: Any, delta: Any = None,

@@ -373,6 +373,20 @@ def test_mechanism_account_validates_its_fields(args, name):
                                 2 if args[0] == "randomized-response" else None)
 
 
+@pytest.mark.parametrize("mechanism,meaning", [
+    ("laplace", "the Laplace scale b"), ("discrete-laplace", "the discrete-Laplace decay a"),
+    ("gaussian", "the Gaussian sigma"), ("randomized-response", "the randomized-response epsilon0"),
+])
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf"), "1", None])
+def test_mechanism_account_names_its_parameter_and_what_it_means(mechanism, meaning, value):
+  # The field is `parameter`; errors said "scale", "sigma" or "epsilon0", which MechanismAccount has no field of.
+  buckets = 2 if mechanism == "randomized-response" else None
+  with pytest.raises(ValueError, match=rf"^Expected parameter \({meaning}\)(=| to be )") as err:
+    accounting.MechanismAccount(mechanism, value, 1, "replace-one", 1, buckets)
+  assert repr(value) in str(err.value) or str(value) in str(err.value)
+  assert "\n" not in str(err.value)
+
+
 def test_mechanism_account_relation_and_buckets_are_checked():
   # A string relation was kept as a string and broke .statement().to_dict() with an AttributeError.
   acct = accounting.MechanismAccount("laplace", 1.0, 1.0, "replace-one")
@@ -391,13 +405,13 @@ def test_mechanism_account_relation_and_buckets_are_checked():
 
 @pytest.mark.parametrize("call,needle", [
     # OverflowError: a grid step of 1e293 (the grid cap coarsens it) overflows e^step - 1.
-    (lambda: accounting.laplace(1e-300, sensitivity=1, relation="replace-one"), "scale=1e-300"),
+    (lambda: accounting.laplace(1e-300, sensitivity=1, relation="replace-one"), r"scale b\)=1e-300"),
     # IndexError in dp-accounting's tail truncation.
     (lambda: accounting.laplace(1, sensitivity=1e308, relation="replace-one", count=10), r"sensitivity=1e\+308"),
     # OverflowError (sigma**2), then "cannot convert float NaN to integer".
-    (lambda: accounting.gaussian(1e300, sensitivity=1, relation="replace-one"), r"sigma=1e\+300"),
-    (lambda: accounting.gaussian(1e-300, sensitivity=1, relation="replace-one"), "sigma=1e-300"),
-    (lambda: accounting.gaussian(1e-300, sensitivity=1e-300, relation="replace-one"), "sigma=1e-300"),
+    (lambda: accounting.gaussian(1e300, sensitivity=1, relation="replace-one"), r"sigma\)=1e\+300"),
+    (lambda: accounting.gaussian(1e-300, sensitivity=1, relation="replace-one"), r"sigma\)=1e-300"),
+    (lambda: accounting.gaussian(1e-300, sensitivity=1e-300, relation="replace-one"), r"sigma\)=1e-300"),
     (lambda: accounting.gaussian(1, sensitivity=1, relation="replace-one", value_discretization_interval=1e30),
      "value_discretization_interval=1e\\+30"),
     # OverflowError (C long), and a MemoryError from 2^40 on.
@@ -408,9 +422,9 @@ def test_mechanism_account_relation_and_buckets_are_checked():
     (lambda: accounting.discrete_laplace(700, sensitivity=10**7, relation="replace-one", count=10**12),
      r"count \* sensitivity <= 2\^62.*count=1000000000000, sensitivity=10000000"),
     (lambda: accounting.discrete_laplace(1e300, sensitivity=10**6, relation="replace-one", count=10**6),
-     r"count \* parameter \* sensitivity <= 1e\+300.*parameter=1e\+300"),
+     r"count \* parameter \* sensitivity <= 1e\+300.*parameter \(the discrete-Laplace decay a\)=1e\+300"),
     # dp-accounting's "Noise parameter must be strictly between 0 and 1", naming no parameter.
-    (lambda: accounting.randomized_response(1e-300, num_buckets=2), "epsilon0=1e-300"),
+    (lambda: accounting.randomized_response(1e-300, num_buckets=2), r"epsilon0\)=1e-300"),
     (lambda: accounting.laplace(1, sensitivity=1, relation="replace-one", count=10**400), "count="),
     # OverflowError from the Gaussian's starting point, and a NaN inside dp-accounting's analytic sigma.
     (lambda: accounting.calibrate("gaussian", target_epsilon=1e30, target_delta=1e-5, relation="replace-one"),

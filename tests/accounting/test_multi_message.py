@@ -183,6 +183,26 @@ def test_grid_step_at_the_cap_still_works():
 @pytest.mark.parametrize("mult,p_flood", [(1e300, "0.0"), (1e-300, "1.0")])
 def test_flood_multiplier_without_a_valid_p_flood_is_refused_by_name(mult, p_flood):
   # The error blamed "p_flood", which is not a parameter of calibrate_multi_message.
-  with pytest.raises(ValueError, match=rf"^Expected flood_multipliers=\(1\.0, {mult!r}\).*m={mult!r} gives "
-                                       rf"{p_flood}\.$".replace("+", r"\+")):
+  with pytest.raises(ValueError, match=rf"^Expected flood_multipliers\[1\]={mult!r} to give a flooding probability "
+                                       rf".* in \(0, 1\); it gives {p_flood} at target_epsilon=1\.0, "
+                                       rf"dlap_fraction=0\.5, k\*r=1\.$".replace("+", r"\+")):
     accounting.calibrate_multi_message(1.0, 1e-6, flood_multipliers=(1.0, mult))
+
+
+@pytest.mark.parametrize("value,match", [
+    # A string was read character by character: "Expected flood_multipliers to be a real number, got 'a'."
+    ("abc", r"^Expected flood_multipliers to be a sequence of positive numbers; got 'abc'\.$"),
+    ({"a": 1}, r"^Expected flood_multipliers to be a sequence of positive numbers; got \{'a': 1\}\.$"),
+    (5, r"^Expected flood_multipliers to be a sequence of positive numbers; got 5\.$"),
+    (np.array(2.0), r"^Expected flood_multipliers to be a sequence of positive numbers; got array\(2\.\)\.$"),
+    # An entry was named as the whole sequence: "Expected flood_multipliers=-1.0 > 0."
+    ((1.0, -1.0), r"^Expected flood_multipliers\[1\]=-1\.0 > 0\.$"),
+    ([1.0, float("nan")], r"^Expected flood_multipliers\[1\] to be finite, got nan\.$"),
+    ([[1, 2]], r"^Expected flood_multipliers\[0\] to be a real number, got \[1, 2\]\.$"),
+    ((True,), r"^Expected flood_multipliers\[0\] to be a real number, got True\.$"),
+    # "Expected at least one flood multiplier." named no parameter.
+    ((), r"^Expected flood_multipliers to hold at least one multiplier; got \(\)\.$"),
+])
+def test_bad_flood_multipliers_are_named_with_the_entry(value, match):
+  with pytest.raises(ValueError, match=match):
+    accounting.calibrate_multi_message(1.0, 1e-6, flood_multipliers=value)

@@ -1,6 +1,7 @@
 """Release modes and server aggregation against hand-computed values."""
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -49,12 +50,21 @@ def test_logits_equal_and_weighted():
 
 @pytest.mark.parametrize("weights", [[1], [1, -1], [0, 0], [1, float("nan")], [[1, 2]], ["1", "1"], [True, True]])
 def test_bad_weights(weights):
-  with pytest.raises(ValueError, match="weights"):
+  with pytest.raises(ValueError, match="^Expected weights"):
     fedmd.aggregate(LOGITS, weights)
 
 
+@pytest.mark.parametrize("mode", ["median", 3, None, ["argmax"]])
+def test_unknown_mode_is_named_with_the_allowed_values(mode):
+  # The error named "aggregation" (FedMDConfig's field), which release and release_sensitivity have no parameter of.
+  for call in (lambda: fedmd.release(LOGITS, mode), lambda: fedmd.release_sensitivity(mode)):
+    with pytest.raises(ValueError, match=r"^Expected mode to be one of argmax, softmax, logits; got "
+                                         + re.escape(repr(mode)) + r"\.$"):
+      call()
+
+
 def test_unknown_mode_and_bad_shapes():
-  with pytest.raises(ValueError, match="aggregation"):
+  with pytest.raises(ValueError, match="mode"):
     fedmd.release(LOGITS, "median")
   with pytest.raises(ValueError, match="shape"):
     fedmd.aggregate(LOGITS[0])

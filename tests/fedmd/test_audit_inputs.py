@@ -158,6 +158,13 @@ def test_make_fedmd_data_takes_classes_as_a_list_tuple_range_or_array():
   assert fedmd.make_fedmd_data(private_classes=range(3), **args).description["private_classes"] == [0, 1, 2]
 
 
+@pytest.mark.parametrize("specs", [1.5, -1, True])
+def test_config_specs_that_are_not_a_sequence_are_named(specs):
+  # Were a TypeError ("'float' object is not iterable").
+  with pytest.raises(ValueError, match=r"^Expected specs to be a non-empty tuple of CNNSpec; got "):
+    fedmd.FedMDConfig(specs=specs)
+
+
 @pytest.mark.parametrize("weighting,needle", [
     # float() took text and bools as weights.
     (("1", "2"), r"Expected weighting\[0\] to be a real number, got '1'\."),
@@ -167,7 +174,11 @@ def test_make_fedmd_data_takes_classes_as_a_list_tuple_range_or_array():
     ((1.0, None), r"Expected weighting\[1\] to be a real number, got None\."),
     ({"a": 1, "b": 2}, r"Expected weighting to be 'equal', 'size' or N numbers; got \{'a': 1, 'b': 2\}\."),
     (3, r"Expected weighting to be 'equal', 'size' or N numbers; got 3\."),
-    ((1.0, -1.0), r"Expected 2 finite nonnegative weights, not all zero; got \(1\.0, -1\.0\)\."),
+    # Named no parameter ("Expected 2 finite nonnegative weights ...").
+    ((1.0, -1.0), r"Expected weighting to be num_parties=2 finite nonnegative weights, not all zero; "
+                  r"got \(1\.0, -1\.0\)\."),
+    ((1.0, 2.0, 3.0), r"Expected weighting to be num_parties=2 finite nonnegative weights, not all zero; "
+                      r"got \(1\.0, 2\.0, 3\.0\)\."),
 ])
 def test_config_weights_are_real_numbers_as_given(weighting, needle):
   with pytest.raises(ValueError, match=needle) as err:

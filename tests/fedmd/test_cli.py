@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from jaxdistill import data, fedmd
+from jaxdistill import data, fedmd, models
 from jaxdistill.cli import _fedmd
 from jaxdistill.cli.main import main
 
@@ -296,3 +296,43 @@ def test_an_rbg_default_prng_still_gives_a_threefry_key(tmp_path, monkeypatch):
   finally:
     jax.config.update("jax_default_prng_impl", old)
   assert impls == [str(jax.random.key_impl(jax.random.key(0, impl="threefry2x32")))]
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    # Empty entries were skipped: --k 1,,2 ran k=1 and k=2; --k , said "Expected at least one --k".
+    ("--k", "1,,2", "entry 2 of '1,,2' is empty"),
+    ("--k", ",", "entry 1 of ',' is empty"),
+    ("--k", "2,", "entry 2 of '2,' is empty"),
+    ("--k", "", "expected comma-separated integers; got ''"),
+    # A bad entry was reported as the whole text ("Expected --k to be comma-separated integers; got '1,x'").
+    ("--k", "1,x", "entry 2 of '1,x' is 'x', not an integer"),
+    ("--k", "1.5", "'1.5' is not an integer"),
+    ("--private-classes", "0,,1", "entry 2 of '0,,1' is empty"),
+    ("--private-classes", "0,a", "entry 2 of '0,a' is 'a', not an integer"),
+    ("--weighting", "1,,1", "entry 2 of '1,,1' is empty"),
+    ("--weighting", "1,x", "entry 2 of '1,x' is 'x', not a number"),
+    ("--weighting", "heavy", "expected equal, size or comma-separated numbers; 'heavy' is not a number"),
+    ("--ldp-table-epsilons", "0,,1", "entry 2 of '0,,1' is empty"),
+    ("--ldp-table-epsilons", "0,one", "entry 2 of '0,one' is 'one', not a number"),
+    ("--architectures", "2,4:0.2;;4,8:0.2", "entry 2 of '2,4:0.2;;4,8:0.2' is empty"),
+    ("--architectures", "2,4:0.2;x", "entry 2 of '2,4:0.2;x' is 'x', not a CNN spec"),
+])
+def test_bad_list_entries_are_refused_by_argparse(flag, value, needle, capsys, tmp_path, monkeypatch):
+  def no_data(*args, **kwargs):
+    raise AssertionError(f"loaded data (and would train) with {flag} {value!r}")
+  monkeypatch.setattr(fedmd, "load_fedmd_data", no_data)
+  assert main(TINY + [flag, value, "--out", str(tmp_path / "o")]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith(f"jaxdistill fedmd: argument {flag}: expected ") and needle in err, err
+  assert len(err.splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_list_flags_parse_every_entry(tmp_path):
+  from jaxdistill.cli.main import build_parser  # pylint: disable=import-outside-toplevel
+  args = build_parser().parse_args(TINY + ["--k", "2, 3", "--private-classes", "4,5", "--weighting", "1,2.5",
+                                           "--ldp-table-epsilons", "", "--out", str(tmp_path)])
+  assert args.k == (2, 3) and args.private_classes == (4, 5) and args.weighting == (1.0, 2.5)
+  assert args.ldp_table_epsilons == () and args.architectures == (models.parse_spec("2,4:0.2"),)
+  defaults = build_parser().parse_args(["fedmd"])
+  assert defaults.k == (16,) and defaults.private_classes == (0, 1, 2, 3, 4, 5) and defaults.weighting == "equal"
+  assert defaults.ldp_table_epsilons == (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0) and defaults.architectures == "fedmd"

@@ -91,7 +91,7 @@ def test_epsilons_and_deltas_the_calibration_cannot_handle_are_refused_by_name()
     fedmd.calibrate_ldp_sigma(1.0, 1e-300, sensitivity=1.0, count=10)
   with pytest.raises(ValueError, match=r"ldp_epsilon=1e\+30 <= 500"):
     fedmd.FedMDConfig(method="ldp", ldp_epsilon=1e30)
-  with pytest.raises(ValueError, match=r"epsilon=501.0 <= 500"):
+  with pytest.raises(ValueError, match=r"epsilons\[1\]=501.0 <= 500"):
     fedmd.ldp_sigma_table(1e-3, sensitivity=1.0, count=10, epsilons=(1.0, 501.0))
 
 
@@ -115,3 +115,29 @@ def test_ldp_needs_a_public_delta_where_the_relation_changes_n(relation):
   assert fedmd.FedMDConfig(method="ldp", relation=relation, ldp_delta=0.01).ldp_delta == 0.01
   assert fedmd.FedMDConfig(method="ldp", relation="replace-one").ldp_delta is None  # n_i fixed: p(n_i) is public
   assert fedmd.FedMDConfig(method="nfdp", relation=relation).ldp_delta is None  # its sigma table is a side note
+
+
+@pytest.mark.parametrize("call,match", [
+    # OverflowError ("int too large to convert to float") from sqrt(count).
+    (lambda: fedmd.analytic_gaussian_delta(1.0, sigma=1.0, sensitivity=1.0, count=10**400), r"^Expected count=.* <= "),
+    (lambda: fedmd.gaussian_sigma_for_flat_delta(1e-5, sensitivity=1.0, count=10**400), r"^Expected count=.* <= "),
+    (lambda: fedmd.calibrate_ldp_sigma(1.0, 1e-5, sensitivity=1.0, count=10**13),
+     r"^Expected count=10000000000000 <= "),
+    # Named the calibrated sigma ("parameter (the Gaussian sigma)=1e+308"), which the caller does not pass.
+    (lambda: fedmd.calibrate_ldp_sigma(1.0, 1e-5, sensitivity=1e308, count=1), r"^Expected sensitivity=1e\+308 in "),
+    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1e-300, count=1, epsilons=(1.0,)),
+     r"^Expected sensitivity=1e-300 in "),
+    # A number was a TypeError ("'float' object is not iterable"), and text was read character by character.
+    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1.0, count=1, epsilons=1.0),
+     r"^Expected epsilons to be a sequence of numbers >= 0; got 1\.0\.$"),
+    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1.0, count=1, epsilons="0,1"),
+     r"^Expected epsilons to be a sequence of numbers >= 0; got '0,1'\.$"),
+    # An entry was named "epsilon", not by its place in epsilons.
+    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1.0, count=1, epsilons=(0.0, -1.0)),
+     r"^Expected epsilons\[1\]=-1\.0 >= 0\.$"),
+    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1.0, count=1, epsilons=(0.0, "x")),
+     r"^Expected epsilons\[1\] to be a real number, got 'x'\.$"),
+])
+def test_ldp_helpers_name_bad_arguments(call, match):
+  with pytest.raises(ValueError, match=match):
+    call()

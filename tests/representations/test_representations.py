@@ -456,6 +456,34 @@ def test_fit_representation_by_name(mnist):
     R.fit_representation(key, "pca", x, cell=3)
 
 
+@pytest.mark.parametrize("name", ["sift", "", "PCA", 3, None, ["raw"]])
+def test_unknown_representation_name_is_named_with_the_known_ones(name):
+  # The error said "Expected representation ...", naming no parameter of fit_representation.
+  x = np.zeros((4, 8, 8, 1), np.float32)
+  want = (rf"^Expected name \(a representation\) to be one of {re.escape(', '.join(R.REPRESENTATIONS))}; "
+          rf"got {re.escape(repr(name))}\.$")
+  with pytest.raises(ValueError, match=want):
+    R.fit_representation(jax.random.key(0), name, x)
+  from jaxdistill.labeling import _components  # the labeling pipeline's wrapper forwards the name
+  with pytest.raises(ValueError, match=want):
+    _components.fit_representation(jax.random.key(0), name, x, 4)
+
+
+@pytest.mark.parametrize("name,options,match", [
+    ("raw", {"bogus": 1}, r"^Unknown option\(s\) bogus for representation 'raw'; it takes no options\.$"),
+    ("pca", {"cell": 3, "bins": 2}, r"^Unknown option\(s\) bins, cell for representation 'pca'; expected some of: "
+                                    r"num_components\.$"),
+    ("pca", {"num_components": "a"}, r"^Expected num_components to be an integer, got 'a'\.$"),
+    ("hog", {"cell_size": -1}, r"^Expected cell_size=-1 >= 1\.$"),
+    # A progress that is not callable failed with a TypeError after the first log_every steps.
+    ("contrastive", {"progress": 3}, r"^Expected progress to be None or a callable .*; got int\.$"),
+    ("scan", {"progress": "bar"}, r"^Expected progress to be None or a callable .*; got str\.$"),
+])
+def test_bad_representation_options_are_named(name, options, match):
+  with pytest.raises(ValueError, match=match):
+    R.fit_representation(jax.random.key(0), name, np.zeros((300, 8, 8, 1), np.float32), **options)
+
+
 @pytest.mark.parametrize("images, match", [
     (np.zeros((5, 28, 28)), r"\[N, H, W, C\]"),
     (np.full((2, 28, 28, 1), np.nan), "NaN"),

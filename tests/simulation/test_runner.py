@@ -1,6 +1,7 @@
 """The streaming runner: exact sums, chunk invariance, generator == arrays."""
 
 import dataclasses
+import re
 import sys
 
 import jax
@@ -40,6 +41,17 @@ def test_rejects_unknown_clients():
   mech = M.RandomizedResponse(M.BsvsShape(2, 2, 1), 1.0)
   with pytest.raises(ValueError, match="clients"):
     simulation.simulate(jax.random.key(0), mech, [1, 2, 3])
+
+
+@pytest.mark.parametrize("name", ["gaussian", "", "RR", 3, None, ["rr"]])
+def test_unknown_mechanism_name_is_named_with_the_known_names(name):
+  # The error said "Expected mechanism ...", naming no parameter of mechanism_spec or build_mechanism.
+  known = ", ".join(simulation.mechanism_names())
+  want = rf"^Expected name \(a mechanism name\) to be one of {re.escape(known)}; got {re.escape(repr(name))}\.$"
+  with pytest.raises(ValueError, match=want):
+    simulation.mechanism_spec(name)
+  with pytest.raises(ValueError, match=want):
+    simulation.build_mechanism(name, M.BsvsShape(10, 5, 1), epsilon=1.0)
 
 
 def test_bad_arguments_name_themselves():
@@ -351,6 +363,23 @@ def test_measure_subprocess_refuses_a_command_string(argv):
   # A string was split into characters: "echo hi" ran the program "e".
   with pytest.raises(ValueError, match="Expected argv to be a list of arguments"):
     simulation.measure_subprocess(argv)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    # Each was a TypeError from deep inside subprocess, or (timeout=-1) a child killed at once.
+    (dict(argv=5), r"^Expected argv to be a list of arguments, .*; got int 5\.$"),
+    (dict(argv=[]), r"^Expected argv to be a non-empty list of arguments; got \[\]\.$"),
+    (dict(argv=[sys.executable, 1]), r"^Expected argv\[1\] to be a str \(or bytes or a path\); got int 1\.$"),
+    (dict(env="x"), r"^Expected env to be None or a mapping of str to str; got str 'x'\.$"),
+    (dict(env={"A": 1}), r"^Expected env to be None or a mapping of str to str; got dict \{'A': 1\}\.$"),
+    (dict(timeout=-1), r"^Expected timeout=-1\.0 > 0\.$"),
+    (dict(timeout="1"), r"^Expected timeout to be a real number, got '1'\.$"),
+    (dict(timeout=float("nan")), r"^Expected timeout to be finite, got nan\.$"),
+])
+def test_measure_subprocess_names_bad_arguments(kwargs, match):
+  kwargs = {"argv": [sys.executable, "-c", "pass"], **kwargs}
+  with pytest.raises(ValueError, match=match):
+    simulation.measure_subprocess(**kwargs)
 
 
 def test_client_mesh_refuses_duplicate_devices():
