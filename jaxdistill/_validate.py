@@ -93,10 +93,18 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
   else:
     raise ValueError(f"Expected {name} to be an integer, got {_shown(value)}.")
   if minimum is not None and out < minimum:
-    raise ValueError(f"Expected {name}={out} >= {minimum}.")
+    raise ValueError(f"Expected {name}={_digits(out)} >= {minimum}.")
   if maximum is not None and out > maximum:
-    raise ValueError(f"Expected {name}={out} <= {maximum}.")
+    raise ValueError(f"Expected {name}={_digits(out)} <= {maximum}.")
   return out
+
+
+def _digits(value: int) -> str:
+  """``str(value)``, or its size where Python refuses to print it (10^5000: past the 4300-digit limit, a ValueError)."""
+  try:
+    return str(value)
+  except ValueError:
+    return f"an integer of {value.bit_length()} bits"
 
 
 def finite(name: str, value: Any) -> float:

@@ -399,6 +399,16 @@ def test_partition_rejects_bad_labels():
     data.partition_clients(np.arange(3), 4, seed=0)
 
 
+@pytest.mark.parametrize("scheme", ["iid", "dirichlet", "classes"])
+def test_partition_refuses_negative_labels(scheme):
+  # A label -1 (or -5) was split as a class of its own (dirichlet, classes) or ignored (iid), silently.
+  for labels, smallest in (([0, 1, -1, 2], -1), ([-5, 0, 3], -5), (np.array([0, -(2**62)]), -(2**62))):
+    with pytest.raises(ValueError, match=rf"^Expected labels to be class indices >= 0; got labels with smallest "
+                                         rf"value {smallest}\.$"):
+      data.partition_clients(np.asarray(labels), 2, seed=0, scheme=scheme)
+  assert len(data.partition_clients(np.array([], np.int64), 1, seed=0)) == 1  # no labels: nothing to check
+
+
 def test_tfds_route_without_tensorflow_datasets_names_the_extra(monkeypatch):
   monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # `import` now raises ImportError
   with pytest.raises(ValueError, match=r"pip install 'jaxdistill\[tfds\]'"):

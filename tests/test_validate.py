@@ -27,6 +27,16 @@ def test_integer_accepts_whole_numbers():
     v.integer("k", 0, minimum=1)
 
 
+@pytest.mark.parametrize("value", [10**5000, -(10**5000)], ids=["1e5000", "-1e5000"])
+def test_integer_out_of_range_by_an_unprintable_int_says_so_in_one_line(value):
+  # 10^5000 raised Python's own "Exceeds the limit (4300 digits) for integer string conversion" while the message
+  # was formatted.
+  with pytest.raises(ValueError, match=r"^Expected count=an integer of 16610 bits (<= 10|>= 1)\.$"):
+    v.integer("count", value, minimum=1, maximum=10)
+  with pytest.raises(ValueError, match=r"^Expected count=1" + "0" * 400 + r" <= 10\.$"):
+    v.integer("count", 10**400, maximum=10)  # printable: the digits are shown as before
+
+
 def test_integer_takes_0d_jax_arrays_like_0d_numpy_arrays():
   # jnp.int32(2) was refused while np.array(2) was accepted.
   import jax  # pylint: disable=import-outside-toplevel

@@ -37,6 +37,11 @@ __all__ = [
 
 _NORMALIZATION_TOL = 1e-9
 
+#: Most float64 entries of one (epsilons x outcomes) block of the hockey-stick sums: a larger product is summed
+#: in blocks of epsilons (each row is the same sum as before). 10^5 epsilons on 10^5 outcomes asked for one
+#: 74.5 GiB array (a MemoryError); a block is 128 MiB.
+MAX_BLOCK_ENTRIES = 2**24
+
 
 def align_pmfs(p: Any, q: Any) -> tuple[np.ndarray, np.ndarray]:
   """Returns two aligned float64 arrays from arrays or ``{outcome: prob}`` maps.
@@ -71,6 +76,14 @@ def align_pmfs(p: Any, q: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _one_direction(p: np.ndarray, q: np.ndarray, epsilons: np.ndarray) -> np.ndarray:
+  """H_{e^eps}(p || q) for each of ``epsilons``, in blocks of at most ``MAX_BLOCK_ENTRIES`` entries."""
+  rows = max(1, MAX_BLOCK_ENTRIES // max(len(q), 1))
+  if len(epsilons) <= rows:
+    return _one_block(p, q, epsilons)
+  return np.concatenate([_one_block(p, q, epsilons[i:i + rows]) for i in range(0, len(epsilons), rows)])
+
+
+def _one_block(p: np.ndarray, q: np.ndarray, epsilons: np.ndarray) -> np.ndarray:
   # e^eps overflows to inf from eps ~ 709.8 (and eps = inf is allowed): inf * 0 would be NaN, so
   # outcomes with q = 0 contribute p exactly and the product is formed only where q > 0.
   with np.errstate(over="ignore"):
@@ -82,8 +95,10 @@ def _one_direction(p: np.ndarray, q: np.ndarray, epsilons: np.ndarray) -> np.nda
 def _epsilons(name: str, value: Any) -> np.ndarray:
   """``value`` as a float64 array of epsilons >= 0 (``inf`` allowed), or raises naming ``name``."""
   eps = _validate.real_array(name, value)
-  if np.any(np.isnan(eps)) or np.any(eps < 0):
-    raise ValueError(f"Expected {name} >= 0; got {value!r}.")
+  bad = eps[np.isnan(eps) | (eps < 0)]
+  if bad.size:  # the first bad value, not the whole input (a list of 10^5 epsilons was one 600 kB line)
+    among = f" (among {eps.size} values)" if eps.ndim else ""
+    raise ValueError(f"Expected {name} >= 0; got {float(bad[0])!r}{among}.")
   return eps
 
 
@@ -180,15 +195,30 @@ def worst_case_profile(pairs: Iterable[tuple[Any, Any]], epsilons: Any) -> Any:
   """delta(eps) maximised over several neighbouring pairs (p, q).
 
   Args:
-    pairs: iterable of ``(pmf of M(D), pmf of M(D'))`` for every neighbouring
-      pair of interest (each pair aligned as in :func:`align_pmfs`).
-    epsilons: scalar or array of epsilons.
+    pairs: a non-empty iterable of ``(pmf of M(D), pmf of M(D'))`` for every
+      neighbouring pair of interest (each pair aligned as in :func:`align_pmfs`).
+    epsilons: scalar or array of epsilons >= 0 (``inf`` allowed).
+
+  Raises:
+    ValueError: ``pairs`` not an iterable of pairs (None, a number, a string,
+      a mapping), empty, or an item that is not two pmfs (named ``pairs[i]``,
+      with what :func:`align_pmfs` found wrong); ``epsilons`` negative, NaN
+      or not real numbers.
   """
   eps = _epsilons("epsilons", epsilons)
+  if isinstance(pairs, (str, bytes, Mapping)) or not isinstance(pairs, Iterable):  # None or 5: a TypeError
+    raise ValueError(f"Expected pairs to be an iterable of (p, q) pmf pairs; got {type(pairs).__name__}.")
   best = np.zeros(eps.shape, dtype=np.float64)
   seen = False
-  for p, q in pairs:
-    best = np.maximum(best, privacy_profile(p, q, eps))
+  for i, pair in enumerate(pairs):
+    items = None if isinstance(pair, (str, bytes, Mapping)) or not isinstance(pair, Iterable) else tuple(pair)
+    if items is None or len(items) != 2:  # was "not enough values to unpack (expected 2, got 1)"
+      got = type(pair).__name__ if items is None else f"{len(items)} item(s)"
+      raise ValueError(f"Expected pairs[{i}] to be a pair (p, q) of pmfs; got {got}.")
+    try:
+      best = np.maximum(best, privacy_profile(items[0], items[1], eps))
+    except ValueError as err:
+      raise ValueError(f"Expected pairs[{i}] to be a pair of pmfs: {_validate.first_line(err)}") from None
     seen = True
   if not seen:
     raise ValueError("Expected at least one neighbouring pair in pairs.")

@@ -92,7 +92,8 @@ class PrivacyStatement:
     relation: the neighbouring relation the guarantee is stated for.
     epsilon: float64 epsilon (``inf`` when no finite epsilon exists).
     delta: float64 delta.
-    count: number of self-composed releases covered.
+    count: number of self-composed releases covered, an integer >= 1 (a bool,
+      a fractional float, 0 or a negative count is refused).
     method: how the number was obtained (``"pld"``, ``"analytic"``,
       ``"exact"``, ``"closed-form"``, ...).
     parameters: the mechanism parameters the statement was built from.
@@ -115,6 +116,8 @@ class PrivacyStatement:
     object.__setattr__(self, "relation", Relation.parse(self.relation))
     object.__setattr__(self, "epsilon", _validate.nonnegative("epsilon", self.epsilon, allow_inf=True))
     object.__setattr__(self, "delta", _validate.probability("delta", self.delta))
+    # count=0, -1, 1.5, True, NaN, "2" or None were stored as given (and written to reports).
+    object.__setattr__(self, "count", _validate.integer("count", self.count, minimum=1))
 
   def to_dict(self) -> dict[str, Any]:
     return {

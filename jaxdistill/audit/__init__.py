@@ -21,6 +21,7 @@ from jaxdistill.audit._bounds import clopper_pearson_upper
 from jaxdistill.audit._estimator import EstimatorCheck
 from jaxdistill.audit._estimator import check_unbiased
 from jaxdistill.audit._estimator import check_variance
+from jaxdistill.audit._helpers import MAX_RUNS
 from jaxdistill.audit._helpers import local_randomizer
 from jaxdistill.audit._helpers import replicate_estimates
 from jaxdistill.audit._privacy import AuditEvent
@@ -29,7 +30,7 @@ from jaxdistill.audit._privacy import audit_privacy
 from jaxdistill.audit._privacy import sample_statistic
 
 __all__ = [
-    "AuditEvent", "EstimatorCheck", "PrivacyAudit", "audit_privacy", "check_unbiased",
+    "MAX_RUNS", "AuditEvent", "EstimatorCheck", "PrivacyAudit", "audit_privacy", "check_unbiased",
     "check_variance", "clopper_pearson_lower", "clopper_pearson_upper", "local_randomizer",
     "replicate_estimates", "sample_statistic",
 ]

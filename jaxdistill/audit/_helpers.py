@@ -11,7 +11,12 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill.mechanisms import BsvsMechanism
 
-__all__ = ["local_randomizer", "replicate_estimates"]
+__all__ = ["MAX_RUNS", "local_randomizer", "replicate_estimates"]
+
+#: Most runs :func:`replicate_estimates` takes. Each run is a whole simulation, run one after another in Python
+#: (num_runs = 10^12 was accepted and would have looped for hours before failing for memory); a statistical check
+#: needs hundreds to thousands.
+MAX_RUNS = 10**6
 
 
 def local_randomizer(mechanism: BsvsMechanism) -> Callable[[jax.Array, Any], Any]:
@@ -71,10 +76,13 @@ def replicate_estimates(key: jax.Array, mechanism: BsvsMechanism, clients: Any, 
 
   Feed them to :func:`check_unbiased` / :func:`check_variance` with the true
   counts and ``mechanism.entry_variance(counts, n)``.
+
+  Raises:
+    ValueError: ``key`` not a PRNG key, or ``num_runs`` not an integer in [2, ``MAX_RUNS``] (10^6).
   """
   key = _validate.prng_key("key", key)
   from jaxdistill.simulation import simulate  # the runner imports nothing from audit
 
-  runs = _validate.integer("num_runs", num_runs, minimum=2)
+  runs = _validate.integer("num_runs", num_runs, minimum=2, maximum=MAX_RUNS)
   return np.stack([simulate(jax.random.fold_in(key, i), mechanism, clients,
                             chunk_size=chunk_size).estimate for i in range(runs)])

@@ -98,7 +98,7 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
   """Indices of each client's records.
 
   Args:
-    labels: int ``[N]`` labels of the records to split.
+    labels: int ``[N]`` labels (class indices >= 0) of the records to split.
     num_clients: m >= 1 (``len(labels)`` clients of one record each is the
       reverse-k-NN paper's setting).
     seed: RNG seed.
@@ -116,8 +116,8 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
     ``range(N)``.
 
   Raises:
-    ValueError: ``labels`` not a 1-D integer array, or a bad count, seed,
-      scheme, alpha or classes_per_client.
+    ValueError: ``labels`` not a 1-D array of integers >= 0, or a bad count,
+      seed, scheme, alpha or classes_per_client.
   """
   try:
     labels = np.asarray(labels)
@@ -125,6 +125,8 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
     raise ValueError(f"Expected labels to be 1-D integers [N]; got {_validate.first_line(err)}") from None
   if labels.ndim != 1 or (labels.size and labels.dtype.kind not in "iu"):
     raise ValueError(f"Expected labels to be 1-D integers [N]; got shape {labels.shape}, dtype {labels.dtype}.")
+  if labels.size and labels.min() < 0:  # -1 was split as a class of its own (dirichlet, classes) or ignored (iid)
+    raise ValueError(f"Expected labels to be class indices >= 0; got labels with smallest value {labels.min()}.")
   n = labels.shape[0]
   m = _validate.integer("num_clients", num_clients, minimum=1, maximum=max(n, 1))
   scheme = _validate.choice("scheme", scheme, ("iid", "dirichlet", "classes"))

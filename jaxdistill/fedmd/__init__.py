@@ -35,7 +35,9 @@ from jaxdistill.fedmd._data import make_fedmd_data
 from jaxdistill.fedmd._plots import plot_accuracy_per_round
 from jaxdistill.fedmd._plots import plot_accuracy_vs_k
 from jaxdistill.fedmd._privacy import DEFAULT_LDP_EPSILONS
+from jaxdistill.fedmd._privacy import MAX_LDP_COUNT
 from jaxdistill.fedmd._privacy import MAX_LDP_EPSILON
+from jaxdistill.fedmd._privacy import MAX_LDP_TABLE_ROWS
 from jaxdistill.fedmd._privacy import analytic_gaussian_delta
 from jaxdistill.fedmd._privacy import calibrate_ldp_sigma
 from jaxdistill.fedmd._privacy import gaussian_sigma_for_flat_delta
@@ -55,6 +57,7 @@ __all__ = [
     "RELEASE_MODES", "aggregate", "clip_rows", "project_to_simplex", "release", "release_sensitivity",
     "METHODS", "VMAP_MODES", "FedMDConfig", "PARTITIONS", "FedMDData", "load_fedmd_data",
     "make_fedmd_data", "plot_accuracy_per_round", "plot_accuracy_vs_k", "DEFAULT_LDP_EPSILONS", "MAX_LDP_EPSILON",
+    "MAX_LDP_COUNT", "MAX_LDP_TABLE_ROWS",
     "analytic_gaussian_delta", "calibrate_ldp_sigma", "gaussian_sigma_for_flat_delta", "ldp_sigma_table",
     "CHECKPOINT_NAME", "FedMDResult", "check_config", "checkpoint_secret_seed", "run_fedmd", "MAX_K", "MAX_WOR_N",
     "NfdpSampler", "SampleOracle", "nfdp_sample",

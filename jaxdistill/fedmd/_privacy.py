@@ -38,18 +38,19 @@ References:
 from __future__ import annotations
 
 import functools
+import itertools
 import math
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from scipy import special
 from scipy import stats
 
 from jaxdistill import _validate
 from jaxdistill import accounting
-from jaxdistill.accounting._mechanisms import MAX_COUNT
 
 __all__ = ["analytic_gaussian_delta", "gaussian_sigma_for_flat_delta", "ldp_sigma_table",
-           "calibrate_ldp_sigma", "DEFAULT_LDP_EPSILONS", "MAX_LDP_EPSILON"]
+           "calibrate_ldp_sigma", "DEFAULT_LDP_EPSILONS", "MAX_LDP_EPSILON", "MAX_LDP_COUNT",
+           "MAX_LDP_TABLE_ROWS"]
 
 DEFAULT_LDP_EPSILONS = (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0)
 
@@ -58,6 +59,15 @@ DEFAULT_LDP_EPSILONS = (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0)
 #: releases, 20 s for 50 and 5 min for 1 at delta 1e-14 (1.5 min at epsilon 100); near 700 dp-accounting prints
 #: overflow warnings, and near 800 it overflows. (It was 100, which refused sweeps that calibrate fine.)
 MAX_LDP_EPSILON = 500.0
+
+
+#: Most releases T = Q x R of the closed forms here (the bound NFDP's accounting puts on its counts). A count of
+#: 10^400 was an OverflowError in sqrt(T); the PLD calibration (epsilon > 0) allows at most 10^12.
+MAX_LDP_COUNT = 10**18
+
+#: Most epsilons (rows) of one :func:`ldp_sigma_table`: each epsilon > 0 is a PLD calibration of seconds to
+#: minutes, and an endless iterable was read for ever.
+MAX_LDP_TABLE_ROWS = 100
 
 
 def check_ldp_epsilon(name: str, value: Any, *, allow_zero: bool = False) -> float:
@@ -74,7 +84,7 @@ def analytic_gaussian_delta(epsilon: Any, *, sigma: Any, sensitivity: Any, count
   eps = _validate.nonnegative("epsilon", epsilon)
   sigma = _validate.positive("sigma", sigma)
   delta_2 = _validate.positive("sensitivity", sensitivity)
-  count = _validate.integer("count", count, minimum=1, maximum=MAX_COUNT)  # 10**400 overflowed sqrt
+  count = _validate.integer("count", count, minimum=1, maximum=MAX_LDP_COUNT)
   s = sigma / math.sqrt(count)
   a = delta_2 / (2 * s)
   b = eps * s / delta_2
@@ -93,12 +103,21 @@ def gaussian_sigma_for_flat_delta(delta: Any, *, sensitivity: Any, count: Any = 
 
   (``erfinv``, not ``ppf((1 + delta) / 2)``: below delta ~ 1e-15 the sum
   1 + delta rounds, which gave a sigma up to 46% too small, or inf).
+
+  Raises:
+    ValueError: ``delta`` not in (0, 1), ``sensitivity`` not a finite number
+      > 0, ``count`` not an integer in [1, ``MAX_LDP_COUNT``], or a sigma
+      beyond float64 (sensitivity 1e308 gave inf, a tiny one 0).
   """
   d = _validate.open_unit("delta", delta)
   delta_2 = _validate.positive("sensitivity", sensitivity)
-  count = _validate.integer("count", count, minimum=1, maximum=MAX_COUNT)  # 10**400 overflowed sqrt
-  s = delta_2 / (2 * math.sqrt(2) * special.erfinv(d))
-  return float(s * math.sqrt(count))
+  count = _validate.integer("count", count, minimum=1, maximum=MAX_LDP_COUNT)
+  s = delta_2 / (2 * math.sqrt(2) * float(special.erfinv(d)))  # Python floats: inf, not a NumPy warning
+  sigma = float(s * math.sqrt(count))
+  if not 0.0 < sigma < math.inf:
+    raise ValueError(f"Expected sensitivity={delta_2!r}, delta={d!r} and count={count} to give a sigma within "
+                     f"float64's range; it is {sigma!r}.")
+  return sigma
 
 
 def calibrate_ldp_sigma(epsilon: Any, delta: Any, *, sensitivity: Any, count: Any,
@@ -113,7 +132,7 @@ def calibrate_ldp_sigma(epsilon: Any, delta: Any, *, sensitivity: Any, count: An
   eps = check_ldp_epsilon("epsilon", epsilon)
   d = _validate.open_unit("delta", delta)
   sens = _validate.positive("sensitivity", sensitivity)
-  count = _validate.integer("count", count, minimum=1, maximum=MAX_COUNT)  # 10**400 overflowed sqrt
+  count = _validate.integer("count", count, minimum=1)
   return _calibrated(eps, d, sens, count, accounting.Relation.parse(relation))
 
 
@@ -142,17 +161,20 @@ def ldp_sigma_table(delta: Any, *, sensitivity: Any, count: Any,
     ``sigma_effective`` (sigma / sqrt(T)), ``log10_sigma``, ``method``
     (``pld-calibrated`` or ``closed-form``) and ``analytic_delta`` (the
     closed form at that sigma, a cross-check).
+
+  Raises:
+    ValueError: ``delta`` not in (0, 1); ``sensitivity`` not a finite number
+      > 0; ``count`` not an integer in [1, ``MAX_LDP_COUNT``] (at most 10^12
+      for epsilons > 0); ``epsilons`` not a non-empty iterable of at most
+      ``MAX_LDP_TABLE_ROWS`` numbers in [0, ``MAX_LDP_EPSILON``]; a bad
+      ``relation``. All are checked before the first row is computed.
   """
   d = _validate.open_unit("delta", delta)
-  try:
-    if isinstance(epsilons, (str, bytes)):
-      raise TypeError
-    items = list(epsilons)
-  except TypeError:  # a single number was a TypeError, and "0,1" was read character by character
-    raise ValueError(f"Expected epsilons to be a sequence of numbers >= 0; got {epsilons!r:.60}.") from None
+  sensitivity = _validate.positive("sensitivity", sensitivity)
+  count = _validate.integer("count", count, minimum=1, maximum=MAX_LDP_COUNT)
+  relation = accounting.Relation.parse(relation)  # was checked only by a row with epsilon > 0
   rows = []
-  for i, eps in enumerate(items):
-    eps = check_ldp_epsilon(f"epsilons[{i}]", eps, allow_zero=True)
+  for eps in _table_epsilons(epsilons):
     if eps == 0.0:
       sigma = gaussian_sigma_for_flat_delta(d, sensitivity=sensitivity, count=count)
       method = "closed-form"
@@ -166,3 +188,24 @@ def ldp_sigma_table(delta: Any, *, sensitivity: Any, count: Any,
         "analytic_delta": analytic_gaussian_delta(eps, sigma=sigma, sensitivity=sensitivity, count=count),
     })
   return rows
+
+
+def _table_epsilons(value: Any) -> list[float]:
+  """``epsilons`` of :func:`ldp_sigma_table`, all checked, or a one-line ValueError naming them.
+
+  None or 1.0 were TypeErrors, ``()`` an empty table, and ``"ab"`` was read as epsilons "a" and "b".
+  """
+  shown = " ".join(f"{type(value).__name__} {value!r:.60}".split())  # one line (an array's repr spans several)
+  if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+    raise ValueError(f"Expected epsilons to be a sequence of numbers in [0, {MAX_LDP_EPSILON:g}]; got {shown}.")
+  try:
+    items = list(itertools.islice(value, MAX_LDP_TABLE_ROWS + 1))
+  except TypeError:  # a 0-d NumPy array is not iterable after all
+    raise ValueError(f"Expected epsilons to be a sequence of numbers in [0, {MAX_LDP_EPSILON:g}]; got "
+                     f"{shown}.") from None
+  if not items:
+    raise ValueError(f"Expected epsilons to hold at least one epsilon; got {shown}.")
+  if len(items) > MAX_LDP_TABLE_ROWS:
+    raise ValueError(f"Expected at most MAX_LDP_TABLE_ROWS = {MAX_LDP_TABLE_ROWS} epsilons (one calibration "
+                     f"each); got more ({shown}).")
+  return [check_ldp_epsilon(f"epsilons[{i}]", e, allow_zero=True) for i, e in enumerate(items)]

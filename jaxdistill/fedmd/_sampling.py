@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -156,6 +156,23 @@ class NfdpSampler:
                                    resample_each_round=resample_each_round)
 
 
+def _integer_array(name: str, value: Any) -> np.ndarray:
+  """``value`` as an int64 array of indices, or a one-line ValueError naming ``name``.
+
+  Indices 0.5 and 1.2 were truncated to 0 and 1 silently, NaN gave NumPy's "cannot convert float NaN to
+  integer", None a TypeError and 10^30 an OverflowError.
+  """
+  try:
+    arr = np.asarray(value)
+  except (TypeError, ValueError):
+    raise ValueError(f"Expected {name} to be an array of integer indices; got {type(value).__name__}.") from None
+  if arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max):
+    shown = f"{arr.reshape(-1)[:4].tolist()!r:.80}"
+    raise ValueError(f"Expected {name} to be an array of integer indices; got dtype {arr.dtype} "
+                     f"({shown}{'...' if arr.size > 4 else ''}).")
+  return arr.astype(np.int64)
+
+
 class SampleOracle:
   """A party's private records behind NFDP's sampler: the only access path.
 
@@ -167,9 +184,18 @@ class SampleOracle:
   Args:
     records: the party's private :class:`ImageData` (n records).
     sampler: an :class:`NfdpSampler` with ``sampler.n == len(records)``.
+
+  Raises:
+    ValueError: ``records`` not an :class:`ImageData` (a bare array's ``take``
+      flattens it), ``sampler`` not an :class:`NfdpSampler`, or sizes that differ.
   """
 
   def __init__(self, records: ImageData, sampler: NfdpSampler):
+    # A str sampler was an AttributeError, records=None a TypeError, and an ndarray was accepted.
+    if not isinstance(records, ImageData):
+      raise ValueError(f"Expected records to be a jaxdistill.data.ImageData; got {type(records).__name__}.")
+    if not isinstance(sampler, NfdpSampler):
+      raise ValueError(f"Expected sampler to be an NfdpSampler; got {type(sampler).__name__}.")
     if sampler.n != len(records):
       raise ValueError(f"Expected sampler.n={sampler.n} to equal the party's {len(records)} records.")
     self._records = records
@@ -192,22 +218,34 @@ class SampleOracle:
     Costs no privacy: the indices must already be among the recorded draws
     (or are restored as such by :meth:`restore`).
     """
-    idx = np.asarray(indices, np.int64)
+    idx = _integer_array("indices", indices)
     if not any(d.shape == idx.shape and np.array_equal(d, idx) for d in self.draws):
       raise ValueError("replay() only re-materialises a sample that was already drawn.")
     return self._records.take(idx)
 
   def restore(self, draws: list[Any]) -> None:
-    """Restores the draw history from a checkpoint (no new draws)."""
+    """Restores the draw history from a checkpoint (no new draws).
+
+    Args:
+      draws: a sequence of samples, each k integer indices in [0, n).
+
+    Raises:
+      ValueError: an oracle that has drawn already, or ``draws`` not a
+        sequence of such samples (nothing is restored then).
+    """
     if self.draws:
       raise ValueError("restore() needs an oracle that has not drawn yet.")
-    for d in draws:
-      d = np.asarray(d, np.int64)
+    if isinstance(draws, (str, bytes, Mapping)) or not isinstance(draws, Iterable):
+      raise ValueError(f"Expected draws to be a sequence of samples (index arrays); got {type(draws).__name__}.")
+    checked = []
+    for i, d in enumerate(draws):
+      d = _integer_array(f"draws[{i}]", d)
       if d.shape != (self.sampler.k,) or d.min() < 0 or d.max() >= self.n:
         raise ValueError(f"Checkpointed sample of shape {d.shape} does not fit n={self.n}, k={self.sampler.k}.")
       if not self.sampler.with_replacement and len(np.unique(d)) != d.size:
         raise ValueError("Checkpointed WOR sample has repeated indices.")
-      self.draws.append(d)
+      checked.append(d)
+    self.draws.extend(checked)
 
   def privacy(self, *, rounds: int, relation: Any = accounting.Relation.ADD_OR_REMOVE) -> accounting.NfdpPrivacy:
     """Exact privacy of everything released over ``rounds`` rounds, from the draws made.
@@ -216,6 +254,7 @@ class SampleOracle:
       ValueError: if more than one draw was made but fewer than ``rounds``
         (a schedule this report does not describe).
     """
+    rounds = _validate.integer("rounds", rounds, minimum=1)  # rounds=None with 2 draws was "Made 2 draws over ..."
     d = len(self.draws)
     if d <= 1:
       return self.sampler.privacy(rounds=rounds, resample_each_round=False, relation=relation)

@@ -35,6 +35,8 @@ from jaxdistill.mechanisms._product import Separation
 from jaxdistill.mechanisms._product import SeparationMessage
 from jaxdistill.mechanisms._nb_sampler import sample_negative_binomial
 from jaxdistill.mechanisms._randomized_response import RandomizedResponse
+from jaxdistill.mechanisms._sampling import MAX_DRAWS
+from jaxdistill.mechanisms._sampling import SAMPLER_BITS
 from jaxdistill.mechanisms._sampling import bernoulli_dyadic
 from jaxdistill.mechanisms._sampling import dyadic_ceil
 from jaxdistill.mechanisms._sampling import uniform_below
@@ -56,5 +58,5 @@ __all__ = [
     "collision_labeling_error",
     "ShuffleMultiMessage", "MultiMessageTranscript", "shuffle_multi_message_protocol",
     "sample_negative_binomial", "ShuffleSingleMessage", "bernoulli_dyadic", "dyadic_ceil",
-    "uniform_words", "uniform_below", "uniform_index",
+    "uniform_words", "uniform_below", "uniform_index", "MAX_DRAWS", "SAMPLER_BITS",
 ]

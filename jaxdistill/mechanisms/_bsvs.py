@@ -166,14 +166,38 @@ def check_shape(shape: Any) -> BsvsShape:
   return shape
 
 
+def _index_vector(name: str, value: Any) -> jax.Array:
+  """``value`` as a 1-D integer JAX array (a tracer is fine), or a ValueError naming ``name``."""
+  try:
+    arr = jnp.asarray(value)
+  except (TypeError, ValueError):
+    raise ValueError(f"Expected {name} to be a 1-D integer array; got {type(value).__name__} {value!r:.60}.") from None
+  if arr.ndim != 1 or not jnp.issubdtype(arr.dtype, jnp.integer):
+    raise ValueError(f"Expected {name} to be a 1-D integer array; got shape {tuple(arr.shape)}, dtype {arr.dtype}.")
+  return arr
+
+
 def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> jax.Array:
   """Flattened non-zero positions of one client's A^i: ``int32 [k * r]``, -1 pads.
 
   Entry (t, y) of A^i maps to ``t * num_labels + y``, computed in int32 whatever the
   inputs' integer type (int16 wrapped: 299 * 200 + 199 dropped a vote, 16384 * 4 moved
   one onto entry 0).
+
+  Args:
+    buckets: integer ``[k]`` bucket indices, -1 pads.
+    labels: integer ``[r]`` label indices, -1 pads (k and r may differ).
+    num_labels: |Y|, an integer in [1, 2^31 - 1] (``_MAX_DOMAIN``).
+
+  Raises:
+    ValueError: ``num_labels`` not an integer in that range (3.5, True, 0, -1 and 2^31 gave
+      wrong entries or a deep OverflowError), or ``buckets``/``labels`` not a 1-D integer
+      array (a 2-D one was flattened into wrong entries; only dtype and shape are read, so
+      the check costs nothing under ``jit`` or ``vmap``).
   """
-  buckets, labels = jnp.asarray(buckets).astype(jnp.int32), jnp.asarray(labels).astype(jnp.int32)
+  num_labels = _validate.integer("num_labels", num_labels, minimum=1, maximum=_MAX_DOMAIN)
+  buckets, labels = _index_vector("buckets", buckets), _index_vector("labels", labels)
+  buckets, labels = buckets.astype(jnp.int32), labels.astype(jnp.int32)
   ent = buckets[:, None] * num_labels + labels[None, :]
   valid = (buckets[:, None] >= 0) & (labels[None, :] >= 0)
   return jnp.where(valid, ent, -1).reshape(-1).astype(jnp.int32)

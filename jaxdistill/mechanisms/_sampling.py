@@ -46,16 +46,32 @@ def _round_key(key: jax.Array, round_: jax.Array) -> jax.Array:
 
 __all__ = ["dyadic_ceil", "uniform_words", "bernoulli_dyadic", "uniform_below", "uniform_index"]
 
+#: The sample widths b of :func:`dyadic_ceil` and :func:`bernoulli_dyadic`: the sampler compares b-bit
+#: integers cut from 32-bit words, two per word at b = 16 and one at b = 32; no other width is implemented.
+SAMPLER_BITS = (16, 32)
+
+#: Most draws of one :func:`bernoulli_dyadic` call (2^31 - 1, the largest flattened BSVS domain): the result is
+#: a ``bool [num]`` array, and num = 2^40 at threshold 2^32 asked the device for a TiB (a deep
+#: ``RESOURCE_EXHAUSTED`` error) while other thresholds failed naming ``num_words``, not ``num``.
+MAX_DRAWS = 2**31 - 1
+
+
+def _check_bits(bits: object) -> int:
+  """``bits`` as 16 or 32 (``SAMPLER_BITS``), or a one-line ValueError naming it."""
+  b = _validate.integer("bits", bits)  # a bool, a string or an array of widths is named here
+  if b not in SAMPLER_BITS:
+    raise ValueError(f"Expected bits to be 16 or 32 (the sample widths implemented); got bits={b}.")
+  return b
+
 
 def dyadic_ceil(prob: float, bits: int) -> int:
   """The integer t = ceil(prob * 2^bits): Pr[u < t] = t / 2^bits >= prob for u uniform on b bits.
 
   Raises:
-    ValueError: ``bits`` not 16 or 32; ``prob`` outside [0, 1], NaN, or not a
-      real number (a bool, a string, None).
+    ValueError: ``bits`` not the integer 16 or 32 (``SAMPLER_BITS``); ``prob``
+      outside [0, 1], NaN, infinite, or not a real number (a bool, a string, None).
   """
-  if bits not in (16, 32):
-    raise ValueError(f"Expected bits in (16, 32); got {bits!r}.")
+  bits = _check_bits(bits)
   _validate.probability("prob", prob)  # checks only: t is computed from prob as given
   return min(int(math.ceil(prob * 2**bits)), 2**bits)
 
@@ -87,17 +103,17 @@ def bernoulli_dyadic(key: jax.Array, threshold: int, bits: int, num: int) -> jax
     key: PRNG key.
     threshold: integer in [0, 2^bits] (from :func:`dyadic_ceil`).
     bits: 16 (two draws per 32-bit word) or 32.
-    num: number of draws.
+    num: number of draws, in [0, ``MAX_DRAWS``] (2^31 - 1).
 
   Raises:
-    ValueError: ``key`` not a PRNG key, ``bits`` not 16 or 32, ``threshold``
-      not an integer in [0, 2^bits], or ``num`` < 0.
+    ValueError: ``key`` not a PRNG key, ``bits`` not the integer 16 or 32,
+      ``threshold`` not an integer in [0, 2^bits], or ``num`` not an integer
+      in [0, ``MAX_DRAWS``].
   """
   key = _validate.prng_key("key", key)
-  if bits not in (16, 32):
-    raise ValueError(f"Expected bits in (16, 32); got {bits!r}.")
+  bits = _check_bits(bits)
   threshold = _validate.integer("threshold", threshold, minimum=0, maximum=2**bits)
-  num = _validate.integer("num", num, minimum=0)
+  num = _validate.integer("num", num, minimum=0, maximum=MAX_DRAWS)
   if bits == 32:
     if threshold >= 2**32:
       return jnp.ones((num,), jnp.bool_)

@@ -61,6 +61,11 @@ _TRAMPOLINE = (
     "sys.exit(os.waitstatus_to_exitcode(status) % 256)\n")
 
 
+def _one_line(value: object) -> str:
+  """The start of ``repr(value)`` on one line (a NumPy array's repr spans several)."""
+  return " ".join(f"{value!r:.60}".split())
+
+
 @dataclasses.dataclass(frozen=True)
 class MeasuredRun:
   """One command run in its own process.
@@ -87,41 +92,41 @@ def measure_subprocess(argv: Sequence[str], *, env: Mapping[str, str] | None = N
   """Runs ``argv`` in a fresh process and returns its exit status, output, wall time and peak RSS.
 
   Args:
-    argv: the command, e.g. ``[sys.executable, "script.py", "--flag"]``.
-    env: environment (default: this process's).
-    timeout: seconds before the child is killed (``None``: no limit).
+    argv: the command, e.g. ``[sys.executable, "script.py", "--flag"]``: a
+      non-empty sequence of ``str`` (or ``os.PathLike``) arguments.
+    env: environment, a mapping of ``str`` to ``str`` (default: this process's).
+    timeout: seconds before the child is killed, a finite number > 0
+      (``None``: no limit).
 
   Raises:
     ValueError: an empty ``argv``, a ``str``/``bytes`` (one command line would be split into
-      characters: pass a list of arguments), an argument that is not a str, bytes or path, an ``env``
-      that is not a mapping of str to str, or a ``timeout`` that is not a number > 0.
+      characters: pass a list of arguments), an argument that is not a ``str`` or holds a NUL
+      character, an ``env`` that is not a mapping of ``str`` to ``str``, or a ``timeout``
+      that is not a finite number > 0 (0 or -1 killed the child at once, ``"5"`` was a
+      TypeError, NaN and inf meant no limit).
     subprocess.TimeoutExpired: the child ran past ``timeout`` (it is killed
       and reaped first).
   """
   if isinstance(argv, (str, bytes, bytearray)):
     raise ValueError(f"Expected argv to be a list of arguments, e.g. [sys.executable, 'script.py']; got a "
                      f"{type(argv).__name__} {str(argv)[:60]!r}.")
-  try:
-    args = list(argv)
-  except TypeError:
-    raise ValueError(f"Expected argv to be a list of arguments, e.g. [sys.executable, 'script.py']; got "
-                     f"{type(argv).__name__} {argv!r:.60}.") from None
-  if not args:
-    raise ValueError(f"Expected argv to be a non-empty list of arguments; got {argv!r:.60}.")
-  for i, arg in enumerate(args):  # an int was a TypeError from subprocess, after the trampoline was built
-    if not isinstance(arg, (str, bytes, os.PathLike)):
-      raise ValueError(f"Expected argv[{i}] to be a str (or bytes or a path); got {type(arg).__name__} {arg!r:.60}.")
-  if env is not None:
-    if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-      raise ValueError(f"Expected env to be None or a mapping of str to str; got {type(env).__name__} "
-                       f"{env!r:.60}.")
+  if not isinstance(argv, Sequence) or not argv:  # 5 was a TypeError; an iterator or a dict ran its keys
+    raise ValueError(f"Expected a non-empty argv: a list of arguments, e.g. [sys.executable, 'script.py']; got "
+                     f"{type(argv).__name__} {_one_line(argv)}.")
+  for i, arg in enumerate(argv):  # [5] or [None] were TypeErrors from the trampoline's Popen
+    if not isinstance(arg, (str, os.PathLike)) or not isinstance(os.fspath(arg), str) or "\0" in os.fspath(arg):
+      raise ValueError(f"Expected argv[{i}] to be a str without NUL characters; got {type(arg).__name__} "
+                       f"{_one_line(arg)}.")
+  if env is not None and (not isinstance(env, Mapping) or not all(
+      isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+    raise ValueError(f"Expected env to be a mapping of str to str (or None); got {type(env).__name__} "
+                     f"{_one_line(env)}.")
   if timeout is not None:
-    timeout = _validate.positive("timeout", timeout, allow_inf=True)  # -1 killed the child at once; "1" a TypeError
-    timeout = None if timeout == float("inf") else timeout
+    timeout = _validate.positive("timeout", timeout)
   with tempfile.TemporaryDirectory() as tmp:
     peak_file = os.path.join(tmp, "peak")
     out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-    cmd = [sys.executable, "-S", "-c", _TRAMPOLINE, peak_file, *args]
+    cmd = [sys.executable, "-S", "-c", _TRAMPOLINE, peak_file, *argv]
     with open(out_path, "w") as out, open(err_path, "w") as err:
       start = time.perf_counter()
       proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=None if env is None else dict(env),

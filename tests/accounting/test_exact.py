@@ -96,3 +96,43 @@ def test_shape_mismatch_and_bad_epsilon():
 def test_bad_epsilons_name_the_parameter(fn, name, bad):
   with pytest.raises(ValueError, match=f"Expected {name} "):
     fn([0.5, 0.5], [0.25, 0.75], bad)
+
+
+@pytest.mark.parametrize("pairs, needle", [
+    (None, r"^Expected pairs to be an iterable of \(p, q\) pmf pairs; got NoneType\.$"),  # a TypeError
+    (5, r"^Expected pairs to be an iterable of \(p, q\) pmf pairs; got int\.$"),  # a TypeError
+    ("ab", r"^Expected pairs to be an iterable .*got str\.$"),  # "not enough values to unpack"
+    ({"a": 1}, r"^Expected pairs to be an iterable .*got dict\.$"),
+    ([([0.5, 0.5],)], r"^Expected pairs\[0\] to be a pair \(p, q\) of pmfs; got 1 item\(s\)\.$"),
+    ([([1.0], [1.0]), ([0.5], [0.5], [1.0])], r"^Expected pairs\[1\] to be a pair .*got 3 item\(s\)\.$"),
+    ([([1.0], [1.0]), None], r"^Expected pairs\[1\] to be a pair .*got NoneType\.$"),
+    ([([float("nan")], [1.0])], r"^Expected pairs\[0\] to be a pair of pmfs: Expected p to hold finite"),
+    ([], r"^Expected at least one neighbouring pair in pairs\.$"),
+])
+def test_worst_case_profile_names_bad_pairs(pairs, needle):
+  with pytest.raises(ValueError, match=needle):
+    accounting.worst_case_profile(pairs, [0.0, 1.0])
+
+
+def test_a_bad_epsilon_is_shown_alone_not_with_the_whole_input():
+  # The message held repr(epsilons): a list of 10^5 epsilons made one line of 600 kB.
+  with pytest.raises(ValueError, match=r"^Expected epsilons >= 0; got -1\.0 \(among 100000 values\)\.$"):
+    accounting.worst_case_profile([([1.0], [1.0])], [0.0] * 99_999 + [-1.0])
+  with pytest.raises(ValueError, match=r"^Expected epsilon >= 0; got nan\.$"):
+    accounting.hockey_stick_divergence([1.0], [1.0], math.nan)
+
+
+def test_many_epsilons_on_many_outcomes_are_summed_in_blocks(monkeypatch):
+  # 10^5 epsilons x 10^5 outcomes asked for one (epsilons x outcomes) array of 74.5 GiB: a MemoryError. The sums
+  # are now formed in blocks of at most MAX_BLOCK_ENTRIES entries, each row the same sum as in one block.
+  from jaxdistill.accounting import _exact  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  p, q = rng.dirichlet(np.ones(7)), rng.dirichlet(np.ones(7))
+  eps = np.concatenate([rng.exponential(0.5, 40), [0.0, math.inf]])
+  whole = accounting.worst_case_profile([(p, q), (q[::-1], p[::-1])], eps)
+  shapes = []
+  one_block = _exact._one_block  # pylint: disable=protected-access
+  monkeypatch.setattr(_exact, "_one_block", lambda p_, q_, e_: shapes.append(len(e_)) or one_block(p_, q_, e_))
+  monkeypatch.setattr(_exact, "MAX_BLOCK_ENTRIES", 7 * 5 + 3)  # 5 epsilons of 7 outcomes per block
+  np.testing.assert_array_equal(accounting.worst_case_profile([(p, q), (q[::-1], p[::-1])], eps), whole)
+  assert max(shapes) == 5 and sum(shapes) == 4 * len(eps)  # 2 pairs x 2 directions

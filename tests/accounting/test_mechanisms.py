@@ -465,6 +465,24 @@ def test_privacy_statement_validates_epsilon_delta_and_relation():
   assert type(st_.epsilon) is float and type(st_.delta) is float and (st_.epsilon, st_.delta) == (0.5, 1e-6)
 
 
+@pytest.mark.parametrize("count, needle", [
+    (0, r"count=0 >= 1"), (-1, r"count=-1 >= 1"), (1.5, r"count to be an integer, got 1\.5"),
+    (True, r"count to be an integer, got True"), (float("nan"), r"count to be an integer, got nan"),
+    ("2", r"count to be an integer, got '2'"), (None, r"count to be an integer, got None"),
+])
+def test_privacy_statement_refuses_a_count_that_is_not_a_positive_integer(count, needle):
+  # count was stored as given: a statement "covering" 0, -1, 1.5 or True releases was written to reports.
+  with pytest.raises(ValueError, match=needle) as err:
+    accounting.PrivacyStatement("x", "replace-one", epsilon=1.0, delta=0.0, count=count)
+  assert "\n" not in str(err.value)
+
+
+def test_privacy_statement_stores_its_count_as_an_int():
+  for count, want in ((np.int64(3), 3), (2.0, 2), (10**18, 10**18)):
+    st_ = accounting.PrivacyStatement("x", "replace-one", epsilon=1.0, delta=0.0, count=count)
+    assert type(st_.count) is int and st_.count == want and st_.to_dict()["count"] == want
+
+
 def test_a_discrete_laplace_sensitivity_of_millions_is_accounted():
   # 2 x 10^6 was refused by the earlier cap of 10^6, though it computes in about 2 s. Ten releases of noise
   # a = 1 / sensitivity are each (1, 0)-DP: their composition is at most 10 (basic composition), and at

@@ -155,10 +155,28 @@ def test_composition_whose_finite_loss_is_all_truncated_is_a_value_error():
     accounting.multi_message_delta(noise, 1.0, k=100)
 
 
-def test_lattice_too_large_for_memory_is_refused_by_name():
-  # lattice_size = 10^6 (10^12 outcomes) raised numpy's bare _ArrayMemoryError.
-  with pytest.raises(ValueError, match=r"lattice_size=1000000 "):
-    accounting.multi_message_pld(NOISE, lattice_size=10**6)
+@pytest.mark.parametrize("size", [10**6, 10**12, 4097])  # 4097 = MAX_LATTICE_SIZE + 1
+def test_lattice_larger_than_the_cap_is_refused_by_name(size):
+  # lattice_size = 10^6 (10^12 outcomes) raised numpy's bare _ArrayMemoryError, and 10^5 (10^10 outcomes, each a
+  # Python dict entry) allocated until memory ran out. Sizes above MAX_LATTICE_SIZE are refused before any work.
+  with pytest.raises(ValueError, match=rf"^Expected lattice_size={size} <= 4096\.$"):
+    accounting.multi_message_pld(NOISE, lattice_size=size)
+
+
+@pytest.mark.parametrize("size, needle", [(1, r"lattice_size=1 >= 2"), (2.5, r"lattice_size to be an integer"),
+                                          (True, r"lattice_size to be an integer, got True")])
+def test_lattice_size_below_two_or_not_an_integer_is_refused(size, needle):
+  with pytest.raises(ValueError, match=needle):
+    accounting.multi_message_pld(NOISE, lattice_size=size)
+
+
+def test_lattice_whose_outside_mass_underflows_matches_the_reduction():
+  # p = p' = 0.01: the mass outside a 200-wide box underflows to 0, and log(0) was a bare "math domain error"
+  # (also at lattice_size = 4096 with p = e^-0.25, rho = 40, p' = e^-0.5). A zero tail is an impossible outcome.
+  noise = accounting.MultiMessageNoise(0.01, 1.0, 0.01)
+  lattice, reduced = accounting.multi_message_pld(noise, lattice_size=200), accounting.multi_message_pld(noise)
+  for eps in (0.5, 1.0, 3.0, 5.0):
+    assert lattice.get_delta_for_epsilon(eps) == pytest.approx(reduced.get_delta_for_epsilon(eps), rel=1e-9)
 
 
 @pytest.mark.parametrize("call", [

@@ -169,3 +169,19 @@ def test_unbiased_check_does_not_overflow_near_the_largest_float():
   u = audit.check_unbiased(x, [0.0, 0.0], 1e300, alpha=ALPHA)
   np.testing.assert_allclose(u.statistic, [0.0, 1e307 / 5e149], rtol=1e-12)
   assert not u.passed and u.worst_entry == (1,)
+
+
+@pytest.mark.parametrize("num_runs", [10**6 + 1, 10**12])  # MAX_RUNS = 10^6
+def test_replicate_estimates_refuses_more_runs_than_max_runs(rr_setup, monkeypatch, num_runs):
+  # num_runs had no upper bound: 10^12 was accepted and simulated run after run for hours. It is now refused
+  # before the first run (a run here would fail the test, not hang it).
+  from jaxdistill import simulation  # pylint: disable=import-outside-toplevel
+
+  def no_run(*args, **kwargs):
+    raise AssertionError("replicate_estimates started simulating")
+
+  monkeypatch.setattr(simulation, "simulate", no_run)
+  shape, inp, _ = rr_setup
+  with pytest.raises(ValueError, match=rf"^Expected num_runs={num_runs} <= 1000000\.$"):
+    audit.replicate_estimates(jax.random.key(7), M.RandomizedResponse(shape, 1.0), inp, num_runs)
+  assert audit.MAX_RUNS == 10**6

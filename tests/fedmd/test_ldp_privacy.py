@@ -81,6 +81,50 @@ def test_bad_input():
     fedmd.analytic_gaussian_delta(1.0, sigma=0.0, sensitivity=1.0)
 
 
+@pytest.mark.parametrize("epsilons, needle", [
+    (None, r"epsilons to be a sequence of numbers in \[0, 500\]; got NoneType None"),  # a TypeError
+    (1.0, r"epsilons to be a sequence of numbers in \[0, 500\]; got float 1\.0"),  # a TypeError
+    ("ab", r"epsilons to be a sequence .*got str 'ab'"),  # "Expected epsilon to be a real number, got 'a'"
+    ({0.0: 1}, r"epsilons to be a sequence .*got dict"),  # its keys were the epsilons
+    ((), r"epsilons to hold at least one epsilon; got tuple \(\)"),  # an empty table, silently
+    ([], r"epsilons to hold at least one epsilon; got list \[\]"),
+    ([0.0] * 101, r"at most MAX_LDP_TABLE_ROWS = 100 epsilons"),
+    (iter(int, 1), r"at most MAX_LDP_TABLE_ROWS = 100 epsilons"),  # an endless iterable was read for ever
+    ((0.0, math.nan), r"epsilons\[1\] to be finite, got nan"),
+    ((True,), r"epsilons\[0\] to be a real number, got True"),
+    ((-1.0,), r"epsilons\[0\]=-1\.0 >= 0"),
+])
+def test_sigma_table_names_bad_epsilons(epsilons, needle):
+  with pytest.raises(ValueError, match=rf"^Expected {needle}") as err:
+    fedmd.ldp_sigma_table(1e-3, sensitivity=1.0, count=10, epsilons=epsilons)
+  assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"sensitivity": 1e308}, r"sensitivity=1e\+308, delta=0\.001 and count=10 to give a sigma within float64's range; "
+                             r"it is inf"),  # "Expected sigma to be finite" (a parameter the caller never passed)
+    ({"sensitivity": 5e-324, "delta": 0.9}, r"sensitivity=5e-324, .* it is 0\.0"),  # "Expected sigma=0.0 > 0"
+    ({"count": 10**400}, r"count=1" + "0" * 400 + r" <= 1000000000000000000"),  # an OverflowError in sqrt
+    ({"count": 10**19}, r"count=10000000000000000000 <= 1000000000000000000"),
+    ({"count": True}, r"count to be an integer, got True"),
+    ({"sensitivity": math.inf}, r"sensitivity to be finite, got inf"),
+    ({"delta": math.nan}, r"delta to be finite, got nan"),
+    ({"relation": "swap"}, r"relation to be one of"),  # accepted when every row had epsilon 0
+])
+def test_sigma_table_names_a_bad_delta_sensitivity_count_or_relation(kwargs, needle):
+  args = {"delta": 1e-3, "sensitivity": 1.0, "count": 10, "epsilons": (0.0,), **kwargs}
+  delta = args.pop("delta")
+  with pytest.raises(ValueError, match=rf"^Expected {needle}") as err:
+    fedmd.ldp_sigma_table(delta, **args)
+  assert "\n" not in str(err.value)
+
+
+def test_sigma_table_takes_any_finite_iterable_of_epsilons():
+  rows = fedmd.ldp_sigma_table(1e-3, sensitivity=1.0, count=10, epsilons=iter([0.0, 0.0]))
+  assert [r["epsilon"] for r in rows] == [0.0, 0.0] and rows[0]["sigma"] == rows[1]["sigma"]
+  assert fedmd.MAX_LDP_TABLE_ROWS == 100 and fedmd.MAX_LDP_COUNT == 10**18
+
+
 def test_epsilons_and_deltas_the_calibration_cannot_handle_are_refused_by_name():
   # Were an OverflowError from dp-accounting (eps = 1e30; near 800 already) and an anonymous "could not
   # verify a private starting point" (delta below the PLD's truncation; 1e-14 still calibrates).
@@ -91,7 +135,7 @@ def test_epsilons_and_deltas_the_calibration_cannot_handle_are_refused_by_name()
     fedmd.calibrate_ldp_sigma(1.0, 1e-300, sensitivity=1.0, count=10)
   with pytest.raises(ValueError, match=r"ldp_epsilon=1e\+30 <= 500"):
     fedmd.FedMDConfig(method="ldp", ldp_epsilon=1e30)
-  with pytest.raises(ValueError, match=r"epsilons\[1\]=501.0 <= 500"):
+  with pytest.raises(ValueError, match=r"epsilons\[1\]=501.0 <= 500"):  # before row 1.0 is calibrated
     fedmd.ldp_sigma_table(1e-3, sensitivity=1.0, count=10, epsilons=(1.0, 501.0))
 
 
@@ -115,29 +159,3 @@ def test_ldp_needs_a_public_delta_where_the_relation_changes_n(relation):
   assert fedmd.FedMDConfig(method="ldp", relation=relation, ldp_delta=0.01).ldp_delta == 0.01
   assert fedmd.FedMDConfig(method="ldp", relation="replace-one").ldp_delta is None  # n_i fixed: p(n_i) is public
   assert fedmd.FedMDConfig(method="nfdp", relation=relation).ldp_delta is None  # its sigma table is a side note
-
-
-@pytest.mark.parametrize("call,match", [
-    # OverflowError ("int too large to convert to float") from sqrt(count).
-    (lambda: fedmd.analytic_gaussian_delta(1.0, sigma=1.0, sensitivity=1.0, count=10**400), r"^Expected count=.* <= "),
-    (lambda: fedmd.gaussian_sigma_for_flat_delta(1e-5, sensitivity=1.0, count=10**400), r"^Expected count=.* <= "),
-    (lambda: fedmd.calibrate_ldp_sigma(1.0, 1e-5, sensitivity=1.0, count=10**13),
-     r"^Expected count=10000000000000 <= "),
-    # Named the calibrated sigma ("parameter (the Gaussian sigma)=1e+308"), which the caller does not pass.
-    (lambda: fedmd.calibrate_ldp_sigma(1.0, 1e-5, sensitivity=1e308, count=1), r"^Expected sensitivity=1e\+308 in "),
-    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1e-300, count=1, epsilons=(1.0,)),
-     r"^Expected sensitivity=1e-300 in "),
-    # A number was a TypeError ("'float' object is not iterable"), and text was read character by character.
-    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1.0, count=1, epsilons=1.0),
-     r"^Expected epsilons to be a sequence of numbers >= 0; got 1\.0\.$"),
-    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1.0, count=1, epsilons="0,1"),
-     r"^Expected epsilons to be a sequence of numbers >= 0; got '0,1'\.$"),
-    # An entry was named "epsilon", not by its place in epsilons.
-    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1.0, count=1, epsilons=(0.0, -1.0)),
-     r"^Expected epsilons\[1\]=-1\.0 >= 0\.$"),
-    (lambda: fedmd.ldp_sigma_table(1e-5, sensitivity=1.0, count=1, epsilons=(0.0, "x")),
-     r"^Expected epsilons\[1\] to be a real number, got 'x'\.$"),
-])
-def test_ldp_helpers_name_bad_arguments(call, match):
-  with pytest.raises(ValueError, match=match):
-    call()

@@ -156,6 +156,52 @@ def test_oracle_restore_validates():
     fedmd.SampleOracle(records(9), fedmd.NfdpSampler(10, 3))
 
 
+@pytest.mark.parametrize("recs, sampler, needle", [
+    (lambda: records(5), lambda: "x", r"sampler to be an NfdpSampler; got str"),  # an AttributeError
+    (lambda: None, lambda: fedmd.NfdpSampler(5, 2), r"records to be a jaxdistill\.data\.ImageData; got NoneType"),
+    (lambda: np.zeros((5, 1, 1, 1)), lambda: fedmd.NfdpSampler(5, 2), r"records .*ImageData; got ndarray"),  # accepted
+])
+def test_oracle_names_records_or_sampler_of_the_wrong_type(recs, sampler, needle):
+  with pytest.raises(ValueError, match=needle):
+    fedmd.SampleOracle(recs(), sampler())
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ([0.5, 1.2, 2.0], r"dtype float64 \(\[0\.5, 1\.2, 2\.0\]\)"),  # truncated to [0, 1, 2] and accepted by restore
+    ([float("nan"), 1, 2], r"dtype float64 \(\[nan, 1\.0, 2\.0\]\)"),  # "cannot convert float NaN to integer"
+    (None, r"dtype object"),  # a TypeError
+    ([0, 1, 10**30], r"dtype object"),  # an OverflowError
+    ([True, False, True], r"dtype bool"),
+    (["a", "b", "c"], r"dtype <U1"),
+])
+def test_oracle_replay_and_restore_name_indices_that_are_not_integers(bad, needle):
+  o = fedmd.SampleOracle(records(10), fedmd.NfdpSampler(10, 3, True))
+  with pytest.raises(ValueError, match=r"^Expected draws\[1\] to be an array of integer indices; got " + needle):
+    o.restore([np.array([1, 2, 3]), bad])
+  assert o.draws == []  # nothing restored from a history with a bad sample
+  o.restore([np.array([1, 2, 3])])
+  with pytest.raises(ValueError, match=r"^Expected indices to be an array of integer indices; got " + needle):
+    o.replay(bad)
+
+
+@pytest.mark.parametrize("bad", [None, 5, "ab", {"a": [1, 2, 3]}])
+def test_oracle_restore_names_draws_that_are_not_a_sequence(bad):
+  # None and 5 were TypeErrors; "ab" was read as samples "a" and "b" ("invalid literal for int()").
+  with pytest.raises(ValueError, match=r"^Expected draws to be a sequence of samples"):
+    fedmd.SampleOracle(records(10), fedmd.NfdpSampler(10, 3)).restore(bad)
+
+
+@pytest.mark.parametrize("rounds, needle", [(None, "got None"), (2.5, r"got 2\.5"), (True, "got True"),
+                                            (float("nan"), "got nan"), (0, r"0 >= 1")])
+def test_oracle_privacy_names_a_bad_rounds_after_several_draws(rounds, needle):
+  # With two draws a bad rounds was only compared with 2: "Made 2 draws over rounds=None".
+  o = fedmd.SampleOracle(records(10), fedmd.NfdpSampler(10, 3))
+  o.restore([np.array([1, 2, 3]), np.array([4, 5, 6])])
+  with pytest.raises(ValueError, match=rf"^Expected rounds(=| to be an integer, ){needle}"):
+    o.privacy(rounds=rounds)
+  assert o.privacy(rounds=2.0).resample_each_round
+
+
 def test_party_sizes_beyond_int32_indices_are_refused():
   # jax.random.randint raised an OverflowError on maxval; the indices are int32.
   with pytest.raises(ValueError, match=r"n=2147483653 <= 2147483647"):

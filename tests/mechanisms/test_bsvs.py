@@ -284,3 +284,46 @@ def test_wide_integer_inputs_are_checked_before_the_int32_cast(bad, low, high):
     simulation.simulate(jax.random.key(0), M.CentralDiscreteLaplace(shape, 1.0), inp, with_counts=True)
   ok = M.BsvsInput(np.array([[0], [3], [-1]], np.int64), np.array([[0], [1], [1]], np.int64))  # in range: fine
   np.testing.assert_array_equal(np.asarray(M.bsvs_counts(ok, shape)), [[1, 0], [0, 0], [0, 0], [0, 1]])
+
+
+def test_client_entries_maps_buckets_and_labels_of_different_lengths():
+  # k = 2 buckets, r = 1 label (the one-hot case): entries t * |Y| + y, -1 pads stay -1.
+  out = M.client_entries(jnp.array([0, 2, -1]), jnp.array([1]), 3)
+  assert out.dtype == jnp.int32 and out.tolist() == [1, 7, -1]
+  assert M.client_entries(np.array([1]), np.array([0, 2]), 3.0).tolist() == [3, 5]  # a whole float is the int
+
+
+@pytest.mark.parametrize("num_labels, needle", [
+    (3.5, r"num_labels to be an integer, got 3\.5"),  # was entries 2, 5: truncated silently
+    (True, r"num_labels to be an integer, got True"),  # was |Y| = 1
+    (0, r"num_labels=0 >= 1"),  # every bucket mapped onto its label
+    (-1, r"num_labels=-1 >= 1"),
+    (2**31, r"num_labels=2147483648 <= 2147483647"),  # a deep OverflowError from jit
+    (float("nan"), r"num_labels to be an integer, got nan"),  # was entries [0, 0]
+    ("3", r"num_labels to be an integer, got '3'"),  # a TypeError
+    (None, r"num_labels to be an integer, got None"),
+])
+def test_client_entries_refuses_a_bad_num_labels_by_name(num_labels, needle):
+  with pytest.raises(ValueError, match=needle) as err:
+    M.client_entries(jnp.array([0, 1]), jnp.array([2]), num_labels)
+  assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("buckets, labels, needle", [
+    (np.zeros((2, 2), np.int32), np.array([1]), r"buckets to be a 1-D integer array; got shape \(2, 2\)"),  # flattened
+    (np.array([0, 1]), np.array(1), r"labels to be a 1-D integer array; got shape \(\)"),  # an IndexError
+    (np.array([0.5]), np.array([1]), r"buckets to be a 1-D integer array; got shape \(1,\), dtype float"),  # 0.5 -> 0
+    (np.array([0]), np.array([True]), r"labels to be a 1-D integer array; got shape \(1,\), dtype bool"),
+    (None, np.array([1]), r"buckets to be a 1-D integer array; got NoneType None"),
+])
+def test_client_entries_refuses_buckets_or_labels_that_are_not_integer_vectors(buckets, labels, needle):
+  with pytest.raises(ValueError, match=needle) as err:
+    M.client_entries(buckets, labels, 3)
+  assert "\n" not in str(err.value)
+
+
+def test_client_entries_checks_cost_nothing_under_vmap():
+  # Only static metadata is read: vmapped over clients (as entry_histogram does) the per-client rows are 1-D.
+  out = jax.jit(jax.vmap(M.client_entries, in_axes=(0, 0, None)), static_argnums=2)(
+      jnp.array([[0, 1], [2, -1]]), jnp.array([[1], [0]]), 3)
+  assert out.tolist() == [[1, 4], [6, -1]]

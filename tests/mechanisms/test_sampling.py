@@ -211,3 +211,35 @@ def test_dyadic_ceil_refuses_what_is_not_a_probability():
   # Valid probabilities of any real type give ceil(prob * 2^bits) as before (exact: 2^bits scales exactly).
   assert M.dyadic_ceil(np.float32(0.3), 16) == math.ceil(float(np.float32(0.3)) * 2**16)
   assert M.dyadic_ceil(0, 32) == 0 and M.dyadic_ceil(1, 32) == 2**32
+
+
+@pytest.mark.parametrize("bad_bits, needle", [
+    (np.array([16, 32]), r"bits to be an integer, got array"),  # NumPy's "truth value ... is ambiguous"
+    (np.array([16]), r"bits to be an integer, got array"),  # was accepted as 16 by bernoulli_dyadic
+    (64, r"bits to be 16 or 32 .*got bits=64"),
+    (16.5, r"bits to be an integer, got 16\.5"),
+])
+def test_dyadic_sampling_names_bits_that_are_not_16_or_32(bad_bits, needle):
+  for call in (lambda: M.dyadic_ceil(0.5, bad_bits), lambda: M.bernoulli_dyadic(jax.random.key(0), 3, bad_bits, 4)):
+    with pytest.raises(ValueError, match=needle) as err:
+      call()
+    assert "\n" not in str(err.value)
+  assert M.SAMPLER_BITS == (16, 32) and M.dyadic_ceil(0.5, 16.0) == 2**15  # a whole float is the int
+
+
+@pytest.mark.parametrize("bits, threshold, num", [
+    (32, 2**32, 2**40),  # was jnp.ones((2^40,)): a deep RESOURCE_EXHAUSTED error (a TiB)
+    (32, 5, 2**33),  # failed naming num_words, which the caller never passed
+    (16, 5, 2**40),
+    (16, 5, 2**31),  # MAX_DRAWS + 1
+])
+def test_bernoulli_dyadic_refuses_more_draws_than_max_draws(bits, threshold, num):
+  with pytest.raises(ValueError, match=rf"^Expected num={num} <= 2147483647\.$"):
+    M.bernoulli_dyadic(jax.random.key(0), threshold, bits, num)
+  assert M.MAX_DRAWS == 2**31 - 1
+
+
+def test_dyadic_ceil_refuses_an_infinite_probability():
+  for bad in (math.inf, -math.inf, 10**400):
+    with pytest.raises(ValueError, match="prob"):
+      M.dyadic_ceil(bad, 32)

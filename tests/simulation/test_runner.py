@@ -1,6 +1,7 @@
 """The streaming runner: exact sums, chunk invariance, generator == arrays."""
 
 import dataclasses
+import math
 import re
 import sys
 
@@ -365,21 +366,46 @@ def test_measure_subprocess_refuses_a_command_string(argv):
     simulation.measure_subprocess(argv)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    # Each was a TypeError from deep inside subprocess, or (timeout=-1) a child killed at once.
-    (dict(argv=5), r"^Expected argv to be a list of arguments, .*; got int 5\.$"),
-    (dict(argv=[]), r"^Expected argv to be a non-empty list of arguments; got \[\]\.$"),
-    (dict(argv=[sys.executable, 1]), r"^Expected argv\[1\] to be a str \(or bytes or a path\); got int 1\.$"),
-    (dict(env="x"), r"^Expected env to be None or a mapping of str to str; got str 'x'\.$"),
-    (dict(env={"A": 1}), r"^Expected env to be None or a mapping of str to str; got dict \{'A': 1\}\.$"),
-    (dict(timeout=-1), r"^Expected timeout=-1\.0 > 0\.$"),
-    (dict(timeout="1"), r"^Expected timeout to be a real number, got '1'\.$"),
-    (dict(timeout=float("nan")), r"^Expected timeout to be finite, got nan\.$"),
+@pytest.mark.parametrize("argv, needle", [
+    (5, r"^Expected a non-empty argv: .*got int 5\.$"),  # a TypeError
+    (None, r"^Expected a non-empty argv: .*got NoneType None\.$"),
+    ([], r"^Expected a non-empty argv: .*got list \[\]\.$"),
+    (iter(["true"]), r"^Expected a non-empty argv: .*got list_iterator"),
+    ({"true": 1}, r"^Expected a non-empty argv: .*got dict"),  # ran its keys
+    ([5], r"^Expected argv\[0\] to be a str without NUL characters; got int 5\.$"),  # a TypeError in Popen
+    (["true", None], r"^Expected argv\[1\] to be a str .*got NoneType None\.$"),
+    (["true", b"x"], r"^Expected argv\[1\] to be a str .*got bytes b'x'\.$"),
+    (["tr\0ue"], r"^Expected argv\[0\] to be a str without NUL characters"),  # "embedded null byte"
 ])
-def test_measure_subprocess_names_bad_arguments(kwargs, match):
-  kwargs = {"argv": [sys.executable, "-c", "pass"], **kwargs}
-  with pytest.raises(ValueError, match=match):
-    simulation.measure_subprocess(**kwargs)
+def test_measure_subprocess_names_an_argv_that_is_not_a_sequence_of_str(argv, needle):
+  with pytest.raises(ValueError, match=needle):
+    simulation.measure_subprocess(argv)
+
+
+@pytest.mark.parametrize("timeout, needle", [
+    (0, r"timeout=0\.0 > 0"), (-1, r"timeout=-1\.0 > 0"),  # the child was killed at once: a TimeoutExpired
+    (math.nan, r"timeout to be finite, got nan"), (math.inf, r"timeout to be finite, got inf"),  # no limit
+    (True, r"timeout to be a real number, got True"),  # one second
+    ("5", r"timeout to be a real number, got '5'"),  # a TypeError
+    (10**400, r"timeout to be a real number within float64's range"),  # an OverflowError
+])
+def test_measure_subprocess_names_a_timeout_that_is_not_a_positive_finite_number(timeout, needle):
+  with pytest.raises(ValueError, match=rf"^Expected {needle}"):
+    simulation.measure_subprocess([sys.executable, "-c", "pass"], timeout=timeout)
+
+
+@pytest.mark.parametrize("env", [{"A": 5}, 5, "A=b", [("A", "b")]])
+def test_measure_subprocess_names_an_env_that_is_not_a_mapping_of_str(env):
+  # {"A": 5} and 5 were TypeErrors, "A=b" dict()'s "dictionary update sequence element" error.
+  with pytest.raises(ValueError, match=r"^Expected env to be a mapping of str to str \(or None\)"):
+    simulation.measure_subprocess([sys.executable, "-c", "pass"], env=env)
+
+
+def test_measure_subprocess_takes_paths_and_a_finite_timeout(tmp_path):
+  script = tmp_path / "hello.py"
+  script.write_text("print('hi')")
+  run = simulation.measure_subprocess([sys.executable, script], env={"PATH": "/usr/bin:/bin"}, timeout=60)
+  assert run.returncode == 0 and run.stdout == "hi\n"
 
 
 def test_client_mesh_refuses_duplicate_devices():
