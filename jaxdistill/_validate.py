@@ -55,7 +55,7 @@ MAX_SEED = 2**32 - 1
 EARLIER_PLOTS = "*.png"
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
   """``repr(value)`` cut to one short line (an int of 10**5000 has no repr at all: too many digits)."""
   if isinstance(value, int) and not _is_bool(value) and value.bit_length() > 200:
     return f"an integer of {value.bit_length()} bits"
@@ -77,7 +77,7 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
   is still rejected).
   """
   if _is_bool(value):
-    raise ValueError(f"Expected {name} to be an integer, got {_shown(value)}.")
+    raise ValueError(f"Expected {name} to be an integer, got {shown(value)}.")
   if isinstance(value, numbers.Integral):
     out = int(value)
   elif isinstance(value, numbers.Real) and math.isfinite(_to_float(name, value)) and float(value).is_integer():
@@ -88,10 +88,10 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
     try:
       host = np.asarray(value)
     except Exception:  # pylint: disable=broad-except
-      raise ValueError(f"Expected {name} to be a concrete integer, got {_shown(value)} (traced?).") from None
+      raise ValueError(f"Expected {name} to be a concrete integer, got {shown(value)} (traced?).") from None
     return integer(name, host, minimum=minimum, maximum=maximum)
   else:
-    raise ValueError(f"Expected {name} to be an integer, got {_shown(value)}.")
+    raise ValueError(f"Expected {name} to be an integer, got {shown(value)}.")
   if minimum is not None and out < minimum:
     raise ValueError(f"Expected {name}={_digits(out)} >= {minimum}.")
   if maximum is not None and out > maximum:
@@ -114,7 +114,7 @@ def finite(name: str, value: Any) -> float:
   where a number belongs has a bug worth surfacing.
   """
   if _is_bool(value) or isinstance(value, (str, bytes)):
-    raise ValueError(f"Expected {name} to be a real number, got {_shown(value)}.")
+    raise ValueError(f"Expected {name} to be a real number, got {shown(value)}.")
   out = _to_float(name, value)
   if not math.isfinite(out):
     raise ValueError(f"Expected {name} to be finite, got {out!r}.")
@@ -127,9 +127,9 @@ def _to_float(name: str, value: Any) -> float:
     return float(value)
   except OverflowError:  # an int or Fraction of 10**400: too large for any float, so not a usable epsilon
     raise ValueError(f"Expected {name} to be a real number within float64's range (|x| < 1.8e308), got "
-                     f"{_shown(value)}.") from None
+                     f"{shown(value)}.") from None
   except (TypeError, ValueError):
-    raise ValueError(f"Expected {name} to be a real number, got {_shown(value)}.") from None
+    raise ValueError(f"Expected {name} to be a real number, got {shown(value)}.") from None
 
 
 def real_array(name: str, value: Any) -> np.ndarray:
@@ -141,21 +141,21 @@ def real_array(name: str, value: Any) -> np.ndarray:
   (NaN and inf pass): the caller states its own range.
   """
   if _is_bool(value) or isinstance(value, (str, bytes)):
-    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {_shown(value)}.")
+    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {shown(value)}.")
   try:
     arr = np.asarray(value)
   except (TypeError, ValueError):
-    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {_shown(value)}.") from None
+    raise ValueError(f"Expected {name} to be a number or an array of numbers; got {shown(value)}.") from None
   if arr.dtype.kind == "O":
     flat = arr.reshape(-1)
     if not all(isinstance(v, numbers.Real) and not _is_bool(v) for v in flat):
-      raise ValueError(f"Expected {name} to hold only real numbers; got {_shown(value)}.")
+      raise ValueError(f"Expected {name} to hold only real numbers; got {shown(value)}.")
   elif arr.dtype.kind in "USbcmM" or (arr.dtype.kind == "V" and not is_float_like(arr.dtype)):
-    raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype} ({_shown(value)}).")
+    raise ValueError(f"Expected {name} to hold real numbers; got dtype {arr.dtype} ({shown(value)}).")
   try:
     return arr.astype(np.float64)
   except (TypeError, ValueError, OverflowError):
-    raise ValueError(f"Expected {name} to hold real numbers; got {_shown(value)}.") from None
+    raise ValueError(f"Expected {name} to hold real numbers; got {shown(value)}.") from None
 
 
 def is_float_like(dtype: np.dtype) -> bool:
@@ -225,14 +225,14 @@ def boolean(name: str, value: Any) -> bool:
   analysis and must be explicit.
   """
   if not _is_bool(value):
-    raise ValueError(f"Expected {name} to be a bool, got {_shown(value)}.")
+    raise ValueError(f"Expected {name} to be a bool, got {shown(value)}.")
   return bool(value)
 
 
 def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
   """Returns ``value`` if it is one of ``options``, else raises."""
   if not isinstance(value, str) or value not in options:
-    raise ValueError(f"Expected {name} to be one of {', '.join(options)}; got {_shown(value)}.")
+    raise ValueError(f"Expected {name} to be one of {', '.join(options)}; got {shown(value)}.")
   return value
 
 
@@ -242,7 +242,7 @@ def as_path(name: str, value: Any, kind: str = "folder") -> pathlib.Path:
   ``True``, ``0`` or ``None`` would otherwise become paths named "True", "0" or "None".
   """
   if not isinstance(value, (str, os.PathLike)) or not str(value):
-    raise ValueError(f"Expected {name} to be a {kind} path; got {_shown(value)}.")
+    raise ValueError(f"Expected {name} to be a {kind} path; got {shown(value)}.")
   return pathlib.Path(value)
 
 
@@ -315,7 +315,7 @@ def prng_key(name: str, value: Any, *, batched: bool = False, threefry: bool = F
   dtype = getattr(value, "dtype", None)
   shape = getattr(value, "shape", None)
   what = f"an array of dtype {dtype} and shape {tuple(shape)}" if dtype is not None and shape is not None else (
-      f"{type(value).__name__} {_shown(value)}")
+      f"{type(value).__name__} {shown(value)}")
   hint = f"Expected {name} to be a PRNG key from jax.random.key(seed)"
   if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
     key = value

@@ -528,12 +528,6 @@ def _calibrate(eps: float, delta: float, shifts: int, fraction: float, multiplie
   return MultiMessageNoise(p, rho, pf)
 
 
-def _brief(value: Any) -> str:
-  """``repr(value)`` cut to 80 characters, for one-line errors."""
-  text = " ".join(repr(value).split())
-  return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _check_flood_multipliers(value: Any) -> tuple[float, ...]:
   """``value`` as a non-empty tuple of finite floats > 0; errors name ``flood_multipliers`` and the bad entry.
 
@@ -545,10 +539,11 @@ def _check_flood_multipliers(value: Any) -> tuple[float, ...]:
       raise TypeError
     entries = list(value)
   except TypeError:  # also a 0-d array, which has __iter__ but no entries
-    raise ValueError(f"Expected flood_multipliers to be a sequence of positive numbers; got {_brief(value)}.") from None
+    raise ValueError(f"Expected flood_multipliers to be a sequence of positive numbers; got "
+                     f"{_validate.shown(value)}.") from None
   mults = tuple(_validate.positive(f"flood_multipliers[{i}]", m) for i, m in enumerate(entries))
   if not mults:
-    raise ValueError(f"Expected flood_multipliers to hold at least one multiplier; got {_brief(value)}.")
+    raise ValueError(f"Expected flood_multipliers to hold at least one multiplier; got {_validate.shown(value)}.")
   return mults
 
 

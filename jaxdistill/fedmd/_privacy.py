@@ -195,7 +195,7 @@ def _table_epsilons(value: Any) -> list[float]:
 
   None or 1.0 were TypeErrors, ``()`` an empty table, and ``"ab"`` was read as epsilons "a" and "b".
   """
-  shown = " ".join(f"{type(value).__name__} {value!r:.60}".split())  # one line (an array's repr spans several)
+  shown = f"{type(value).__name__} {_validate.shown(value)}"
   if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
     raise ValueError(f"Expected epsilons to be a sequence of numbers in [0, {MAX_LDP_EPSILON:g}]; got {shown}.")
   try:

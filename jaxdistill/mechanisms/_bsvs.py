@@ -171,7 +171,8 @@ def _index_vector(name: str, value: Any) -> jax.Array:
   try:
     arr = jnp.asarray(value)
   except (TypeError, ValueError):
-    raise ValueError(f"Expected {name} to be a 1-D integer array; got {type(value).__name__} {value!r:.60}.") from None
+    raise ValueError(f"Expected {name} to be a 1-D integer array; got {type(value).__name__} "
+                     f"{_validate.shown(value)}.") from None
   if arr.ndim != 1 or not jnp.issubdtype(arr.dtype, jnp.integer):
     raise ValueError(f"Expected {name} to be a 1-D integer array; got shape {tuple(arr.shape)}, dtype {arr.dtype}.")
   return arr

@@ -61,11 +61,6 @@ _TRAMPOLINE = (
     "sys.exit(os.waitstatus_to_exitcode(status) % 256)\n")
 
 
-def _one_line(value: object) -> str:
-  """The start of ``repr(value)`` on one line (a NumPy array's repr spans several)."""
-  return " ".join(f"{value!r:.60}".split())
-
-
 @dataclasses.dataclass(frozen=True)
 class MeasuredRun:
   """One command run in its own process.
@@ -112,15 +107,15 @@ def measure_subprocess(argv: Sequence[str], *, env: Mapping[str, str] | None = N
                      f"{type(argv).__name__} {str(argv)[:60]!r}.")
   if not isinstance(argv, Sequence) or not argv:  # 5 was a TypeError; an iterator or a dict ran its keys
     raise ValueError(f"Expected a non-empty argv: a list of arguments, e.g. [sys.executable, 'script.py']; got "
-                     f"{type(argv).__name__} {_one_line(argv)}.")
+                     f"{type(argv).__name__} {_validate.shown(argv)}.")
   for i, arg in enumerate(argv):  # [5] or [None] were TypeErrors from the trampoline's Popen
     if not isinstance(arg, (str, os.PathLike)) or not isinstance(os.fspath(arg), str) or "\0" in os.fspath(arg):
       raise ValueError(f"Expected argv[{i}] to be a str without NUL characters; got {type(arg).__name__} "
-                       f"{_one_line(arg)}.")
+                       f"{_validate.shown(arg)}.")
   if env is not None and (not isinstance(env, Mapping) or not all(
       isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
     raise ValueError(f"Expected env to be a mapping of str to str (or None); got {type(env).__name__} "
-                     f"{_one_line(env)}.")
+                     f"{_validate.shown(env)}.")
   if timeout is not None:
     timeout = _validate.positive("timeout", timeout)
   with tempfile.TemporaryDirectory() as tmp:
