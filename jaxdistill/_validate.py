@@ -15,7 +15,7 @@ import os
 import pathlib
 import sys
 import tempfile
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -156,6 +156,11 @@ def real_array(name: str, value: Any) -> np.ndarray:
     return arr.astype(np.float64)
   except (TypeError, ValueError, OverflowError):
     raise ValueError(f"Expected {name} to hold real numbers; got {shown(value)}.") from None
+
+
+def is_collection(value: Any) -> bool:
+  """Whether ``value`` is an iterable of entries: not text (read character by character) nor a mapping (its keys)."""
+  return isinstance(value, Iterable) and not isinstance(value, (str, bytes, bytearray, Mapping))
 
 
 def is_float_like(dtype: np.dtype) -> bool:

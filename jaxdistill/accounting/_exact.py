@@ -206,12 +206,12 @@ def worst_case_profile(pairs: Iterable[tuple[Any, Any]], epsilons: Any) -> Any:
       or not real numbers.
   """
   eps = _epsilons("epsilons", epsilons)
-  if isinstance(pairs, (str, bytes, Mapping)) or not isinstance(pairs, Iterable):  # None or 5: a TypeError
+  if not _validate.is_collection(pairs):  # None or 5: a TypeError
     raise ValueError(f"Expected pairs to be an iterable of (p, q) pmf pairs; got {type(pairs).__name__}.")
   best = np.zeros(eps.shape, dtype=np.float64)
   seen = False
   for i, pair in enumerate(pairs):
-    items = None if isinstance(pair, (str, bytes, Mapping)) or not isinstance(pair, Iterable) else tuple(pair)
+    items = tuple(pair) if _validate.is_collection(pair) else None
     if items is None or len(items) != 2:  # was "not enough values to unpack (expected 2, got 1)"
       got = type(pair).__name__ if items is None else f"{len(items)} item(s)"
       raise ValueError(f"Expected pairs[{i}] to be a pair (p, q) of pmfs; got {got}.")

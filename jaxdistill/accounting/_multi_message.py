@@ -535,7 +535,7 @@ def _check_flood_multipliers(value: Any) -> tuple[float, ...]:
   a string was read character by character ("Expected flood_multipliers to be a real number, got 'a'").
   """
   try:
-    if isinstance(value, (str, bytes, dict)):
+    if not _validate.is_collection(value):
       raise TypeError
     entries = list(value)
   except TypeError:  # also a 0-d array, which has __iter__ but no entries

@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Sequence
 
 from scipy import special
 from scipy import stats
@@ -196,7 +196,7 @@ def _table_epsilons(value: Any) -> list[float]:
   None or 1.0 were TypeErrors, ``()`` an empty table, and ``"ab"`` was read as epsilons "a" and "b".
   """
   shown = f"{type(value).__name__} {_validate.shown(value)}"
-  if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+  if not _validate.is_collection(value):
     raise ValueError(f"Expected epsilons to be a sequence of numbers in [0, {MAX_LDP_EPSILON:g}]; got {shown}.")
   try:
     items = list(itertools.islice(value, MAX_LDP_TABLE_ROWS + 1))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -235,7 +235,7 @@ class SampleOracle:
     """
     if self.draws:
       raise ValueError("restore() needs an oracle that has not drawn yet.")
-    if isinstance(draws, (str, bytes, Mapping)) or not isinstance(draws, Iterable):
+    if not _validate.is_collection(draws):
       raise ValueError(f"Expected draws to be a sequence of samples (index arrays); got {type(draws).__name__}.")
     checked = []
     for i, d in enumerate(draws):
