@@ -47,7 +47,6 @@ def enumerate_true_entry(eps: float) -> dict[str, float]:
   c, domain = 2, 3  # positions: bucket 0, label 0, label 1
   l, p, q = rates(eps, c)
   omega = c * math.exp(eps) + l - c
-  S = (0, 1)
   grids = np.meshgrid(*[np.arange(l)] * domain, indexing="ij")
   tables = np.stack([g.reshape(-1) for g in grids], axis=1)  # [l^3, 3]
   size = np.where(tables[:, 0] == tables[:, 1], 1, 2)

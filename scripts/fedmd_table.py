@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import json
 import pathlib
 import sys

@@ -96,7 +96,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
 from jaxdistill import _validate
-from jaxdistill.accounting._mechanisms import MAX_GRID_INTERVAL, MAX_GRID_POINTS, _check_vdi, _self_compose
+from jaxdistill.accounting._mechanisms import MAX_GRID_POINTS, _check_vdi, _self_compose
 from jaxdistill.accounting._relation import PrivacyStatement, Relation
 from jaxdistill.accounting._shuffle import _MAX_EPS0
 

@@ -178,6 +178,20 @@ def _index_vector(name: str, value: Any) -> jax.Array:
   return arr
 
 
+def _check_entry_range(buckets: np.ndarray, labels: np.ndarray, num_labels: int) -> None:
+  """ValueError if concrete ``labels`` leave [-1, num_labels) or an entry passes 2^31 - 1."""
+  for name, arr in (("buckets", buckets), ("labels", labels)):
+    if (arr < -1).any():
+      raise ValueError(f"Expected {name} >= 0 or -1 (padding); found {arr[arr < -1][:3].tolist()}.")
+  if (labels >= num_labels).any():
+    raise ValueError(f"Expected labels in [0, num_labels={num_labels}) or -1 (padding); "
+                     f"found {labels[labels >= num_labels][:3].tolist()}.")
+  top_b, top_l = int(buckets.max(initial=-1)), int(labels.max(initial=-1))
+  if top_b >= 0 and top_l >= 0 and top_b * num_labels + top_l > _MAX_DOMAIN:
+    raise ValueError(f"Expected every entry t * num_labels + y <= 2^31 - 1 (int32); bucket {top_b} with "
+                     f"num_labels={num_labels} gives {top_b * num_labels + top_l}.")
+
+
 def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> jax.Array:
   """Flattened non-zero positions of one client's A^i: ``int32 [k * r]``, -1 pads.
 
@@ -194,10 +208,15 @@ def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> ja
     ValueError: ``num_labels`` not an integer in that range (3.5, True, 0, -1 and 2^31 gave
       wrong entries or a deep OverflowError), or ``buckets``/``labels`` not a 1-D integer
       array (a 2-D one was flattened into wrong entries; only dtype and shape are read, so
-      the check costs nothing under ``jit`` or ``vmap``).
+      the check costs nothing under ``jit`` or ``vmap``). For concrete (not traced) inputs
+      also a label >= ``num_labels`` (it would alias entry (t + 1, 0)) or an entry past
+      2^31 - 1 (it would wrap in int32). Traced inputs are not read: the mechanisms' inputs
+      come from :func:`make_bsvs_input`, whose :class:`BsvsShape` checks both.
   """
   num_labels = _validate.integer("num_labels", num_labels, minimum=1, maximum=_MAX_DOMAIN)
   buckets, labels = _index_vector("buckets", buckets), _index_vector("labels", labels)
+  if not isinstance(buckets, jax.core.Tracer) and not isinstance(labels, jax.core.Tracer):
+    _check_entry_range(np.asarray(buckets, np.int64), np.asarray(labels, np.int64), num_labels)
   buckets, labels = buckets.astype(jnp.int32), labels.astype(jnp.int32)
   ent = buckets[:, None] * num_labels + labels[None, :]
   valid = (buckets[:, None] >= 0) & (labels[None, :] >= 0)

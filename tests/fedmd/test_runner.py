@@ -13,7 +13,7 @@ from jaxdistill import fedmd
 from jaxdistill.data import ImageData
 from jaxdistill.models import CNNSpec
 
-from tests.fedmd.conftest import TINY_SPECS, tiny_config, tiny_data
+from tests.fedmd.conftest import tiny_config, tiny_data
 from tests.fedmd.test_ldp_privacy import delta_by_hand
 
 

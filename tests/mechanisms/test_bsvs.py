@@ -322,6 +322,26 @@ def test_client_entries_refuses_buckets_or_labels_that_are_not_integer_vectors(b
   assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("buckets, labels, num_labels, needle", [
+    # int32 wrap: 2^30 * 2 + 1 = 2^31 + 1 became -2147483647, read as padding (a vote dropped).
+    (np.array([2**30]), np.array([1]), 2, r"entry t \* num_labels \+ y <= 2\^31 - 1 .* bucket 1073741824 with "
+     r"num_labels=2 gives 2147483649"),
+    # 1 * 3 + 3 = 6 is entry (2, 0): a vote for label 3 of bucket 1 was counted for label 0 of bucket 2.
+    (np.array([1]), np.array([3]), 3, r"labels in \[0, num_labels=3\) or -1 \(padding\); found \[3\]"),
+    (np.array([-2, 0]), np.array([0]), 3, r"buckets >= 0 or -1 \(padding\); found \[-2\]"),  # was a silent pad
+    (np.array([0]), np.array([-5]), 3, r"labels >= 0 or -1 \(padding\); found \[-5\]"),
+])
+def test_client_entries_refuses_concrete_entries_that_alias_or_wrap(buckets, labels, num_labels, needle):
+  with pytest.raises(ValueError, match=needle) as err:
+    M.client_entries(buckets, labels, num_labels)
+  assert "\n" not in str(err.value)
+
+
+def test_client_entries_keeps_the_largest_entry_that_fits_int32():
+  # The boundary: (2^30 - 1) * 2 + 1 = 2^31 - 1 is the largest int32, kept exactly.
+  assert M.client_entries(np.array([2**30 - 1]), np.array([1]), 2).tolist() == [2**31 - 1]
+
+
 def test_client_entries_checks_cost_nothing_under_vmap():
   # Only static metadata is read: vmapped over clients (as entry_histogram does) the per-client rows are 1-D.
   out = jax.jit(jax.vmap(M.client_entries, in_axes=(0, 0, None)), static_argnums=2)(
