@@ -11,6 +11,9 @@ Times, in one run on the same machine and data, the reverse k-NN connection
   upcasts float32 chunks to float64 for its distance products),
 * NumPy float32 matmul x @ q.T of the same size into a preallocated output
   (the FLOPs of the distance computation, with no selection),
+* with ``--device-matmul``, the same product as a jitted ``jnp.matmul`` at
+  ``precision=HIGHEST`` (as jaxdistill computes it) on JAX's default device,
+  inputs already there and the output left there: the roofline on a GPU/TPU,
 
 and prints each time and its ratio to faiss. It also checks that
 jaxdistill's neighbours equal faiss's, up to ties: where the indices differ,
@@ -20,6 +23,7 @@ Usage (needs the ``bench`` extra: ``pip install '.[bench]'``):
 
   python benchmarks/bench_connection.py                      # 60k x 5k, d = 784 and 64, k = 1 and 10
   python benchmarks/bench_connection.py --n 6000 --s 500     # quick
+  python benchmarks/bench_connection.py --block-size 128 1024 --device-matmul   # on a GPU
 """
 
 from __future__ import annotations
@@ -42,6 +46,12 @@ if str(ROOT) not in sys.path:  # time this checkout, not an installed copy
   sys.path.insert(0, str(ROOT))
 
 from jaxdistill import connection  # pylint: disable=wrong-import-position
+
+
+@jax.jit
+def device_matmul(x, q):
+  """The distance FLOPs as jaxdistill computes them (float32, precision=HIGHEST), on the default device."""
+  return jnp.matmul(x, q.T, precision=jax.lax.Precision.HIGHEST)
 
 
 def check_against_faiss(x, q, ours, theirs):
@@ -67,6 +77,8 @@ def main():
                  help="jaxdistill block sizes to time (the first is the default)")
   p.add_argument("--repeats", type=int, default=3)
   p.add_argument("--skip-sklearn", action="store_true")
+  p.add_argument("--device-matmul", action="store_true",
+                 help="also time the float32 product on JAX's default device (the roofline on a GPU/TPU)")
   args = p.parse_args()
 
   import faiss  # pylint: disable=import-outside-toplevel
@@ -103,17 +115,25 @@ def main():
       def run_matmul():
         return np.matmul(x, q.T, out=product)
 
+      x_dev, q_dev = (jax.device_put(x), jax.device_put(q)) if args.device_matmul else (None, None)
+
+      def run_device_matmul():
+        return device_matmul(x_dev, q_dev).block_until_ready()
+
       t_compile = {}
       for bs in args.block_size:
         t0 = time.perf_counter()
         run_jax(bs)  # compile
         t_compile[bs] = time.perf_counter() - t0
       # Interleaved repeats: on a shared machine every contender sees the same load.
-      times = {name: [] for name in ["faiss", "sklearn", "matmul"] + list(args.block_size)}
+      if args.device_matmul:
+        run_device_matmul()  # compile
+      times = {name: [] for name in ["faiss", "sklearn", "matmul", "device_matmul"] + list(args.block_size)}
       outs = {}
       for _ in range(args.repeats):
         for name, fn in [("faiss", run_faiss), ("matmul", run_matmul)] + (
-            [] if args.skip_sklearn else [("sklearn", run_sklearn)]) + [
+            [] if args.skip_sklearn else [("sklearn", run_sklearn)]) + (
+            [("device_matmul", run_device_matmul)] if args.device_matmul else []) + [
                 (bs, functools.partial(run_jax, bs)) for bs in args.block_size]:
           t0 = time.perf_counter()
           outs[name] = fn()
@@ -122,22 +142,27 @@ def main():
       for bs in args.block_size:
         same, gap = check_against_faiss(x, q, outs[bs], outs["faiss"])
         rows.append((d, k, bs, best[bs], t_compile[bs], best["faiss"], best["sklearn"], best["matmul"],
-                     same, gap))
+                     same, gap, best["device_matmul"]))
         print(f"d={d:4d} k={k:3d} block={bs:5d}: jaxdistill {best[bs]:6.2f} s (first call "
               f"{t_compile[bs]:.2f} s) | faiss {best['faiss']:6.2f} s | sklearn {best['sklearn']:6.2f} s | "
               f"numpy matmul {best['matmul']:6.2f} s | same as faiss {same:.5f}, worst gap {gap:.1e}",
               flush=True)
-      del outs, product
+      outs = product = x_dev = q_dev = None  # free the [n, s] buffers before the next (d, k)
 
   print(f"\nn = {args.n} records, s = {args.s} queries, best of {args.repeats} interleaved runs; "
         "ratios are time / faiss time (lower is faster).\n")
+  dev = f"{jax.devices()[0].platform} matmul" if args.device_matmul else ""
   print("| d | k | block | jaxdistill (s) | faiss (s) | sklearn brute (s) | NumPy matmul (s) | "
-        "jaxdistill / faiss | sklearn / faiss | matmul / faiss | jaxdistill / matmul | same as faiss |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-  for d, k, bs, t_jax, _, t_faiss, t_sk, t_mm, same, gap in rows:
-    print(f"| {d} | {k} | {bs} | {t_jax:.2f} | {t_faiss:.2f} | {t_sk:.2f} | {t_mm:.2f} | "
-          f"{t_jax / t_faiss:.2f} | {t_sk / t_faiss:.2f} | {t_mm / t_faiss:.2f} | {t_jax / t_mm:.2f} | "
-          f"{same:.5f} (ties: gap {gap:.0e}) |")
+        + (f"{dev} (s) | " if dev else "")
+        + "jaxdistill / faiss | sklearn / faiss | matmul / faiss | jaxdistill / matmul | "
+        + (f"jaxdistill / {dev} | " if dev else "") + "same as faiss |")
+  print("|---" * (12 + 2 * bool(dev)) + "|")
+  for d, k, bs, t_jax, _, t_faiss, t_sk, t_mm, same, gap, t_dev in rows:
+    print(f"| {d} | {k} | {bs} | {t_jax:.3g} | {t_faiss:.3g} | {t_sk:.3g} | {t_mm:.3g} | "
+          + (f"{t_dev:.3g} | " if dev else "")
+          + f"{t_jax / t_faiss:.2f} | {t_sk / t_faiss:.2f} | {t_mm / t_faiss:.2f} | {t_jax / t_mm:.2f} | "
+          + (f"{t_jax / t_dev:.1f} | " if dev else "")
+          + f"{same:.5f} (ties: gap {gap:.0e}) |")
   bad = [r for r in rows if r[9] > 1e-4]
   if bad:
     raise SystemExit(f"jaxdistill disagrees with faiss beyond float32 ties: {bad}")

@@ -420,9 +420,10 @@ def driver(args) -> dict:
   report = {"clients": args.clients, "buckets": args.buckets, "labels": args.labels, "k": args.k,
             "epsilon": args.epsilon, "delta": args.delta, "loop_clients": args.loop_clients,
             "host_devices": args.host_devices, "cpu_count": os.cpu_count(),
+            "jax_device": f"{jax.devices()[0].platform} ({jax.devices()[0].device_kind})",
             "load_average": os.getloadavg(), "rows": []}
   print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
-        f"({os.cpu_count()} CPUs)")
+        f"({os.cpu_count()} CPUs); jax {jax.__version__}, default device {report['jax_device']}")
   with tempfile.TemporaryDirectory() as tmp:
     np.save(os.path.join(tmp, "buckets.npy"), b)
     np.save(os.path.join(tmp, "labels.npy"), lab)
@@ -449,8 +450,8 @@ def driver(args) -> dict:
       _print_row(row, args)
   if args.big_clients:
     report["big"] = {}
-    print(f"\n== peak memory vs n (jaxdistill, clients generated chunk by chunk; wall time includes "
-          f"compilation and summing the true A in the same pass)")
+    print("\n== peak memory vs n (jaxdistill, clients generated chunk by chunk; wall time includes "
+          "compilation and summing the true A in the same pass)")
     print(f"{'mechanism':<16}{'clients':>12}{'seconds':>10}{'peak MiB':>10}{'RMS err':>10}{'predicted':>11}")
     for name in args.big_mechanisms.split(","):
       for n in sorted({args.clients, args.big_clients}):

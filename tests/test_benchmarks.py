@@ -21,3 +21,19 @@ def test_mechanisms_benchmark_runs_and_prints_both_ratios():
   for row in rows.values():  # a failed contender prints its error instead of the two ratios
     assert len(re.findall(r"\s[0-9.e+-]+x(?=\s|$)", row)) == 2, row
   assert "extrapolated from 100 clients" in rows["loop"]
+
+
+def test_accelerator_checks_run_and_pass_on_the_cpu_backend():
+  # Without an accelerator every check compares XLA:CPU with itself, so all must hold; what this guards is the
+  # script (benchmarks/README.md's GPU section was measured with it) and the invariances it checks.
+  cmd = [sys.executable, str(ROOT / "benchmarks" / "accelerator_checks.py"), "--mechanisms", "rr,shuffle-multi",
+         "--clients", "3000", "--chunk-sizes", "1000", "4096", "--n", "700", "--s", "40", "--d", "16", "--k", "1", "3",
+         "--block-sizes", "128"]
+  run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+  assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+  rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and not line.startswith("| d ")
+          and not line.startswith("| mechanism")]
+  assert len(rows) == 2 + 2, run.stdout  # two mechanisms, then (d, k) = (16, 1), (16, 3)
+  assert all("False" not in row for row in rows), run.stdout
+  assert all(" 0 of 700 " in row for row in rows[2:]), run.stdout  # CPU against itself: no row differs
+  assert run.stdout.rstrip().endswith("All checks passed.")

@@ -267,7 +267,12 @@ def reverse_knn(private_features: Any, query_features: Any, k: int, *,
     This holds bitwise, near-ties included: every block is ``block_size``
     records wide (a last or only block is padded, even when n < block_size),
     and at a fixed width XLA rounded a record's float32 distances the same
-    whatever n was and wherever the record sat (measured on XLA:CPU).
+    whatever n was and wherever the record sat (measured on XLA:CPU, and on
+    an NVIDIA H200 GPU by ``benchmarks/accelerator_checks.py``: permuting,
+    subsetting or replacing the other records left every row unchanged).
+    Across backends the rows can differ at float32 near-ties (CPU against
+    that GPU: at most 14 of 20,000 rows), so a run is reproducible on one
+    backend, not across them.
 
   References:
     Li et al., arXiv:2207.13253, Algorithm 1 step 2
