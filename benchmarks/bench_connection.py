@@ -54,6 +54,13 @@ def device_matmul(x, q):
   return jnp.matmul(x, q.T, precision=jax.lax.Precision.HIGHEST)
 
 
+def random_features(rng, n, s, d):
+  """float32 records ``[n, d]`` and queries ``[s, d]``: uniform (pixel-like) for d >= 256, else Gaussian."""
+  if d >= 256:
+    return rng.random((n, d), dtype=np.float32), rng.random((s, d), dtype=np.float32)
+  return rng.standard_normal((n, d), dtype=np.float32), rng.standard_normal((s, d), dtype=np.float32)
+
+
 def check_against_faiss(x, q, ours, theirs):
   """Fraction of identical neighbours, and the worst relative distance gap where they differ."""
   same = float(np.mean(ours == theirs))
@@ -90,13 +97,7 @@ def main():
   rng = np.random.default_rng(0)
   rows = []
   for d in args.d:
-    # Pixel-like data for d = 784, Gaussian for d = 64.
-    if d >= 256:
-      x = rng.random((args.n, d), dtype=np.float32)
-      q = rng.random((args.s, d), dtype=np.float32)
-    else:
-      x = rng.standard_normal((args.n, d), dtype=np.float32)
-      q = rng.standard_normal((args.s, d), dtype=np.float32)
+    x, q = random_features(rng, args.n, args.s, d)
     for k in args.k:
       def run_faiss():
         index = faiss.IndexFlatL2(d)

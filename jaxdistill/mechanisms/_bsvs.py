@@ -145,9 +145,7 @@ def make_bsvs_input(buckets: Any, labels: Any, *, num_buckets: int, num_labels: 
   if lab.shape[1] > shape.r:
     raise ValueError(f"Expected at most r={shape.r} labels per client; got {lab.shape[1]} columns.")
   for name, arr, hi in (("buckets", b, shape.num_buckets), ("labels", lab, shape.num_labels)):
-    bad = (arr < -1) | (arr >= hi)
-    if bad.any():
-      raise ValueError(f"Expected {name} in [0, {hi}) or -1 (padding); found {arr[bad][:3].tolist()}.")
+    _check_index_range(name, arr, hi)
     dup = repeated_in_rows(arr)
     if dup.any():
       row = int(np.flatnonzero(dup)[0])
@@ -178,14 +176,18 @@ def _index_vector(name: str, value: Any) -> jax.Array:
   return arr
 
 
+def _check_index_range(name: str, arr: np.ndarray, hi: int | None) -> None:
+  """ValueError unless every entry of ``arr`` is in [0, hi) (``hi=None``: [0, inf)) or -1 (padding)."""
+  bad = (arr < -1) if hi is None else (arr < -1) | (arr >= hi)
+  if bad.any():
+    where = ">= 0" if hi is None else f"in [0, {hi})"
+    raise ValueError(f"Expected {name} {where} or -1 (padding); found {arr[bad][:3].tolist()}.")
+
+
 def _check_entry_range(buckets: np.ndarray, labels: np.ndarray, num_labels: int) -> None:
   """ValueError if concrete ``labels`` leave [-1, num_labels) or an entry passes 2^31 - 1."""
-  for name, arr in (("buckets", buckets), ("labels", labels)):
-    if (arr < -1).any():
-      raise ValueError(f"Expected {name} >= 0 or -1 (padding); found {arr[arr < -1][:3].tolist()}.")
-  if (labels >= num_labels).any():
-    raise ValueError(f"Expected labels in [0, num_labels={num_labels}) or -1 (padding); "
-                     f"found {labels[labels >= num_labels][:3].tolist()}.")
+  _check_index_range("buckets", buckets, None)
+  _check_index_range("labels", labels, num_labels)
   top_b, top_l = int(buckets.max(initial=-1)), int(labels.max(initial=-1))
   if top_b >= 0 and top_l >= 0 and top_b * num_labels + top_l > _MAX_DOMAIN:
     raise ValueError(f"Expected every entry t * num_labels + y <= 2^31 - 1 (int32); bucket {top_b} with "

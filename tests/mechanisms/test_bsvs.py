@@ -327,9 +327,9 @@ def test_client_entries_refuses_buckets_or_labels_that_are_not_integer_vectors(b
     (np.array([2**30]), np.array([1]), 2, r"entry t \* num_labels \+ y <= 2\^31 - 1 .* bucket 1073741824 with "
      r"num_labels=2 gives 2147483649"),
     # 1 * 3 + 3 = 6 is entry (2, 0): a vote for label 3 of bucket 1 was counted for label 0 of bucket 2.
-    (np.array([1]), np.array([3]), 3, r"labels in \[0, num_labels=3\) or -1 \(padding\); found \[3\]"),
+    (np.array([1]), np.array([3]), 3, r"labels in \[0, 3\) or -1 \(padding\); found \[3\]"),
     (np.array([-2, 0]), np.array([0]), 3, r"buckets >= 0 or -1 \(padding\); found \[-2\]"),  # was a silent pad
-    (np.array([0]), np.array([-5]), 3, r"labels >= 0 or -1 \(padding\); found \[-5\]"),
+    (np.array([0]), np.array([-5]), 3, r"labels in \[0, 3\) or -1 \(padding\); found \[-5\]"),
 ])
 def test_client_entries_refuses_concrete_entries_that_alias_or_wrap(buckets, labels, num_labels, needle):
   with pytest.raises(ValueError, match=needle) as err:
