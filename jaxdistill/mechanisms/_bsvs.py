@@ -211,8 +211,8 @@ def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> ja
       wrong entries or a deep OverflowError), or ``buckets``/``labels`` not a 1-D integer
       array (a 2-D one was flattened into wrong entries; only dtype and shape are read, so
       the check costs nothing under ``jit`` or ``vmap``). For concrete (not traced) inputs
-      also a label >= ``num_labels`` (it would alias entry (t + 1, 0)) or an entry past
-      2^31 - 1 (it would wrap in int32). Traced inputs are not read: the mechanisms' inputs
+      also a value below -1 (it was a silent pad), a label >= ``num_labels`` (it would
+      alias entry (t + 1, 0)) or an entry past 2^31 - 1 (it would wrap in int32). Traced inputs are not read: the mechanisms' inputs
       come from :func:`make_bsvs_input`, whose :class:`BsvsShape` checks both.
   """
   num_labels = _validate.integer("num_labels", num_labels, minimum=1, maximum=_MAX_DOMAIN)
