@@ -311,3 +311,32 @@ def test_scalar_checks_refusing_an_array_say_so_in_one_line():
     with pytest.raises(ValueError) as err:
       call()
     assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+def _aligned_copy(arr, alignment=64):
+  raw = np.empty(arr.nbytes + alignment, np.uint8)
+  start = -raw.ctypes.data % alignment
+  out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+  out[...] = arr
+  return out
+
+
+@pytest.mark.parametrize("src, dtype", [("float32", "float32"), ("float64", "float32"), ("int32", "int32"),
+                                        ("int64", "int32"), ("uint8", "float32"), ("int32", "float32")])
+@pytest.mark.parametrize("layout", ["C", "strided", "F"])
+def test_owned_device_array_has_jnp_asarrays_values_and_never_the_callers_memory(src, dtype, layout):
+  # jnp.asarray(arr, dtype) hands XLA:CPU a 64-byte-aligned host array of that dtype in place; owned_device_array
+  # must not, whatever the caller's alignment, dtype or layout.
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(3)
+  host = _aligned_copy((rng.normal(scale=50.0, size=(33, 7)) if src.startswith("float")
+                        else rng.integers(0, 200, size=(33, 7))).astype(src))
+  arr = {"C": host, "strided": host[::2], "F": np.asfortranarray(host)}[layout]
+  expected = np.array(jnp.asarray(arr, dtype), copy=True)
+  out = v.owned_device_array(arr, dtype)
+  assert out.dtype == np.dtype(dtype) and out.shape == arr.shape
+  np.testing.assert_array_equal(np.asarray(out), expected)
+  lo, hi = arr.ctypes.data, arr.ctypes.data + arr.nbytes
+  assert not lo <= out.unsafe_buffer_pointer() < hi
+  arr[...] = 1
+  np.testing.assert_array_equal(np.asarray(out), expected)

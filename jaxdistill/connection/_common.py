@@ -47,9 +47,11 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
     raise ValueError(f"Expected {name} to have at least one column; got shape {tuple(arr.shape)}.")
   if dim is not None and arr.shape[1] != dim:
     raise ValueError(f"Expected {name} to have d={dim} columns like {dim_name}; got {arr.shape[1]}.")
-  out = jnp.asarray(arr, dtype=jnp.float32)
+  # Not jnp.asarray(arr, jnp.float32): it would share a 64-byte-aligned float32 host array with the caller.
+  out = jnp.asarray(arr, dtype=jnp.float32) if isinstance(arr, jax.Array) else \
+      _validate.owned_device_array(arr, np.float32)
   # One reduction checks both: a NaN or inf entry makes its row's squared norm non-finite too.
-  largest = float(jnp.max(jnp.sum(jnp.square(out), axis=1)))
+  largest = float(_largest_squared_norm(out))
   if not largest <= _MAX_SQUARED_NORM:
     if not bool(jnp.isfinite(out).all()):
       bad = "NaN" if bool(jnp.isnan(out).any()) else "inf (or a value too large for float32)"
@@ -57,6 +59,12 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
     raise ValueError(f"Expected {name} rows with squared norms <= {_MAX_SQUARED_NORM:.3g}, so that float32 squared "
                      f"distances do not overflow; found {largest:.3g}. Rescale the features.")
   return out
+
+
+@jax.jit
+def _largest_squared_norm(x: jax.Array) -> jax.Array:
+  """``max_i ||x_i||^2`` in one fused pass (NaN when any entry is NaN, inf when any is infinite)."""
+  return jnp.max(jnp.sum(jnp.square(x), axis=1))
 
 
 #: float32's largest value / 4: ||x||^2 + ||q||^2 + 2|x.q| stays finite when both norms are below it.

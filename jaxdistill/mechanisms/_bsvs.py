@@ -164,13 +164,23 @@ def check_shape(shape: Any) -> BsvsShape:
   return shape
 
 
-def _index_vector(name: str, value: Any) -> jax.Array:
-  """``value`` as a 1-D integer JAX array (a tracer is fine), or a ValueError naming ``name``."""
-  try:
-    arr = jnp.asarray(value)
-  except (TypeError, ValueError):
-    raise ValueError(f"Expected {name} to be a 1-D integer array; got {type(value).__name__} "
-                     f"{_validate.shown(value)}.") from None
+def _index_vector(name: str, value: Any) -> jax.Array | np.ndarray:
+  """``value`` as a 1-D integer array, or a ValueError naming ``name``.
+
+  A JAX array (or tracer) is returned as is; anything else as a NumPy array
+  of its own integer dtype, so the range checks see its values before any
+  int32 conversion (``jnp.asarray`` turned int64 2^32 + 1 into 1).
+  """
+  if isinstance(value, jax.Array):
+    arr = value
+  else:
+    try:
+      arr = np.asarray(value)
+    except (TypeError, ValueError):
+      arr = None
+    if arr is None or arr.dtype == object:
+      raise ValueError(f"Expected {name} to be a 1-D integer array; got {type(value).__name__} "
+                       f"{_validate.shown(value)}.")
   if arr.ndim != 1 or not jnp.issubdtype(arr.dtype, jnp.integer):
     raise ValueError(f"Expected {name} to be a 1-D integer array; got shape {tuple(arr.shape)}, dtype {arr.dtype}.")
   return arr
@@ -188,7 +198,7 @@ def _check_entry_range(buckets: np.ndarray, labels: np.ndarray, num_labels: int)
   """ValueError if concrete ``labels`` leave [-1, num_labels) or an entry passes 2^31 - 1."""
   _check_index_range("buckets", buckets, None)
   _check_index_range("labels", labels, num_labels)
-  top_b, top_l = int(buckets.max(initial=-1)), int(labels.max(initial=-1))
+  top_b, top_l = (int(a.max()) if a.size else -1 for a in (buckets, labels))  # any integer dtype, uint64 too
   if top_b >= 0 and top_l >= 0 and top_b * num_labels + top_l > _MAX_DOMAIN:
     raise ValueError(f"Expected every entry t * num_labels + y <= 2^31 - 1 (int32); bucket {top_b} with "
                      f"num_labels={num_labels} gives {top_b * num_labels + top_l}.")
@@ -218,8 +228,10 @@ def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> ja
   num_labels = _validate.integer("num_labels", num_labels, minimum=1, maximum=_MAX_DOMAIN)
   buckets, labels = _index_vector("buckets", buckets), _index_vector("labels", labels)
   if not isinstance(buckets, jax.core.Tracer) and not isinstance(labels, jax.core.Tracer):
-    _check_entry_range(np.asarray(buckets, np.int64), np.asarray(labels, np.int64), num_labels)
-  buckets, labels = buckets.astype(jnp.int32), labels.astype(jnp.int32)
+    _check_entry_range(np.asarray(buckets), np.asarray(labels), num_labels)  # in the inputs' own dtypes
+  # Host inputs are copied (int32), never shared with the caller: see _validate.owned_device_array.
+  buckets, labels = (a.astype(jnp.int32) if isinstance(a, jax.Array) else _validate.owned_device_array(a, np.int32)
+                     for a in (buckets, labels))
   ent = buckets[:, None] * num_labels + labels[None, :]
   valid = (buckets[:, None] >= 0) & (labels[None, :] >= 0)
   return jnp.where(valid, ent, -1).reshape(-1).astype(jnp.int32)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from jaxdistill import connection, mechanisms
+from jaxdistill.connection._common import as_features
 from jaxdistill.connection._distances import nearest_columns
 
 
@@ -209,6 +210,38 @@ def test_any_floating_dtype_and_0d_jax_integers_are_accepted():
     connection.reverse_knn(x, q, jnp.array(True))
   with pytest.raises(ValueError, match="hold real numbers; got dtype complex64"):
     connection.reverse_knn(np.ones((3, 4), np.complex64), q, 1)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16", "int64", "uint8", "bool"])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_host_features_convert_like_jnp_asarray_and_are_never_aliased(dtype, layout):
+  # as_features casts host arrays with NumPy into an aligned buffer it owns (XLA:CPU then skips its own copy);
+  # the float32 values must equal jnp.asarray's, whatever the dtype or memory layout, and changing the caller's
+  # array afterwards must not reach the device array. jnp.asarray(arr, jnp.float32) uses a 64-byte-aligned float32
+  # host array in place on CPU, so the C-layout case places the caller's array there: the old as_features (plain
+  # jnp.asarray) returned an array that followed later changes to the caller's.
+  rng = np.random.default_rng(11)
+  base = rng.normal(scale=300.0, size=(40, 14))
+  if dtype == "bool":
+    base = base > 0
+  elif np.dtype(dtype).kind in "iu":
+    base = np.abs(base).round()
+  base = base.astype(jnp.dtype(dtype))
+  if layout == "C":
+    raw = np.empty(base.nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    arr = raw[start:start + base.nbytes].view(base.dtype).reshape(base.shape)
+    arr[...] = base
+  elif layout == "F":
+    arr = np.asfortranarray(base)
+  else:
+    arr = base[::2, ::2]
+  expected = np.array(jnp.asarray(arr, dtype=jnp.float32), copy=True)
+  out = as_features("x", arr)
+  assert out.dtype == jnp.float32 and out.shape == arr.shape
+  np.testing.assert_array_equal(np.asarray(out), expected)
+  arr[...] = arr[::-1] if layout != "strided" else arr[::-1, ::-1]
+  np.testing.assert_array_equal(np.asarray(out), expected)
 
 
 @pytest.mark.parametrize("call, match", [

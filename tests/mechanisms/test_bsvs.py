@@ -330,6 +330,10 @@ def test_client_entries_refuses_buckets_or_labels_that_are_not_integer_vectors(b
     (np.array([1]), np.array([3]), 3, r"labels in \[0, 3\) or -1 \(padding\); found \[3\]"),
     (np.array([-2, 0]), np.array([0]), 3, r"buckets >= 0 or -1 \(padding\); found \[-2\]"),  # was a silent pad
     (np.array([0]), np.array([-5]), 3, r"labels in \[0, 3\) or -1 \(padding\); found \[-5\]"),
+    # int64 2^32 + 1 was cast to int32 (1) before the check: entry 1 * 2 + 1 = 3, a vote moved to bucket 1.
+    (np.array([2**32 + 1]), np.array([1]), 2, r"bucket 4294967297 with num_labels=2 gives 8589934595"),
+    (np.array([2**64 - 1], np.uint64), np.array([0]), 2, r"bucket 18446744073709551615 with num_labels=2"),
+    (np.array([0]), np.array([2**32], np.int64), 3, r"labels in \[0, 3\) or -1 \(padding\); found \[4294967296\]"),
 ])
 def test_client_entries_refuses_concrete_entries_that_alias_or_wrap(buckets, labels, num_labels, needle):
   with pytest.raises(ValueError, match=needle) as err:

@@ -343,3 +343,17 @@ def test_create_and_stack_states_refuse_what_is_not_a_model():
                       ([], "at least one state")):
     with pytest.raises(ValueError, match=needle):
       M.stack_states(bad)
+
+
+def test_prediction_images_never_share_the_callers_memory():
+  # jnp.asarray(images, jnp.float32) used a 64-byte-aligned float32 host array in place on CPU, and forward
+  # passes run asynchronously: changing the images just after predict_logits could change its logits.
+  from jaxdistill.models._training import _predict_images  # pylint: disable=import-outside-toplevel
+  x, _ = toy(24, seed=2)
+  raw = np.empty(x.nbytes + 64, np.uint8)
+  start = -raw.ctypes.data % 64
+  images = raw[start:start + x.nbytes].view(np.float32).reshape(x.shape)
+  images[...] = x
+  converted = _predict_images(images)
+  images[...] = 0.0
+  np.testing.assert_array_equal(np.asarray(converted), x)
