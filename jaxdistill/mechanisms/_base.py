@@ -58,7 +58,12 @@ class BsvsMechanism(abc.ABC):
 
   @abc.abstractmethod
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> Any:
-    """One client's message from its ``buckets [k]`` and ``labels [r]`` (-1 pads)."""
+    """One client's message from its ``buckets [k]`` and ``labels [r]`` (-1 pads).
+
+    Every implementation first calls :func:`~jaxdistill.mechanisms._bsvs.check_client`:
+    a ``ValueError`` for a client wider than the shape's k or r (also under ``jit``),
+    and for concrete inputs, an index out of range or listed twice.
+    """
 
   @abc.abstractmethod
   def analyze(self, message: Any) -> Any:

@@ -279,6 +279,34 @@ def repeated_in_rows(a: Any) -> Any:
   return ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
 
 
+def check_client(shape: BsvsShape, buckets: Any, labels: Any) -> None:
+  """The per-client check of every mechanism's ``randomize``: one client must fit the declared ``shape``.
+
+  Widths are static, so they are checked always (free under ``jit`` and
+  ``vmap``): more than k buckets or r labels per client would add entries
+  the noise is not calibrated to. Concrete (not traced) inputs are also read,
+  in their own dtype: buckets in [0, s) and labels in [0, |Y|), or -1
+  (padding), and no index listed twice (a repeat moves one entry by 2 in the
+  multi-message shuffle, beyond the unit-shift sensitivity). The runner
+  checks whole inputs before tracing them (:func:`check_input_fits`); this is
+  for direct calls, where ``RandomizedResponse.randomize`` took 2 buckets
+  under k = 1 and bucket 5 of 4 without a word.
+  """
+  for name, value, bound_name, bound, size_name, size in (
+      ("buckets", buckets, "k", shape.k, "num_buckets", shape.num_buckets),
+      ("labels", labels, "r", shape.r, "num_labels", shape.num_labels)):
+    arr = _index_vector(name, value)
+    if arr.shape[0] > bound:
+      raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the declared bound (the noise is "
+                       f"calibrated to it); got {name} of shape {tuple(arr.shape)}.")
+    if isinstance(arr, jax.core.Tracer):
+      continue
+    host = np.asarray(arr)
+    _check_index_range(name, host, size)
+    if repeated_in_rows(host[None, :])[0]:
+      raise ValueError(f"Expected distinct {name} within a client (padding -1 aside); got {host.tolist()}.")
+
+
 def input_num_clients(clients: BsvsInput) -> int:
   """n of a :class:`BsvsInput` whose fields are arrays (NumPy or JAX) with a client axis, else a ``ValueError``.
 

@@ -30,7 +30,7 @@ from jaxdistill.accounting import discrete_laplace as discrete_laplace_account
 from jaxdistill.accounting import laplace as laplace_account
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism, count_free_clients
-from jaxdistill.mechanisms._bsvs import (BsvsShape, bsvs_sensitivity, check_shape, client_entries,
+from jaxdistill.mechanisms._bsvs import (BsvsShape, bsvs_sensitivity, check_client, check_shape, client_entries,
                                         entry_histogram, entry_indicator)
 
 __all__ = ["CentralLaplace", "CentralDiscreteLaplace"]
@@ -137,6 +137,7 @@ class _Central(BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """int32 ``[d]``: the client's exact contribution (sent to the curator)."""
+    check_client(self.shape, buckets, labels)
     del key  # the client adds no noise in the central model
     return entry_indicator(client_entries(buckets, labels, self.shape.num_labels), self.shape.d)
 

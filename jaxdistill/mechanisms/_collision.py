@@ -26,7 +26,7 @@ from jaxdistill import _validate
 from jaxdistill.accounting import PrivacyStatement, Relation
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism, entry_counts, summed_stats
-from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape, client_entries
+from jaxdistill.mechanisms._bsvs import BsvsShape, check_client, check_shape, client_entries
 from jaxdistill.mechanisms._sampling import uniform_below, uniform_index, uniform_words
 
 __all__ = ["Collision", "CollisionMessage", "collision_rates", "default_bloom_length", "check_collision_rates"]
@@ -314,6 +314,7 @@ class Collision(CollisionRates, BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> CollisionMessage:
     """The message (hash seed, z) of one client."""
+    check_client(self.shape, buckets, labels)
     ent = client_entries(buckets, labels, self.shape.num_labels)
     return collision_randomize(key, ent, domain=self.shape.d, bloom_length=self.bloom_length,
                                epsilon=self.epsilon, cardinality=self.cardinality)

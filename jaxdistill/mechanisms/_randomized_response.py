@@ -16,7 +16,7 @@ from jaxdistill import _validate
 from jaxdistill.accounting import MechanismAccount, PrivacyStatement, Relation
 from jaxdistill.accounting import randomized_response as rr_account
 from jaxdistill.mechanisms._base import BsvsMechanism, count_free_clients, summed_stats
-from jaxdistill.mechanisms._bsvs import BsvsShape, check_shape, client_entries, entry_indicator
+from jaxdistill.mechanisms._bsvs import BsvsShape, check_client, check_shape, client_entries, entry_indicator
 from jaxdistill.mechanisms._sampling import bernoulli_dyadic
 
 __all__ = ["RandomizedResponse"]
@@ -121,6 +121,7 @@ class RandomizedResponse(BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """bool ``[d]``: the client's bits of A^i, each flipped w.p. q (exactly)."""
+    check_client(self.shape, buckets, labels)
     d = self.shape.d
     truth = entry_indicator(client_entries(buckets, labels, self.shape.num_labels), d, jnp.bool_)
     flip = bernoulli_dyadic(key, self.flip_threshold, self.sampler_bits, d)

@@ -54,8 +54,8 @@ from jaxdistill.accounting._multi_message import (
 )
 from jaxdistill.mechanisms import _bounds
 from jaxdistill.mechanisms._base import BsvsMechanism, check_clients_fit, count_free_clients
-from jaxdistill.mechanisms._bsvs import (BsvsInput, BsvsShape, check_shape, client_entries, entry_histogram,
-                                         input_num_clients)
+from jaxdistill.mechanisms._bsvs import (BsvsInput, BsvsShape, check_client, check_shape, client_entries,
+                                         entry_histogram, input_num_clients)
 from jaxdistill.mechanisms._nb_sampler import (
     MIN_PROB,
     CompoundPoissonTables,
@@ -205,6 +205,7 @@ class ShuffleMultiMessage(BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """int32 ``[d, 2]``: the client's number of ``(j, +)`` and ``(j, -)`` messages."""
+    check_client(self.shape, buckets, labels)
     d = self.shape.d
     ent = client_entries(buckets, labels, self.shape.num_labels)
     cell, stream, size = compound_poisson_events(key, self.tables())  # streams: Z1, Z2, Z3

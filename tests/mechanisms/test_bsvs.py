@@ -1,12 +1,17 @@
 """BSVS inputs: validation, exact aggregation, sensitivity, synthetic workloads."""
 
+import functools
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxdistill import accounting
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
+from jaxdistill.mechanisms._bsvs import check_client
 
 
 def dense_reference(buckets, labels, s, y):
@@ -351,3 +356,42 @@ def test_client_entries_checks_cost_nothing_under_vmap():
   out = jax.jit(jax.vmap(M.client_entries, in_axes=(0, 0, None)), static_argnums=2)(
       jnp.array([[0, 1], [2, -1]]), jnp.array([[1], [0]]), 3)
   assert out.tolist() == [[1, 4], [6, -1]]
+
+
+_LITTLE_NOISE = accounting.MultiMessageNoise(math.exp(-1.0), 2.0, 0.3)
+
+
+@functools.lru_cache(maxsize=None)
+def _every_mechanism(shape):
+  return [M.RandomizedResponse(shape=shape, epsilon=1.0), M.Collision(shape=shape, epsilon=1.0),
+          M.CentralLaplace(shape=shape, epsilon=1.0), M.CentralDiscreteLaplace(shape=shape, epsilon=1.0),
+          M.Separation(shape=shape, epsilon=1.0), M.Concatenation(shape=shape, epsilon=1.0),
+          M.ConcatenationLiteral(shape=shape, epsilon=1.0),
+          M.ShuffleMultiMessage(shape, 2.0, 0.99, 1000, noise=_LITTLE_NOISE),  # quick to account, same randomize
+          M.ShuffleSingleMessage(shape=shape, epsilon=1.0, delta=1e-6, num_clients=1000)]
+
+
+@pytest.mark.parametrize("buckets, labels, needle", [
+    # 3 buckets under k = 2: RR and the central mechanisms added 3 entries under noise calibrated to 2.
+    (np.array([0, 1, 2]), np.array([0]), r"at most k=2 buckets per client.* shape \(3,\)"),
+    (np.array([0]), np.array([0, 1]), r"at most r=1 labels per client.* shape \(2,\)"),
+    (np.array([0, 4]), np.array([0]), r"buckets in \[0, 4\) or -1 \(padding\); found \[4\]"),  # was dropped
+    (np.array([1, 1]), np.array([0]), r"distinct buckets within a client .* \[1, 1\]"),  # shuffle-multi counted 2
+    (np.array([2**32 + 1]), np.array([0]), r"buckets in \[0, 4\) or -1 \(padding\); found \[4294967297\]"),
+    (np.array([0.5]), np.array([0]), r"buckets to be a 1-D integer array"),
+])
+def test_every_mechanisms_randomize_refuses_a_client_that_does_not_fit_its_shape(buckets, labels, needle):
+  shape = M.BsvsShape(num_buckets=4, num_labels=3, k=2, r=1)
+  for mech in _every_mechanism(shape):
+    with pytest.raises(ValueError, match=needle) as err:
+      mech.randomize(jax.random.key(0), buckets, labels)
+    assert "\n" not in str(err.value), type(mech).__name__
+
+
+def test_randomize_width_check_also_runs_under_jit_and_fitting_clients_pass():
+  shape = M.BsvsShape(num_buckets=4, num_labels=3, k=2, r=1)
+  for buckets, labels in [([3, -1], [2]), ([-1, -1], [-1]), ([0], [0]), (np.array([1, 3], np.uint64), [1])]:
+    check_client(shape, buckets, labels)  # fits: no error (each randomize calls exactly this)
+  for mech in _every_mechanism(shape):
+    with pytest.raises(ValueError, match=r"at most k=2 buckets"):
+      jax.jit(mech.randomize)(jax.random.key(0), jnp.array([0, 1, 2]), jnp.array([0]))
