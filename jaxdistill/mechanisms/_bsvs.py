@@ -292,9 +292,8 @@ def check_client(shape: BsvsShape, buckets: Any, labels: Any) -> None:
   for direct calls, where ``RandomizedResponse.randomize`` took 2 buckets
   under k = 1 and bucket 5 of 4 without a word.
   """
-  for name, value, bound_name, bound, size_name, size in (
-      ("buckets", buckets, "k", shape.k, "num_buckets", shape.num_buckets),
-      ("labels", labels, "r", shape.r, "num_labels", shape.num_labels)):
+  for name, value, bound_name, bound, size in (("buckets", buckets, "k", shape.k, shape.num_buckets),
+                                               ("labels", labels, "r", shape.r, shape.num_labels)):
     arr = _index_vector(name, value)
     if arr.shape[0] > bound:
       raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the declared bound (the noise is "
