@@ -62,7 +62,8 @@ class BsvsMechanism(abc.ABC):
 
     Every implementation first calls :func:`~jaxdistill.mechanisms._bsvs.check_client`:
     a ``ValueError`` for a client wider than the shape's k or r (also under ``jit``),
-    and for concrete inputs, an index out of range or listed twice.
+    and for concrete inputs, an index out of range or listed twice; host inputs
+    are then copied to int32 device arrays, never shared with the caller.
     """
 
   @abc.abstractmethod

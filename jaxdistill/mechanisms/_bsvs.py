@@ -279,7 +279,7 @@ def repeated_in_rows(a: Any) -> Any:
   return ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
 
 
-def check_client(shape: BsvsShape, buckets: Any, labels: Any) -> None:
+def check_client(shape: BsvsShape, buckets: Any, labels: Any) -> tuple[jax.Array, jax.Array]:
   """The per-client check of every mechanism's ``randomize``: one client must fit the declared ``shape``.
 
   Widths are static, so they are checked always (free under ``jit`` and
@@ -291,19 +291,25 @@ def check_client(shape: BsvsShape, buckets: Any, labels: Any) -> None:
   checks whole inputs before tracing them (:func:`check_input_fits`); this is
   for direct calls, where ``RandomizedResponse.randomize`` took 2 buckets
   under k = 1 and bucket 5 of 4 without a word.
+
+  Returns ``(buckets, labels)`` as int32 JAX arrays: traced inputs as they
+  are (cast), host inputs copied, never sharing the caller's memory (see
+  :func:`jaxdistill._validate.owned_device_array`).
   """
+  out = []
   for name, value, bound_name, bound, size in (("buckets", buckets, "k", shape.k, shape.num_buckets),
                                                ("labels", labels, "r", shape.r, shape.num_labels)):
     arr = _index_vector(name, value)
     if arr.shape[0] > bound:
       raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the declared bound (the noise is "
                        f"calibrated to it); got {name} of shape {tuple(arr.shape)}.")
-    if isinstance(arr, jax.core.Tracer):
-      continue
-    host = np.asarray(arr)
-    _check_index_range(name, host, size)
-    if repeated_in_rows(host[None, :])[0]:
-      raise ValueError(f"Expected distinct {name} within a client (padding -1 aside); got {host.tolist()}.")
+    if not isinstance(arr, jax.core.Tracer):
+      host = np.asarray(arr)
+      _check_index_range(name, host, size)
+      if repeated_in_rows(host[None, :])[0]:
+        raise ValueError(f"Expected distinct {name} within a client (padding -1 aside); got {host.tolist()}.")
+    out.append(arr.astype(jnp.int32) if isinstance(arr, jax.Array) else _validate.owned_device_array(arr, np.int32))
+  return out[0], out[1]
 
 
 def input_num_clients(clients: BsvsInput) -> int:

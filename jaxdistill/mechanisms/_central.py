@@ -137,7 +137,7 @@ class _Central(BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """int32 ``[d]``: the client's exact contribution (sent to the curator)."""
-    check_client(self.shape, buckets, labels)
+    buckets, labels = check_client(self.shape, buckets, labels)
     del key  # the client adds no noise in the central model
     return entry_indicator(client_entries(buckets, labels, self.shape.num_labels), self.shape.d)
 

@@ -190,7 +190,7 @@ class Separation(BsvsMechanism):
     return p, q
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> SeparationMessage:
-    check_client(self.shape, buckets, labels)
+    buckets, labels = check_client(self.shape, buckets, labels)
     k_bucket, k_label = jax.random.split(key)
     half = self.epsilon / 2
     mb = collision_randomize(k_bucket, buckets, domain=self.shape.num_buckets,
@@ -277,7 +277,7 @@ class _Concatenated(CollisionRates, BsvsMechanism):
     return default_bloom_length(self.epsilon, self.cardinality)
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> CollisionMessage:
-    check_client(self.shape, buckets, labels)
+    buckets, labels = check_client(self.shape, buckets, labels)
     s = self.shape.num_buckets
     ent = jnp.concatenate([buckets, jnp.where(labels >= 0, labels + s, -1)]).astype(jnp.int32)
     return collision_randomize(key, ent, domain=self.domain, bloom_length=self.bloom_length,

@@ -121,7 +121,7 @@ class RandomizedResponse(BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """bool ``[d]``: the client's bits of A^i, each flipped w.p. q (exactly)."""
-    check_client(self.shape, buckets, labels)
+    buckets, labels = check_client(self.shape, buckets, labels)
     d = self.shape.d
     truth = entry_indicator(client_entries(buckets, labels, self.shape.num_labels), d, jnp.bool_)
     flip = bernoulli_dyadic(key, self.flip_threshold, self.sampler_bits, d)

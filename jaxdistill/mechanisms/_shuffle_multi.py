@@ -205,7 +205,7 @@ class ShuffleMultiMessage(BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """int32 ``[d, 2]``: the client's number of ``(j, +)`` and ``(j, -)`` messages."""
-    check_client(self.shape, buckets, labels)
+    buckets, labels = check_client(self.shape, buckets, labels)
     d = self.shape.d
     ent = client_entries(buckets, labels, self.shape.num_labels)
     cell, stream, size = compound_poisson_events(key, self.tables())  # streams: Z1, Z2, Z3

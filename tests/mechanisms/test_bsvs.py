@@ -395,3 +395,20 @@ def test_randomize_width_check_also_runs_under_jit_and_fitting_clients_pass():
   for mech in _every_mechanism(shape):
     with pytest.raises(ValueError, match=r"at most k=2 buckets"):
       jax.jit(mech.randomize)(jax.random.key(0), jnp.array([0, 1, 2]), jnp.array([0]))
+
+
+def test_check_client_hands_randomize_copies_never_the_callers_arrays():
+  # Every randomize works on what check_client returns: int32 device copies of host inputs, so a caller
+  # overwriting its (64-byte-aligned int32) buckets right after the call cannot change a message still being
+  # computed (jitted code reads such an array in place on CPU).
+  shape = M.BsvsShape(num_buckets=4, num_labels=3, k=2, r=1)
+  raw = np.empty(8 + 64, np.uint8)
+  start = -raw.ctypes.data % 64
+  buckets = raw[start:start + 8].view(np.int32)
+  buckets[:] = [0, 2]
+  b2, l2 = check_client(shape, buckets, np.array([2], np.int64))
+  assert b2.dtype == l2.dtype == np.int32 and np.asarray(l2).tolist() == [2]
+  buckets[:] = [3, 1]
+  assert np.asarray(b2).tolist() == [0, 2]
+  traced = jax.jit(lambda b, lab: check_client(shape, b, lab))(jnp.array([1, -1], jnp.int16), jnp.array([0]))
+  assert [t.dtype for t in traced] == [jnp.int32, jnp.int32] and np.asarray(traced[0]).tolist() == [1, -1]
