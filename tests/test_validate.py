@@ -12,6 +12,7 @@ import pytest
 from jaxdistill import _validate as v
 from jaxdistill import _files
 from jaxdistill._files import claimed_dir
+from tests._memory import aligned_copy
 
 
 @pytest.mark.parametrize("value", [3.5, float("nan"), True, "3", None, math.inf])
@@ -313,14 +314,6 @@ def test_scalar_checks_refusing_an_array_say_so_in_one_line():
     assert "\n" not in str(err.value) and len(str(err.value)) < 300
 
 
-def _aligned_copy(arr, alignment=64):
-  raw = np.empty(arr.nbytes + alignment, np.uint8)
-  start = -raw.ctypes.data % alignment
-  out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
-  out[...] = arr
-  return out
-
-
 @pytest.mark.parametrize("src, dtype", [("float32", "float32"), ("float64", "float32"), ("int32", "int32"),
                                         ("int64", "int32"), ("uint8", "float32"), ("int32", "float32")])
 @pytest.mark.parametrize("layout", ["C", "strided", "F"])
@@ -329,7 +322,7 @@ def test_owned_device_array_has_jnp_asarrays_values_and_never_the_callers_memory
   # must not, whatever the caller's alignment, dtype or layout.
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(3)
-  host = _aligned_copy((rng.normal(scale=50.0, size=(33, 7)) if src.startswith("float")
+  host = aligned_copy((rng.normal(scale=50.0, size=(33, 7)) if src.startswith("float")
                         else rng.integers(0, 200, size=(33, 7))).astype(src))
   arr = {"C": host, "strided": host[::2], "F": np.asfortranarray(host)}[layout]
   expected = np.array(jnp.asarray(arr, dtype), copy=True)

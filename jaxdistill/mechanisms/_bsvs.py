@@ -284,32 +284,28 @@ def check_client(shape: BsvsShape, buckets: Any, labels: Any) -> tuple[jax.Array
 
   Widths are static, so they are checked always (free under ``jit`` and
   ``vmap``): more than k buckets or r labels per client would add entries
-  the noise is not calibrated to. Concrete (not traced) inputs are also read,
-  in their own dtype: buckets in [0, s) and labels in [0, |Y|), or -1
+  the noise is not calibrated to. Concrete (not traced) inputs then go
+  through :func:`check_input_fits` as a one-client input, which reads them in
+  their own dtype: buckets in [0, s) and labels in [0, |Y|), or -1
   (padding), and no index listed twice (a repeat moves one entry by 2 in the
   multi-message shuffle, beyond the unit-shift sensitivity). The runner
-  checks whole inputs before tracing them (:func:`check_input_fits`); this is
-  for direct calls, where ``RandomizedResponse.randomize`` took 2 buckets
+  checks whole inputs that way before tracing them; this is for direct calls, where ``RandomizedResponse.randomize`` took 2 buckets
   under k = 1 and bucket 5 of 4 without a word.
 
   Returns ``(buckets, labels)`` as int32 JAX arrays: traced inputs as they
   are (cast), host inputs copied, never sharing the caller's memory (see
   :func:`jaxdistill._validate.owned_device_array`).
   """
-  out = []
-  for name, value, bound_name, bound, size in (("buckets", buckets, "k", shape.k, shape.num_buckets),
-                                               ("labels", labels, "r", shape.r, shape.num_labels)):
-    arr = _index_vector(name, value)
+  arrs = (_index_vector("buckets", buckets), _index_vector("labels", labels))
+  for name, arr, bound_name, bound in (("buckets", arrs[0], "k", shape.k), ("labels", arrs[1], "r", shape.r)):
     if arr.shape[0] > bound:
       raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the declared bound (the noise is "
                        f"calibrated to it); got {name} of shape {tuple(arr.shape)}.")
-    if not isinstance(arr, jax.core.Tracer):
-      host = np.asarray(arr)
-      _check_index_range(name, host, size)
-      if repeated_in_rows(host[None, :])[0]:
-        raise ValueError(f"Expected distinct {name} within a client (padding -1 aside); got {host.tolist()}.")
-    out.append(arr.astype(jnp.int32) if isinstance(arr, jax.Array) else _validate.owned_device_array(arr, np.int32))
-  return out[0], out[1]
+  if not any(isinstance(a, jax.core.Tracer) for a in arrs):  # range and repeats, read in the inputs' own dtypes
+    check_input_fits(BsvsInput(arrs[0][None, :], arrs[1][None, :]), shape, 1)
+  b, lab = (a.astype(jnp.int32) if isinstance(a, jax.Array) else _validate.owned_device_array(a, np.int32)
+            for a in arrs)
+  return b, lab
 
 
 def input_num_clients(clients: BsvsInput) -> int:

@@ -14,6 +14,7 @@ import pytest
 from jaxdistill import connection, mechanisms
 from jaxdistill.connection._common import as_features
 from jaxdistill.connection._distances import nearest_columns
+from tests._memory import aligned_copy
 
 
 def dense_sq(x, q):
@@ -228,10 +229,7 @@ def test_host_features_convert_like_jnp_asarray_and_are_never_aliased(dtype, lay
     base = np.abs(base).round()
   base = base.astype(jnp.dtype(dtype))
   if layout == "C":
-    raw = np.empty(base.nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    arr = raw[start:start + base.nbytes].view(base.dtype).reshape(base.shape)
-    arr[...] = base
+    arr = aligned_copy(base)
   elif layout == "F":
     arr = np.asfortranarray(base)
   else:

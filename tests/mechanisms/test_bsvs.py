@@ -12,6 +12,7 @@ from jaxdistill import accounting
 from jaxdistill import mechanisms as M
 from jaxdistill import simulation
 from jaxdistill.mechanisms._bsvs import check_client
+from tests._memory import aligned_copy
 
 
 def dense_reference(buckets, labels, s, y):
@@ -375,9 +376,9 @@ def _every_mechanism(shape):
     # 3 buckets under k = 2: RR and the central mechanisms added 3 entries under noise calibrated to 2.
     (np.array([0, 1, 2]), np.array([0]), r"at most k=2 buckets per client.* shape \(3,\)"),
     (np.array([0]), np.array([0, 1]), r"at most r=1 labels per client.* shape \(2,\)"),
-    (np.array([0, 4]), np.array([0]), r"buckets in \[0, 4\) or -1 \(padding\); found \[4\]"),  # was dropped
-    (np.array([1, 1]), np.array([0]), r"distinct buckets within a client .* \[1, 1\]"),  # shuffle-multi counted 2
-    (np.array([2**32 + 1]), np.array([0]), r"buckets in \[0, 4\) or -1 \(padding\); found \[4294967297\]"),
+    (np.array([0, 4]), np.array([0]), r"clients.buckets in \[0, num_buckets=4\) or -1 \(padding\); found values in \[0, 4\]"),  # was dropped
+    (np.array([1, 1]), np.array([0]), r"distinct clients.buckets within a client .* \[1, 1\]"),  # shuffle-multi counted 2
+    (np.array([2**32 + 1]), np.array([0]), r"clients.buckets in \[0, num_buckets=4\) .* found values in \[4294967297, 4294967297\]"),
     (np.array([0.5]), np.array([0]), r"buckets to be a 1-D integer array"),
 ])
 def test_every_mechanisms_randomize_refuses_a_client_that_does_not_fit_its_shape(buckets, labels, needle):
@@ -402,10 +403,7 @@ def test_check_client_hands_randomize_copies_never_the_callers_arrays():
   # overwriting its (64-byte-aligned int32) buckets right after the call cannot change a message still being
   # computed (jitted code reads such an array in place on CPU).
   shape = M.BsvsShape(num_buckets=4, num_labels=3, k=2, r=1)
-  raw = np.empty(8 + 64, np.uint8)
-  start = -raw.ctypes.data % 64
-  buckets = raw[start:start + 8].view(np.int32)
-  buckets[:] = [0, 2]
+  buckets = aligned_copy(np.array([0, 2], np.int32))
   b2, l2 = check_client(shape, buckets, np.array([2], np.int64))
   assert b2.dtype == l2.dtype == np.int32 and np.asarray(l2).tolist() == [2]
   buckets[:] = [3, 1]

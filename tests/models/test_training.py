@@ -8,6 +8,7 @@ import pytest
 from flax import nnx
 
 from jaxdistill import models as M
+from tests._memory import aligned_copy
 
 SHAPE = (8, 8, 1)
 SPEC = M.CNNSpec((3, 6), 0.2)
@@ -350,10 +351,7 @@ def test_prediction_images_never_share_the_callers_memory():
   # passes run asynchronously: changing the images just after predict_logits could change its logits.
   from jaxdistill.models._training import _predict_images  # pylint: disable=import-outside-toplevel
   x, _ = toy(24, seed=2)
-  raw = np.empty(x.nbytes + 64, np.uint8)
-  start = -raw.ctypes.data % 64
-  images = raw[start:start + x.nbytes].view(np.float32).reshape(x.shape)
-  images[...] = x
+  images = aligned_copy(x)
   converted = _predict_images(images)
   images[...] = 0.0
   np.testing.assert_array_equal(np.asarray(converted), x)
