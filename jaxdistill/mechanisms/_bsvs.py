@@ -302,7 +302,8 @@ def check_client(shape: BsvsShape, buckets: Any, labels: Any) -> tuple[jax.Array
       raise ValueError(f"Expected at most {bound_name}={bound} {name} per client, the declared bound (the noise is "
                        f"calibrated to it); got {name} of shape {tuple(arr.shape)}.")
   if not any(isinstance(a, jax.core.Tracer) for a in arrs):  # range and repeats, read in the inputs' own dtypes
-    check_input_fits(BsvsInput(arrs[0][None, :], arrs[1][None, :]), shape, 1)
+    # On the host: a concrete JAX array closed over by a jitted function is sliced into a tracer there.
+    check_input_fits(BsvsInput(*(np.asarray(a)[None, :] for a in arrs)), shape, 1)
   b, lab = (a.astype(jnp.int32) if isinstance(a, jax.Array) else _validate.owned_device_array(a, np.int32)
             for a in arrs)
   return b, lab

@@ -410,3 +410,10 @@ def test_check_client_hands_randomize_copies_never_the_callers_arrays():
   assert np.asarray(b2).tolist() == [0, 2]
   traced = jax.jit(lambda b, lab: check_client(shape, b, lab))(jnp.array([1, -1], jnp.int16), jnp.array([0]))
   assert [t.dtype for t in traced] == [jnp.int32, jnp.int32] and np.asarray(traced[0]).tolist() == [1, -1]
+  # Concrete arrays closed over by a jitted function are checked on the host, not sliced into tracers.
+  b, lab = jnp.array([2, 0]), jnp.array([1])
+  closed = jax.jit(lambda: check_client(shape, b, lab))()
+  assert np.asarray(closed[0]).tolist() == [2, 0]
+  repeated = jnp.array([1, 1])
+  with pytest.raises(ValueError, match=r"distinct clients.buckets"):
+    jax.jit(lambda: check_client(shape, repeated, lab))()
