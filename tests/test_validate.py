@@ -333,3 +333,13 @@ def test_owned_device_array_has_jnp_asarrays_values_and_never_the_callers_memory
   assert not lo <= out.unsafe_buffer_pointer() < hi
   arr[...] = 1
   np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+def test_owned_device_array_only_casts_jax_arrays_and_tracers():
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  x = jnp.array([[1.5, -2.0]], jnp.float32)
+  np.testing.assert_array_equal(np.asarray(v.owned_device_array(x, np.float32)), [[1.5, -2.0]])
+  assert v.owned_device_array(x, np.int32).dtype == jnp.int32
+  traced = jax.jit(lambda a: v.owned_device_array(a, np.int32))(jnp.array([3, -1], jnp.int16))
+  assert traced.dtype == jnp.int32 and np.asarray(traced).tolist() == [3, -1]

@@ -47,10 +47,8 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
     raise ValueError(f"Expected {name} to have at least one column; got shape {tuple(arr.shape)}.")
   if dim is not None and arr.shape[1] != dim:
     raise ValueError(f"Expected {name} to have d={dim} columns like {dim_name}; got {arr.shape[1]}.")
-  if isinstance(arr, jax.Array):
-    out = jnp.asarray(arr, dtype=jnp.float32)
-  else:  # not jnp.asarray(arr, jnp.float32): it would share a 64-byte-aligned float32 host array with the caller
-    out = _validate.owned_device_array(arr, np.float32)
+  # Not jnp.asarray(arr, jnp.float32): it would share a 64-byte-aligned float32 host array with the caller.
+  out = _validate.owned_device_array(arr, np.float32)
   # One reduction checks both: a NaN or inf entry makes its row's squared norm non-finite too.
   largest = float(_largest_squared_norm(out))
   if not largest <= _MAX_SQUARED_NORM:

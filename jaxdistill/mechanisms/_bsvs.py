@@ -222,16 +222,16 @@ def client_entries(buckets: jax.Array, labels: jax.Array, num_labels: int) -> ja
       array (a 2-D one was flattened into wrong entries; only dtype and shape are read, so
       the check costs nothing under ``jit`` or ``vmap``). For concrete (not traced) inputs
       also a value below -1 (it was a silent pad), a label >= ``num_labels`` (it would
-      alias entry (t + 1, 0)) or an entry past 2^31 - 1 (it would wrap in int32). Traced inputs are not read: the mechanisms' inputs
-      come from :func:`make_bsvs_input`, whose :class:`BsvsShape` checks both.
+      alias entry (t + 1, 0)) or an entry past 2^31 - 1 (it would wrap in int32), read in
+      the inputs' own dtype. Traced inputs are not read: the mechanisms' inputs come from
+      :func:`make_bsvs_input`, whose :class:`BsvsShape` checks both.
   """
   num_labels = _validate.integer("num_labels", num_labels, minimum=1, maximum=_MAX_DOMAIN)
   buckets, labels = _index_vector("buckets", buckets), _index_vector("labels", labels)
   if not isinstance(buckets, jax.core.Tracer) and not isinstance(labels, jax.core.Tracer):
     _check_entry_range(np.asarray(buckets), np.asarray(labels), num_labels)  # in the inputs' own dtypes
-  # Host inputs are copied (int32), never shared with the caller: see _validate.owned_device_array.
-  buckets, labels = (a.astype(jnp.int32) if isinstance(a, jax.Array) else _validate.owned_device_array(a, np.int32)
-                     for a in (buckets, labels))
+  # Host inputs are copied (int32), never shared with the caller.
+  buckets, labels = (_validate.owned_device_array(a, np.int32) for a in (buckets, labels))
   ent = buckets[:, None] * num_labels + labels[None, :]
   valid = (buckets[:, None] >= 0) & (labels[None, :] >= 0)
   return jnp.where(valid, ent, -1).reshape(-1).astype(jnp.int32)
@@ -289,8 +289,9 @@ def check_client(shape: BsvsShape, buckets: Any, labels: Any) -> tuple[jax.Array
   their own dtype: buckets in [0, s) and labels in [0, |Y|), or -1
   (padding), and no index listed twice (a repeat moves one entry by 2 in the
   multi-message shuffle, beyond the unit-shift sensitivity). The runner
-  checks whole inputs that way before tracing them; this is for direct calls, where ``RandomizedResponse.randomize`` took 2 buckets
-  under k = 1 and bucket 5 of 4 without a word.
+  checks whole inputs that way before tracing them; this is for direct
+  calls, where ``RandomizedResponse.randomize`` took 2 buckets under k = 1
+  and bucket 5 of 4 without a word.
 
   Returns ``(buckets, labels)`` as int32 JAX arrays: traced inputs as they
   are (cast), host inputs copied, never sharing the caller's memory (see
@@ -304,8 +305,7 @@ def check_client(shape: BsvsShape, buckets: Any, labels: Any) -> tuple[jax.Array
   if not any(isinstance(a, jax.core.Tracer) for a in arrs):  # range and repeats, read in the inputs' own dtypes
     # On the host: a concrete JAX array closed over by a jitted function is sliced into a tracer there.
     check_input_fits(BsvsInput(*(np.asarray(a)[None, :] for a in arrs)), shape, 1)
-  b, lab = (a.astype(jnp.int32) if isinstance(a, jax.Array) else _validate.owned_device_array(a, np.int32)
-            for a in arrs)
+  b, lab = (_validate.owned_device_array(a, np.int32) for a in arrs)
   return b, lab
 
 

@@ -645,9 +645,7 @@ def _predict_images(images: Any) -> jax.Array:
   dtype = np.dtype(arr.dtype)
   if dtype.kind not in "fiu" and not (dtype.kind == "V" and _validate.is_float_like(dtype)):
     raise ValueError(f"Expected images to hold real numbers; got {type(images).__name__} of dtype {dtype}.")
-  if isinstance(arr, jax.Array):
-    return arr.astype(jnp.float32)
-  return _validate.owned_device_array(arr, np.float32)  # never the caller's memory (see there)
+  return _validate.owned_device_array(arr, np.float32)  # never the caller's host memory (see there)
 
 
 def _check_predict(clf: Classifier, state: TrainState, images: jax.Array, *, stacked: bool) -> None:

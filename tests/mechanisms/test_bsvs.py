@@ -376,9 +376,13 @@ def _every_mechanism(shape):
     # 3 buckets under k = 2: RR and the central mechanisms added 3 entries under noise calibrated to 2.
     (np.array([0, 1, 2]), np.array([0]), r"at most k=2 buckets per client.* shape \(3,\)"),
     (np.array([0]), np.array([0, 1]), r"at most r=1 labels per client.* shape \(2,\)"),
-    (np.array([0, 4]), np.array([0]), r"clients.buckets in \[0, num_buckets=4\) or -1 \(padding\); found values in \[0, 4\]"),  # was dropped
-    (np.array([1, 1]), np.array([0]), r"distinct clients.buckets within a client .* \[1, 1\]"),  # shuffle-multi counted 2
-    (np.array([2**32 + 1]), np.array([0]), r"clients.buckets in \[0, num_buckets=4\) .* found values in \[4294967297, 4294967297\]"),
+    # bucket 4 of 4 was dropped without a word
+    (np.array([0, 4]), np.array([0]),
+     r"clients.buckets in \[0, num_buckets=4\) or -1 \(padding\); found values in \[0, 4\]"),
+    # a repeated bucket counted 2 in the multi-message shuffle
+    (np.array([1, 1]), np.array([0]), r"distinct clients.buckets within a client .* \[1, 1\]"),
+    (np.array([2**32 + 1]), np.array([0]),
+     r"clients.buckets in \[0, num_buckets=4\) .* found values in \[4294967297, 4294967297\]"),
     (np.array([0.5]), np.array([0]), r"buckets to be a 1-D integer array"),
 ])
 def test_every_mechanisms_randomize_refuses_a_client_that_does_not_fit_its_shape(buckets, labels, needle):
