@@ -129,8 +129,9 @@ class FedMDResult:
       task's classes (a 6-way task instead of 16-way).
     eval_rounds: the round number of each row of ``accuracy``.
     privacy: per-party privacy report dicts.
-    ldp_sigma_table: sigma FedMD-LDP needs at party 0's NFDP delta (or at
-      ``config.ldp_delta`` when set; ``matched_to`` says which) for several
+    ldp_sigma_table: sigma FedMD-LDP needs at party 0's NFDP delta for the
+      run's schedule (p, or 1 - (1 - p)^R when resampled each round), or at
+      ``config.ldp_delta`` when set (``matched_to`` says which), for several
       eps (nfdp and ldp runs).
     timings: seconds per phase, and ``vmap``: whether same-architecture
       parties were trained as one vmapped stack (``config.vmap`` resolved).
@@ -816,9 +817,17 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   if config.method in ("nfdp", "ldp") and config.rounds > 0:
     n0 = data.party_sizes[0]
     p0 = _ldp_delta(config, n0)
-    source = (f"party 0's NFDP delta p = {p0:.6g} (n={n0}, k={config.k}, "
-              f"{'WR' if config.with_replacement else 'WOR'}, {config.relation})" if config.ldp_delta is None
-              else f"the configured ldp_delta = {p0:.6g} (not NFDP's p)")
+    schedule = "drawn once"
+    if config.resample_each_round and config.ldp_delta is None:
+      # The run's own delta, 1 - (1 - p)^R: matching LDP to one draw's p overstated its sigma (19.8x at eps = 0
+      # for n = 2880, k = 3, R = 20), flattering NFDP.
+      p0 = accounting.nfdp_privacy(n0, config.k, with_replacement=config.with_replacement,
+                                   relation=config.relation, rounds=max(config.rounds, 1),
+                                   resample_each_round=True).flat_delta
+      schedule = f"resampled in each of {config.rounds} rounds: 1 - (1 - p)^{config.rounds}"
+    source = (f"party 0's NFDP delta {p0:.6g} (n={n0}, k={config.k}, "
+              f"{'WR' if config.with_replacement else 'WOR'}, {config.relation}, {schedule})"
+              if config.ldp_delta is None else f"the configured ldp_delta = {p0:.6g} (not NFDP's delta)")
     rows, skipped, reason = [], [], ""
     for eps in DEFAULT_LDP_EPSILONS if table_epsilons is None else table_epsilons:
       # A side table never blocks the run: at a delta p near 1 (k >> n with replacement; k = n) the accountant
@@ -829,7 +838,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         skipped.append(eps)
         reason = reason or _validate.first_line(err)
     table = {
-        "matched_to": (f"delta = {source}; NFDP is (eps, p)-DP for every eps >= 0, so each row gives the "
+        "matched_to": (f"delta = {source}; NFDP is (eps, delta)-DP for every eps >= 0, so each row gives the "
                        "Gaussian sigma per release for FedMD-LDP to be (eps, delta)-DP; eps = 0 is the sigma "
                        "whose whole profile lies below delta"),
         "delta": p0, "count": ldp_count, "sensitivity": sens, "rows": rows,

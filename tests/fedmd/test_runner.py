@@ -316,6 +316,9 @@ def test_privacy_report_per_party(data3):
   assert rep["exact"]["delta_for_every_epsilon"] == pytest.approx(1 - (1 - p)**2)
   assert rep["sample"] == "resampled each round" and rep["draws"] == 2
   assert "resampled_each_round" in {w["code"] for w in rep["warnings"]}
+  # The LDP table is matched to this run's delta, not to one draw's p (which overstated LDP's sigma).
+  assert fresh.ldp_sigma_table["delta"] == pytest.approx(1 - (1 - p)**2)
+  assert "1 - (1 - p)^2" in fresh.ldp_sigma_table["matched_to"]
 
 
 def test_baselines_run_and_report(data3):
