@@ -661,7 +661,7 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     ``centralized``: no guarantee.
 
   Args:
-    key: root PRNG key.
+    key: root PRNG key, threefry2x32 (rbg keys are refused: their draws change under vmap).
     config: :class:`FedMDConfig`.
     data: :class:`FedMDData` with ``config.num_parties`` parties.
     checkpoint_dir: folder for the per-round checkpoint (None: none). One
@@ -727,7 +727,7 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
 def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoint_dir: pathlib.Path | None,
                resume: bool, progress: bool, record_releases: bool, ldp_table_epsilons: Any,
                on_round_end: Callable[[int, dict], None] | None, secret_seed: int | None) -> FedMDResult:
-  key = _validate.prng_key("key", key)
+  key = _validate.prng_key("key", key, threefry=True)  # the same samples and batches vmapped or looped
   secret_seed = _keys.check_secret_seed("secret_seed", secret_seed)
   rand_root = key if secret_seed is None else _keys.secret_key(secret_seed)  # samples and LDP noise only
   table_epsilons = _table_epsilons(ldp_table_epsilons)

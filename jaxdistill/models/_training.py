@@ -541,7 +541,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
   in training mode; in eval mode its running mean lags them slightly.
 
   Args:
-    keys: ``[m]`` PRNG keys.
+    keys: ``[m]`` threefry2x32 PRNG keys (rbg keys are refused: their draws change under vmap).
     clf: the shared :class:`Classifier`.
     states: stacked :class:`TrainState` (leading axis m).
     images: ``[m, n, H, W, C]`` or, if ``shared``, ``[n, H, W, C]``.
@@ -561,7 +561,7 @@ def fit_stacked(keys: jax.Array, clf: Classifier, states: TrainState, images: An
       and are not checked); mismatched m, sizes or keys; a non-bool ``shared``.
     DivergedError: as :func:`fit`; its ``models`` lists the diverged models.
   """
-  keys = _validate.prng_key("keys", keys, batched=True)
+  keys = _validate.prng_key("keys", keys, batched=True, threefry=True)  # rbg batch orders change under vmap
   _check_model(clf, states, "states")
   shared = _validate.boolean("shared", shared)
   images, targets, loss, batch_size, epochs = _check_fit(images, targets, loss, batch_size, epochs,

@@ -412,6 +412,14 @@ def test_bad_input_is_a_one_line_value_error(data3, kw, needle):
   assert "\n" not in str(err.value)
 
 
+def test_an_rbg_key_is_refused(data3):
+  # The runner promises the same samples and batches vmapped or looped; rbg's draws change under vmap, so
+  # vmapped parties trained on other batches than looped ones.
+  with pytest.raises(ValueError, match=r"Expected key to be a threefry2x32 key.*got a rbg key") as err:
+    run(jax.random.key(0, impl="rbg"), tiny_config(), data3)
+  assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("method", ["nfdp", "local"])
 def test_diverged_training_names_the_learning_rate(data3, method):
   # Adam at 1e30 makes every party's weights NaN. Before, "local" scored the NaN models as predicting class 0
