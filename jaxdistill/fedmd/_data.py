@@ -146,8 +146,8 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
       classes that are not distinct integer classes of ``private_train``
       (True, 0.7 or "0" included), an unknown partition, N < 1, too few images, a test
       split or public set whose image shape differs from the private
-      training images', a public set holding any of the private records
-      (byte-identical images, e.g. both from one split), or a party left
+      training images', a public set or kept test images holding any of the
+      parties' records (byte-identical images, e.g. both from one split), or a party left
       without records.
   """
   for name, value in (("public", public), ("private_train", private_train), ("private_test", private_test)):
@@ -182,6 +182,13 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
   pool = _select_classes(private_train, classes, private_per_class, n_pub, num_classes, rng, "private")
   test = _select_classes(private_test, classes, test_per_class, n_pub, num_classes, rng, "test")
   _check_disjoint(pub, pool)
+  # Test images that are also training records inflate the accuracies (private_test = private_train was taken).
+  held = int(shared_images(test.images, pool.images).sum())
+  if held:
+    raise ValueError(f"Expected test images disjoint from the parties' private records; {held} of the {len(test)} "
+                     f"kept test images (from {private_test.name}) are also private training records (from "
+                     f"{private_train.name}), so the accuracies would be measured partly on training data. Use the "
+                     "private data set's own test split.")
   if num_parties > len(pool):
     raise ValueError(f"Expected num_parties={num_parties} <= {len(pool)} private records.")
   parts = jdata.partition_clients(pool.labels, num_parties, seed=int(rng.integers(2**31)),

@@ -119,6 +119,24 @@ def test_a_public_set_holding_private_records_is_refused():
     assert "\n" not in str(err.value)
 
 
+def test_test_images_held_by_the_parties_are_refused():
+  # The same set passed as private_train and private_test was taken: 21 of 48 kept test images were training
+  # records, so the accuracies were partly training accuracies. One shared image is enough to refuse.
+  public, private_train = synthetic(60, 10, 0), synthetic(300, 10, 1)
+  for private_test in (private_train, ImageData(np.concatenate([synthetic(199, 10, 2).images,
+                                                               private_train.images[:1]]),
+                                                np.concatenate([synthetic(199, 10, 2).labels,
+                                                                private_train.labels[:1]]), 10, "one-shared")):
+    with pytest.raises(ValueError, match=r"Expected test images disjoint from the parties' private records; "
+                                         r"\d+ of the \d+ kept test images") as err:
+      fedmd.make_fedmd_data(public, private_train, private_test, num_parties=2, seed=0, private_per_class=None,
+                            test_per_class=None)
+    assert "\n" not in str(err.value)
+  # A disjoint test split (conftest's) is taken.
+  fedmd.make_fedmd_data(public, private_train, synthetic(200, 10, 2), num_parties=2, seed=0,
+                        private_per_class=None, test_per_class=None)
+
+
 @pytest.mark.parametrize("kw,needle", [
     (dict(private_test=ImageData(np.zeros((200, 6, 6, 1), np.float32), np.arange(200) % 10, 10, "t")),
      r"Expected private_test images of the private training images' shape \(12, 12, 1\); got \(6, 6, 1\)"),
