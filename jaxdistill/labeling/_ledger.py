@@ -275,6 +275,19 @@ class ReleaseLedger:
         raise ValueError(f"Output directory {str(self.dir)!r} holds {sorted(later)[0]} but not {path.name}: "
                          f"iteration {iteration} was released before and its file is missing; releasing it "
                          "again would spend budget again. Restore the file or use another --out-dir.")
+      # The history of runs and the key also outlive the releases: `rm out/*` keeps .ledger-key, and an edited
+      # ledger.json may keep its runs. Either way a second, independent noisy view of the same votes was drawn.
+      if any(isinstance(r, dict) and r.get("id") != self.run["id"] and isinstance(r.get("released"), list)
+             and iteration in r["released"] for r in self.index["runs"]):
+        raise ValueError(f"The ledger {self.index_path} records that an earlier run released iteration "
+                         f"{iteration}, but {path.name} is missing; releasing it again would spend budget again. "
+                         "Restore the file or use another --out-dir.")
+      if self._unsaved_key is None and not self.index["releases"] and not any(self.dir.glob("release-iter*.npz")):
+        raise ValueError(f"Output directory {str(self.dir)!r} holds .ledger-key, which is written only with a "
+                         "first release, but no release file or ledger entry: its releases were deleted, and "
+                         "releasing again would spend budget again. Restore them or use another --out-dir (if "
+                         "no release was ever made, e.g. a crash right after the key was written, delete "
+                         ".ledger-key).")
       return None
     stored = self._load(path)
     if stored.iteration != iteration:

@@ -681,6 +681,39 @@ def test_ledger_refuses_when_a_recorded_release_file_is_missing(tmp_path):
     labeling.ReleaseLedger(tmp_path / "x", {"a": 1}, "other-hash")
 
 
+def test_ledger_refuses_when_the_releases_were_deleted_but_their_traces_remain(tmp_path):
+  # `rm out/*` keeps the hidden .ledger-key, and an edited ledger.json may keep its history of runs. Both
+  # prove a release was made; a re-run released iteration 1 again (with secret noise: a second independent
+  # noisy view of the same votes, i.e. twice the budget).
+  ledger = labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "hash")
+  ledger.record(1, np.zeros((2, 3)), np.arange(2), np.zeros(5, np.int64), {})
+  ledger.finish()
+  for path in (tmp_path / "a").iterdir():  # what `rm out/*` removes: everything but dot files
+    if not path.name.startswith("."):
+      path.unlink()
+  assert [p.name for p in (tmp_path / "a").iterdir()] == [".ledger-key"]
+  with pytest.raises(ValueError, match=r"holds \.ledger-key, which is written only with a first release") as err:
+    labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "hash").lookup(1)
+  assert "\n" not in str(err.value)
+  # The file deleted and the ledger's list of releases emptied by hand, its history of runs kept.
+  ledger = labeling.ReleaseLedger(tmp_path / "b", {"a": 1}, "hash")
+  ledger.record(1, np.zeros((2, 3)), np.arange(2), np.zeros(5, np.int64), {})
+  ledger.finish()
+  (tmp_path / "b" / "release-iter1.npz").unlink()
+  index = json.loads((tmp_path / "b" / "ledger.json").read_text())
+  (tmp_path / "b" / "ledger.json").write_text(json.dumps({**index, "releases": []}))
+  again = labeling.ReleaseLedger(tmp_path / "b", {"a": 1}, "hash")
+  with pytest.raises(ValueError, match=r"records that an earlier run released iteration 1, but release-iter1\.npz"):
+    again.lookup(1)
+  with pytest.raises(ValueError, match=r"holds \.ledger-key"):  # no release left at all: none may be made
+    again.lookup(2)
+  # A fresh directory, and one whose run was refused before releasing, still release.
+  fresh = labeling.ReleaseLedger(tmp_path / "c", {"a": 1}, "hash")
+  assert fresh.lookup(1) is None
+  fresh.finish()
+  assert labeling.ReleaseLedger(tmp_path / "c", {"a": 1}, "hash").lookup(1) is None
+
+
 def test_ledger_refuses_unreadable_or_misplaced_releases(tmp_path):
   # Empty or truncated release files, a ledger.json of the wrong shape, a renamed release and a lost
   # first release beside a second one: one-line ValueErrors, and nothing is released again.
