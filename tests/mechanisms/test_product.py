@@ -204,6 +204,29 @@ def test_entry_variance_matches_exact_enumeration(cls, s, y, k, r, eps):
     np.testing.assert_allclose(mech.entry_variance(counts, n), want, rtol=1e-10, atol=0)
 
 
+@pytest.mark.parametrize("cls", [M.Separation, M.Concatenation, M.ConcatenationLiteral])
+def test_entry_variance_refuses_counts_of_clients_holding_fewer_than_k_buckets(cls):
+  # Padded clients pass make_bsvs_input and the estimators (still unbiased), but the closed form reads
+  # "#clients holding label b" as column sum / k: for 3 clients holding one bucket each of k = 2 it gave
+  # Separation a variance 0.77-0.92 of the exact one (a membership of -0.5 clients), silently.
+  shape = M.BsvsShape(3, 2, 2, 1)
+  mech = cls(shape, 4.0)
+  inp, _ = M.make_bsvs_input(np.array([[0, -1], [1, -1], [2, -1]]), np.array([[0], [0], [1]]),
+                             num_buckets=3, num_labels=2)
+  counts = np.asarray(M.bsvs_counts(inp, shape), np.float64)
+  for call in (lambda: mech.entry_variance(counts, 3), lambda: mech.entry_mse(counts, 3),
+               lambda: mech.max_error_bound(0.05, counts, 3)):
+    with pytest.raises(ValueError, match=r"each hold exactly k=2 buckets and r=1 labels") as err:
+      call()
+    assert "\n" not in str(err.value)
+  # Two full clients' counts (buckets {0, 1} with label 0, buckets {1, 2} with label 1) are taken; said to
+  # come from one client, whose sums fit, they give a negative membership and are refused.
+  two = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+  assert np.all(mech.entry_variance(two, 2) > 0)
+  with pytest.raises(ValueError, match="padded clients"):
+    mech.entry_variance(two, 1)
+
+
 def numpy_workload(seed, n, s, y, k):
   rng = np.random.default_rng(seed)
   buckets = np.stack([rng.choice(s, k, replace=False) for _ in range(n)])
