@@ -218,12 +218,34 @@ class Connection:
     b = self.buckets[self.buckets >= 0]
     return np.bincount(b, minlength=self.num_queries)
 
-  def bsvs_input(self, labels: Any, *, num_labels: int, r: int | None = None):
+  def bsvs_input(self, labels: Any, *, num_labels: int, r: int | None = None,
+                 relation: Any = Relation.REPLACE_ONE):
     """``make_bsvs_input(buckets, labels, num_buckets=s, num_labels, k=privacy.shape_k, r)``.
 
-    For k-NN labeling this pads ``buckets`` to s columns (``n * s`` int32).
+    The shape is the one a mechanism under ``relation`` (the mechanism's own
+    neighbouring relation: say which one you will build) must be calibrated
+    with, so that its privacy statement holds for these votes. For k-NN
+    labeling this pads ``buckets`` to s columns (``n * s`` int32).
+
+    Raises:
+      ValueError: a rule without a DP guarantee (the balanced rules: no
+        shape makes a mechanism's statement true for their votes; call
+        :func:`~jaxdistill.mechanisms.make_bsvs_input` directly to study
+        them without one), or k-NN labeling under add/remove (an added
+        record moves 2sr votes, which no shape with k <= s declares under
+        add/remove; a replace-one mechanism's 2sr covers it).
     """
     from jaxdistill.mechanisms import make_bsvs_input  # pylint: disable=import-outside-toplevel
+    rel = Relation.parse(relation, "relation")
+    if not self.privacy.dp_valid:
+      raise ValueError(f"Expected a connection rule with a DP guarantee; rule={self.rule!r} has none (one record "
+                       "can re-route others' edges), so no BSVS mechanism's privacy statement would hold for "
+                       "these votes. Call make_bsvs_input directly to study them without a guarantee.")
+    if rel is not Relation.REPLACE_ONE and not self.privacy.per_record:
+      raise ValueError(f"Expected relation='replace-one' for rule={self.rule!r}; got {rel.value!r}: one added or "
+                       f"removed record moves up to 2sr = {2 * self.num_queries}*r votes, more than an {rel.value} "
+                       "mechanism with k <= s assumes. Build a replace-one mechanism: its 2sr calibration also "
+                       "covers adding or removing a record.")
     return make_bsvs_input(self.buckets, labels, num_buckets=self.num_queries, num_labels=num_labels,
                            k=self.privacy.shape_k, r=r)
 

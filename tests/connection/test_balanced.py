@@ -92,6 +92,10 @@ def test_balanced_rule_couples_records_and_breaks_the_2kr_sensitivity():
   assert change > mechanisms.bsvs_sensitivity(k)  # more than 2kr: the reverse-k-NN bound fails
   assert not before.privacy.dp_valid and before.privacy.sensitivity() is None
   assert before.privacy.warnings[0].code == "balanced_connection_no_dp"
+  # bsvs_input gave these votes the shape of a 2kr mechanism, whose statement would then be false.
+  with pytest.raises(ValueError, match=r"rule='balanced-max-min' has none") as err:
+    before.bsvs_input(labels, num_labels=3)
+  assert "\n" not in str(err.value)
 
 
 def test_privacy_statements_say_what_each_rule_guarantees():

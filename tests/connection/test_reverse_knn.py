@@ -136,6 +136,9 @@ def test_reverse_knn_feeds_make_bsvs_input():
   np.add.at(expected, (conn.buckets.reshape(-1), np.repeat(labels, 2)), 1)
   np.testing.assert_array_equal(counts, expected)
   assert conn.privacy.sensitivity() == 4 and conn.privacy.dp_valid
+  # Reverse k-NN's own k edges are all one record moves under add/remove: its shape serves either relation.
+  inp2, shape2 = conn.bsvs_input(labels, num_labels=4, relation="add-remove")
+  assert shape2 == shape and np.array_equal(np.asarray(inp2.buckets), np.asarray(inp.buckets))
 
 
 @pytest.mark.parametrize("block_size", [1, 5, 1000])
@@ -173,6 +176,15 @@ def test_knn_labeling_sensitivity_grows_with_s():
   a2, _ = votes(x2)
   change = np.abs(a - a2).sum()
   assert change == 2 * s > 2 * k
+  # Removing record 0 moves as many votes (each list takes its next-nearest record), so an add/remove
+  # mechanism with the declared k = s (sensitivity sr) would state half the loss: bsvs_input refuses it.
+  a3 = np.asarray(mechanisms.bsvs_counts(*connection.knn_labeling(x[1:], q, k).bsvs_input(labels[1:],
+                                                                                          num_labels=2)))
+  assert np.abs(a - a3).sum() == 2 * s
+  with pytest.raises(ValueError, match=r"Expected relation='replace-one' for rule='knn-labeling'; got "
+                                       r"'add-remove'.*2sr = 12\*r votes") as err:
+    conn.bsvs_input(labels, num_labels=2, relation="add-remove")
+  assert "\n" not in str(err.value)
   assert change <= conn.privacy.sensitivity()
   assert conn.diagnostics["max_out_degree"] == s
 
