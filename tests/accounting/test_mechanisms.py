@@ -33,6 +33,21 @@ def test_laplace_single_release_epsilon_is_sensitivity_over_scale(scale, sens):
     assert acct.delta(eps) == pytest.approx(laplace_delta(eps, sens / scale), abs=2e-4)
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.4])
+@pytest.mark.parametrize("delta", [1.3942515363025932e-15, 1e-13, 1e-12, 1e-9])
+def test_one_laplace_release_epsilon_is_never_below_the_exact_one(scale, delta):
+  # One Laplace(b) release of sensitivity 1 has delta(eps) = 1 - exp((eps - 1/b)/2) below 1/b, so the exact
+  # epsilon is 1/b + 2 ln(1 - delta), here in 40 digits. dp-accounting's float64 evaluation put the reported
+  # epsilon 1-3 ulps below it (no round-off allowance for one release): at delta = 1.39e-15 the true delta was
+  # 1.075 times the one asked for.
+  import decimal  # pylint: disable=import-outside-toplevel
+  ctx = decimal.Context(prec=40)
+  r = ctx.divide(decimal.Decimal(1), decimal.Decimal(scale))
+  exact = r + 2 * ctx.ln(1 - decimal.Decimal(delta))
+  got = accounting.laplace(scale, sensitivity=1.0, relation="replace-one").epsilon(delta)
+  assert decimal.Decimal(got) >= exact and got <= float(exact) + 1e-12
+
+
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
 @pytest.mark.parametrize("count", [1, 10, 1000, 100_000])
 @pytest.mark.parametrize("eps", [0.5, 1.0, 3.0])
