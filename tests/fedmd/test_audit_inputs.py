@@ -13,6 +13,7 @@ import pytest
 from jaxdistill import accounting, fedmd
 from jaxdistill.cli.main import main
 from jaxdistill.data import ImageData
+from jaxdistill.data._overlap import shared_images
 
 from tests.fedmd.conftest import synthetic, tiny_config, tiny_data
 
@@ -119,22 +120,31 @@ def test_a_public_set_holding_private_records_is_refused():
     assert "\n" not in str(err.value)
 
 
-def test_test_images_held_by_the_parties_are_refused():
+def test_test_images_held_by_the_parties_are_left_out():
   # The same set passed as private_train and private_test was taken: 21 of 48 kept test images were training
-  # records, so the accuracies were partly training accuracies. One shared image is enough to refuse.
+  # records, so the accuracies were partly training accuracies. Such images are now left out before the test
+  # draw (as make_splits does), and the description counts them.
   public, private_train = synthetic(60, 10, 0), synthetic(300, 10, 1)
-  for private_test in (private_train, ImageData(np.concatenate([synthetic(199, 10, 2).images,
-                                                               private_train.images[:1]]),
-                                                np.concatenate([synthetic(199, 10, 2).labels,
-                                                                private_train.labels[:1]]), 10, "one-shared")):
-    with pytest.raises(ValueError, match=r"Expected test images disjoint from the parties' private records; "
-                                         r"\d+ of the \d+ kept test images") as err:
-      fedmd.make_fedmd_data(public, private_train, private_test, num_parties=2, seed=0, private_per_class=None,
+  d = fedmd.make_fedmd_data(public, private_train, private_train, num_parties=2, seed=0, private_per_class=12,
+                            test_per_class=4)
+  records = np.concatenate([p.images for p in d.parties])
+  assert not shared_images(d.test.images, records).any() and len(d.test) == 6 * 4
+  assert d.description["test_images_left_out_as_party_records"] == 6 * 12
+  # One party record (a private class's, so that every one is kept) among 199 fresh test images.
+  i = int(np.flatnonzero(private_train.labels < 6)[0])
+  fresh = synthetic(199, 10, 2)
+  one_shared = ImageData(np.concatenate([fresh.images, private_train.images[i:i + 1]]),
+                         np.concatenate([fresh.labels, private_train.labels[i:i + 1]]), 10, "one-shared")
+  d = fedmd.make_fedmd_data(public, private_train, one_shared, num_parties=2, seed=0, private_per_class=None,
                             test_per_class=None)
-    assert "\n" not in str(err.value)
-  # A disjoint test split (conftest's) is taken.
-  fedmd.make_fedmd_data(public, private_train, synthetic(200, 10, 2), num_parties=2, seed=0,
-                        private_per_class=None, test_per_class=None)
+  assert not shared_images(d.test.images, np.concatenate([p.images for p in d.parties])).any()
+  assert d.description["test_images_left_out_as_party_records"] == 1
+  assert len(d.test) == int(np.sum(fresh.labels < 6))
+  # Without such images nothing changes: the same draw, and no new key in the description (a checkpoint's
+  # fingerprint includes it).
+  d = fedmd.make_fedmd_data(public, private_train, synthetic(200, 10, 2), num_parties=2, seed=0,
+                            private_per_class=12, test_per_class=4)
+  assert "test_images_left_out_as_party_records" not in d.description
 
 
 @pytest.mark.parametrize("kw,needle", [
