@@ -270,7 +270,8 @@ class ReleaseLedger:
         raise ValueError(f"The ledger {self.index_path} records a release of iteration {iteration} but "
                          f"{path.name} is missing; releasing it again would spend budget again. Restore the "
                          "file or use another --out-dir.")
-      later = [p.name for p in self.dir.glob("release-iter*.npz") if _file_iteration(p) > iteration]
+      files = list(self.dir.glob("release-iter*.npz"))
+      later = [p.name for p in files if _file_iteration(p) > iteration]
       if later:
         raise ValueError(f"Output directory {str(self.dir)!r} holds {sorted(later)[0]} but not {path.name}: "
                          f"iteration {iteration} was released before and its file is missing; releasing it "
@@ -282,7 +283,7 @@ class ReleaseLedger:
         raise ValueError(f"The ledger {self.index_path} records that an earlier run released iteration "
                          f"{iteration}, but {path.name} is missing; releasing it again would spend budget again. "
                          "Restore the file or use another --out-dir.")
-      if self._unsaved_key is None and not self.index["releases"] and not any(self.dir.glob("release-iter*.npz")):
+      if self._unsaved_key is None and not self.index["releases"] and not files:
         raise ValueError(f"Output directory {str(self.dir)!r} holds .ledger-key, which is written only with a "
                          "first release, but no release file or ledger entry: its releases were deleted, and "
                          "releasing again would spend budget again. Restore them or use another --out-dir (if "
