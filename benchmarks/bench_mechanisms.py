@@ -316,7 +316,7 @@ def worker_jax(args) -> dict:
   times, cpu = [], []
   for rep in range(1 if args.source == "generator" else 1 + args.repeats):
     start, start_cpu = time.perf_counter(), time.process_time()
-    res = simulation.simulate(jax.random.key(100 + rep), mech, clients, chunk_size=args.chunk_size,
+    res = simulation.simulate(jax.random.key(100 + rep), mech, clients, chunk_size=args.chunk_size or None,
                               with_counts=args.source == "generator")
     times.append(time.perf_counter() - start)  # simulate returns host float64: the work is done
     cpu.append(time.process_time() - start_cpu)
@@ -508,7 +508,8 @@ def main(argv=None) -> int:
   p.add_argument("--epsilon", type=float, default=1.0)
   p.add_argument("--delta", type=float, default=1e-6)
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--chunk-size", type=int, default=4096)
+  p.add_argument("--chunk-size", type=int, default=0,
+                 help="clients per chunk for jaxdistill (default 0: simulation.default_chunk_size, 4096 on CPU)")
   p.add_argument("--repeats", type=int, default=5,
                  help="timed runs per contender (after jaxdistill's compiling run; the loops run once)")
   p.add_argument("--loop-clients", type=int, default=20_000)

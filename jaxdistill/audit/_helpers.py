@@ -71,11 +71,13 @@ _cached_randomizer = functools.lru_cache(maxsize=64)(_build_randomizer)
 
 
 def replicate_estimates(key: jax.Array, mechanism: BsvsMechanism, clients: Any, num_runs: int, *,
-                        chunk_size: int = 4096) -> np.ndarray:
+                        chunk_size: int | None = None) -> np.ndarray:
   """``[num_runs, s, |Y|]`` float64 estimates from independent runs (run i uses ``fold_in(key, i)``).
 
   Feed them to :func:`check_unbiased` / :func:`check_variance` with the true
-  counts and ``mechanism.entry_variance(counts, n)``.
+  counts and ``mechanism.entry_variance(counts, n)``. ``chunk_size`` is the
+  runner's (``None``: :func:`jaxdistill.simulation.default_chunk_size`); it
+  does not change the estimates.
 
   Raises:
     ValueError: ``key`` not a PRNG key, or ``num_runs`` not an integer in [2, ``MAX_RUNS``] (10^6).

@@ -9,7 +9,10 @@ prediction, the privacy statement, wall time and peak memory.
 Working memory grows with ``--chunk-size`` times d = s|Y|: measured at about
 9 bytes x chunk x d for ``rr`` and ``collision`` on CPU (JAX 0.10.2; d = 5e4
 and 1e5, chunks 512 to 4096), a rule of thumb rather than a promise. An
-out-of-memory error says to lower ``--chunk-size``.
+out-of-memory error says to lower ``--chunk-size``. Its default,
+:func:`jaxdistill.simulation.default_chunk_size`, is 4,096 on CPU and, on a
+GPU or TPU, the largest power of two that keeps chunk x width within 2^25
+values (width d, or kr + 1 for the multi-message shuffle's event path).
 """
 
 from __future__ import annotations
@@ -63,8 +66,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--epsilon", type=float, required=True, help="epsilon (local for local mechanisms)")
   p.add_argument("--delta", type=float, default=None, help="delta (shuffle mechanisms)")
   p.add_argument("--seed", type=_count, default=0, help="PRNG seed (default 0)")
-  p.add_argument("--chunk-size", type=_count, default=4096,
-                 help="clients per vmapped chunk; working memory grows with it, measured at about 9 bytes x "
+  p.add_argument("--chunk-size", type=_count, default=None,
+                 help="clients per vmapped chunk (default: 4096 on CPU, larger on a GPU or TPU, see "
+                      "simulation.default_chunk_size); working memory grows with it, measured at about 9 bytes x "
                       "chunk x s|Y| for rr and collision on CPU (lower it if out of memory)")
   p.add_argument("--devices", type=_count, default=None, help="devices to shard over (default all)")
   p.add_argument("--json", action="store_true", help="print one JSON object")

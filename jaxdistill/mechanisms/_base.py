@@ -116,6 +116,16 @@ class BsvsMechanism(abc.ABC):
     stats = jax.vmap(one)(keys, buckets, labels, valid)
     return jax.tree.map(lambda x: x.sum(axis=0, dtype=x.dtype), stats)
 
+  def chunk_width(self) -> int:
+    """Values per client that :meth:`chunk_statistics` holds at once: its memory is O(C x this).
+
+    The default path materialises every client's statistics, so ``d = s|Y|``
+    (a conservative figure for mechanisms whose messages are narrower).
+    Sparse overrides return less; the runner sizes its default chunk by it
+    on accelerators (:func:`jaxdistill.simulation.default_chunk_size`).
+    """
+    return self.shape.d
+
   def entry_bias(self, counts: Any, num_clients: int) -> np.ndarray:
     """Closed-form bias E[estimate] - A of each entry (unbiased mechanisms: 0)."""
     del num_clients

@@ -424,6 +424,14 @@ class SyntheticWorkload:
   purity: float = 0.8
   zipf: float = 1.0
 
+  def chunk_width(self) -> int:
+    """Values per client that generating a chunk holds at once: s Gumbel draws (plus |Y| when r > 1).
+
+    :func:`jaxdistill.simulation.default_chunk_size` adds it to the
+    mechanism's width to size a chunk on an accelerator.
+    """
+    return self.shape.num_buckets + (self.shape.num_labels if self.shape.r > 1 else 0)
+
   def _tables(self) -> tuple[jax.Array, jax.Array]:
     k_pop, k_dom = jax.random.split(jax.random.fold_in(self.key, 0))
     ranks = jax.random.permutation(k_pop, self.shape.num_buckets) + 1

@@ -150,6 +150,10 @@ class _Central(BsvsMechanism):
     del keys
     return entry_histogram(buckets, labels, valid, self.shape.num_buckets, self.shape.num_labels)
 
+  def chunk_width(self) -> int:
+    """kr: the chunk path scatter-adds each client's at most kr entries."""
+    return self.shape.k * self.shape.r
+
   def _union_entries(self, simultaneous: bool) -> int:
     """Entries under the union bound: |Y| per bucket, s|Y| over all buckets."""
     simultaneous = _validate.boolean("simultaneous", simultaneous)  # "no" selected the union over all s|Y|

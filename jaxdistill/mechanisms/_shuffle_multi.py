@@ -262,6 +262,21 @@ class ShuffleMultiMessage(BsvsMechanism):
     _, acc = jax.lax.while_loop(lambda st: st[0] < total, body, (jnp.int32(0), acc))
     return acc[:2 * d].reshape(d, 2)
 
+  def chunk_width(self) -> int:
+    """kr + 1 + E_cap + ceil(16 rate) where the event path runs, else 2d.
+
+    Per client, the event path holds its kr entries, its event count, one
+    comparison with each of the E_cap count thresholds, and its share of the
+    chunk's event buffer (about ``rate`` events of a dozen words each). It
+    needs random access to threefry keys (JAX's default
+    ``jax_threefry_partitionable`` layout); otherwise every client's dense
+    ``[d, 2]`` counts are materialised.
+    """
+    if not jax.config.jax_threefry_partitionable:
+      return 2 * self.shape.d
+    tables = self.tables()
+    return self.shape.k * self.shape.r + 1 + int(tables.count.shape[0]) + math.ceil(16 * tables.rate)
+
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     """#(j,+) - #(j,-), float64 ``[s, |Y|]`` (unbiased for any number of clients)."""
     del key  # no server-side randomness

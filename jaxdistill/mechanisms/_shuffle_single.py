@@ -139,6 +139,9 @@ class ShuffleSingleMessage(BsvsMechanism):
                        valid: jax.Array) -> Any:
     return self.local_mechanism.chunk_statistics(keys, buckets, labels, valid)
 
+  def chunk_width(self) -> int:
+    return self.local_mechanism.chunk_width()
+
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     return self.local_mechanism.estimate(key, stats, num_clients)
 

@@ -18,16 +18,20 @@ from jaxdistill.simulation._registry import MechanismSpec
 from jaxdistill.simulation._registry import build_mechanism
 from jaxdistill.simulation._registry import mechanism_names
 from jaxdistill.simulation._registry import mechanism_spec
+from jaxdistill.simulation._runner import ACCELERATOR_CHUNK_VALUES
 from jaxdistill.simulation._runner import CLIENT_AXIS
+from jaxdistill.simulation._runner import CPU_CHUNK_SIZE
+from jaxdistill.simulation._runner import MAX_ACCELERATOR_CHUNK
 from jaxdistill.simulation._runner import MAX_CLIENTS
 from jaxdistill.simulation._runner import SimulationResult
 from jaxdistill.simulation._runner import client_mesh
 from jaxdistill.simulation._runner import client_statistics
+from jaxdistill.simulation._runner import default_chunk_size
 from jaxdistill.simulation._runner import simulate
 
 __all__ = [
-    "CLIENT_AXIS", "MAX_CLIENTS", "MeasuredRun", "MechanismSpec",
-    "SimulationResult", "build_mechanism", "client_mesh",
-    "client_statistics", "measure_subprocess", "mechanism_names", "mechanism_spec",
+    "ACCELERATOR_CHUNK_VALUES", "CLIENT_AXIS", "CPU_CHUNK_SIZE", "MAX_ACCELERATOR_CHUNK", "MAX_CLIENTS",
+    "MeasuredRun", "MechanismSpec", "SimulationResult", "build_mechanism", "client_mesh",
+    "client_statistics", "default_chunk_size", "measure_subprocess", "mechanism_names", "mechanism_spec",
     "peak_rss_bytes", "secret_key", "simulate",
 ]

@@ -51,14 +51,27 @@ from jaxdistill.mechanisms import BsvsInput, BsvsMechanism, client_entries
 from jaxdistill.mechanisms._base import check_clients_fit
 from jaxdistill.mechanisms._bsvs import entry_histogram, entry_indicator, input_num_clients, repeated_in_rows
 
-__all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "CLIENT_AXIS",
-           "MAX_CLIENTS"]
+__all__ = ["SimulationResult", "simulate", "client_statistics", "client_mesh", "default_chunk_size",
+           "CLIENT_AXIS", "MAX_CLIENTS", "CPU_CHUNK_SIZE", "ACCELERATOR_CHUNK_VALUES", "MAX_ACCELERATOR_CHUNK"]
 
 #: Name of the mesh axis clients are sharded along.
 CLIENT_AXIS = "clients"
 
 #: Largest n: client indices are uint32 and integer statistics are int32 sums.
 MAX_CLIENTS = 2**31 - 1
+
+#: Default chunk on CPU devices: of 4,096 to 262,144 clients, 4,096 was the fastest for rr and Collision at
+#: n = 10^6 on 2 cores, and 1.5x slower than the best (16,384) for the multi-message shuffle
+#: (``benchmarks/profile_stages.py``; larger chunks slowed all three).
+CPU_CHUNK_SIZE = 4096
+
+#: Default chunk on an accelerator: the largest power of two whose chunk x width values (the mechanism's and
+#: the client source's, see :func:`default_chunk_size`) stay within this, between :data:`CPU_CHUNK_SIZE` and
+#: :data:`MAX_ACCELERATOR_CHUNK`.
+ACCELERATOR_CHUNK_VALUES = 2**25
+
+#: Largest default chunk on an accelerator.
+MAX_ACCELERATOR_CHUNK = 2**18
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,6 +293,57 @@ def _checked(total: tuple[Any, jax.Array], n: int, mechanism: BsvsMechanism) -> 
   return stats
 
 
+def _platform(mesh: Mesh) -> str:
+  """The platform of the mesh's first device ("cpu", "gpu", "tpu", ...)."""
+  return str(mesh.devices.flat[0].platform)
+
+
+def default_chunk_size(mechanism: BsvsMechanism, clients: Any = None, devices: Any = None) -> int:
+  """Clients per chunk when :func:`simulate` is given ``chunk_size=None``; the result does not depend on it.
+
+  On CPU devices, :data:`CPU_CHUNK_SIZE` (4,096). On a GPU or TPU the
+  runner's per-chunk cost is mostly fixed (kernel launches, and the host
+  round trip of the multi-message shuffle's ``while_loop`` and ``cond``),
+  so larger chunks are faster: the largest power of two ``C`` with
+  ``C x width <= ACCELERATOR_CHUNK_VALUES`` (2^25), clipped to
+  [4,096, 2^18]. The width is the values one client holds at once:
+  ``mechanism.chunk_width()`` plus the source's, which is k + r for a
+  :class:`~jaxdistill.mechanisms.BsvsInput`, ``clients.chunk_width()`` for a
+  generator that defines it (:class:`~jaxdistill.mechanisms.SyntheticWorkload`:
+  s, plus |Y| when r > 1), and d = s|Y| for any other generator. XLA:CPU's
+  buffer assignment put 4 to 21 bytes per value
+  (``tests/simulation/test_chunk_size.py``), so about 0.7 GB at most.
+
+  Measured at n = 10^6, s = 40, |Y| = 10, k = 1 on an NVIDIA H200
+  (``benchmarks/README.md``): this gives 65,536 for rr and Collision (1.6x
+  and 2.2x faster than 4,096) and 2^18 for the multi-message shuffle (14x
+  faster). TPUs take the same rule, unmeasured.
+
+  Args:
+    mechanism: the :class:`BsvsMechanism` to run.
+    clients: the client source (``None``: counted as arrays, k + r).
+    devices: as :func:`client_mesh`; the first device's platform decides.
+
+  Raises:
+    ValueError: not a mechanism, or a bad ``devices``.
+  """
+  if not isinstance(mechanism, BsvsMechanism):
+    raise ValueError(f"Expected mechanism to be a BsvsMechanism; got {type(mechanism).__name__}.")
+  mesh = client_mesh(devices)
+  if _platform(mesh) == "cpu":
+    return CPU_CHUNK_SIZE
+  shape = mechanism.shape
+  if clients is None or isinstance(clients, BsvsInput):
+    source = shape.k + shape.r
+  elif callable(getattr(clients, "chunk_width", None)):
+    source = int(clients.chunk_width())
+  else:
+    source = shape.d
+  width = max(int(mechanism.chunk_width()) + source, 1)
+  fit = 1 << max((ACCELERATOR_CHUNK_VALUES // width).bit_length() - 1, 0)
+  return int(min(max(fit, CPU_CHUNK_SIZE), MAX_ACCELERATOR_CHUNK))
+
+
 def _plan(n: int, chunk_size: int, num_devices: int) -> tuple[int, int]:
   """``(chunk, chunks_per_device)``: as few chunks as ``chunk_size`` allows, then the least padding.
 
@@ -319,8 +383,10 @@ def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
   n, source_fn, sharded_rows = _source(clients)
   _validate.integer("num_clients", n, minimum=1, maximum=MAX_CLIENTS)
   check_clients_fit(mechanism, clients, n)
-  chunk_size = _validate.integer("chunk_size", chunk_size, minimum=1)
   mesh = client_mesh(devices)
+  if chunk_size is None:
+    chunk_size = default_chunk_size(mechanism, clients, mesh)
+  chunk_size = _validate.integer("chunk_size", chunk_size, minimum=1)
   chunk, per_device = _plan(n, chunk_size, mesh.size)
   if sharded_rows:
     clients = _pad_rows(clients, chunk * per_device * mesh.size)
@@ -329,7 +395,7 @@ def _prepare(mechanism: Any, clients: Any, chunk_size: Any, devices: Any):
 
 
 def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
-                      chunk_size: int = 4096, devices: Any = None) -> Any:
+                      chunk_size: int | None = None, devices: Any = None) -> Any:
   """Summed integer statistics of all clients' messages (no final estimate).
 
   .. math:: S = \\sum_{i=0}^{n-1} \\mathrm{analyze}(\\mathrm{randomize}(
@@ -345,8 +411,10 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
       ``client(index)`` that maps a uint32 index to integer rows
       ``(buckets [k], labels [r])`` (-1 pads in a signed dtype; an unsigned
       one has no padding); any PRNG key in it must be threefry2x32.
-    chunk_size: clients per vmapped chunk (memory O(chunk_size * d) per
-      device); it does not change the result.
+    chunk_size: clients per vmapped chunk (memory O(chunk_size x width)
+      per device, the width as in :func:`default_chunk_size`: d for most
+      mechanisms); it does not change the result. ``None``:
+      :func:`default_chunk_size` (4,096 on CPU, larger on a GPU or TPU).
     devices: see :func:`client_mesh` (default: all devices); it does not
       change the result.
 
@@ -376,7 +444,7 @@ def client_statistics(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
 
 
 def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
-             chunk_size: int = 4096, devices: Any = None,
+             chunk_size: int | None = None, devices: Any = None,
              with_counts: bool = False) -> SimulationResult:
   """Runs ``mechanism`` over all clients and returns the server's estimate.
 
@@ -395,7 +463,8 @@ def simulate(key: jax.Array, mechanism: BsvsMechanism, clients: Any, *,
     clients: a :class:`BsvsInput` or a generator such as
       :class:`SyntheticWorkload` (see :func:`client_statistics`). Arrays
       committed to other devices are moved onto the mesh.
-    chunk_size: clients per vmapped chunk; memory is O(chunk_size * d).
+    chunk_size: clients per vmapped chunk (see :func:`client_statistics`;
+      ``None`` picks :func:`default_chunk_size`).
     devices: ``None`` (all devices), a count, a device list, or a 1-D mesh.
     with_counts: also sum the exact aggregate A in the same pass
       (``result.counts``; the mechanism's messages are unchanged).
