@@ -25,8 +25,9 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
     min_rows: the least acceptable number of rows.
 
   Raises:
-    ValueError: not 2-D, wrong width, too few rows, not real, NaN or inf, or rows so long that
-      float32 squared distances would overflow.
+    ValueError: not 2-D, wrong width, too few rows, not real, NaN or inf, rows so long that
+      float32 squared distances would overflow, or entries all so small (below
+      :data:`MIN_LARGEST_ENTRY` in absolute value, not all zero) that they underflow.
   """
   if isinstance(value, jax.Array):
     arr = value
@@ -50,20 +51,30 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
   # Not jnp.asarray(arr, jnp.float32): it would share a 64-byte-aligned float32 host array with the caller.
   out = _validate.owned_device_array(arr, np.float32)
   # One reduction checks both: a NaN or inf entry makes its row's squared norm non-finite too.
-  largest = float(_largest_squared_norm(out))
+  largest, top = (float(v) for v in _norm_stats(out))
   if not largest <= _MAX_SQUARED_NORM:
     if not bool(jnp.isfinite(out).all()):
       bad = "NaN" if bool(jnp.isnan(out).any()) else "inf (or a value too large for float32)"
       raise ValueError(f"Expected finite {name}; found {bad}.")
     raise ValueError(f"Expected {name} rows with squared norms <= {_MAX_SQUARED_NORM:.3g}, so that float32 squared "
                      f"distances do not overflow; found {largest:.3g}. Rescale the features.")
+  if 0 < top < MIN_LARGEST_ENTRY:
+    raise ValueError(f"Expected {name} with some entry of absolute value >= {MIN_LARGEST_ENTRY:g} (or all zero), "
+                     f"so that float32 squared distances do not underflow; the largest is {top:.3g}. Rescale the "
+                     f"features (e.g. divide by their largest absolute value).")
   return out
 
 
 @jax.jit
-def _largest_squared_norm(x: jax.Array) -> jax.Array:
-  """``max_i ||x_i||^2`` in one fused pass (NaN when any entry is NaN, inf when any is infinite)."""
-  return jnp.max(jnp.sum(jnp.square(x), axis=1))
+def _norm_stats(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``(max_i ||x_i||^2, max |x_ij|)`` in one fused pass (NaN when any entry is NaN, inf when any is infinite)."""
+  return jnp.max(jnp.sum(jnp.square(x), axis=1)), jnp.max(jnp.abs(x))
+
+
+#: Features whose entries are all below this in absolute value (and not all zero) are refused: their squared
+#: distances come near float32's smallest normal number (1.2e-38), below which XLA:CPU flushes them to zero.
+#: Features scaled by 1e-21 made every distance 0, so k-means put all points into one cluster, with no warning.
+MIN_LARGEST_ENTRY = 1e-15
 
 
 #: float32's largest value / 4: ||x||^2 + ||q||^2 + 2|x.q| stays finite when both norms are below it.

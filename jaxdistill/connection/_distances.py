@@ -37,8 +37,9 @@ the origin compared with their spread lose their distances: 4 well-separated
 clusters of 8-dimensional points (centres a few units apart), shifted by
 10^4 in every coordinate, left 75% of the points at a k-means centre other
 than their nearest.
-The library's representations are centred (PCA), unit-norm (contrastive, the
-student embedding) or bounded (pixels, HOG, SCAN); centre other features,
+The library's representations are centred (PCA, the student embedding:
+a PCA of its penultimate layer on D_pub), unit-norm (contrastive) or
+bounded (pixels, HOG, SCAN); centre other features,
 e.g. by subtracting D_pub's mean (public, so free), before the connection
 rules or k-means. The public entry points warn when the public features
 (D_pub, or the queries) sit that far off centre, or when a sample of them

@@ -52,9 +52,19 @@ def fit_representation(key: jax.Array, name: str, public_images: np.ndarray, dim
                        encoder: dict | None = None) -> Embed:
   """``dim``: components of ``pca`` / ``hog-pca``; ``num_queries``: clusters of ``scan`` (s);
   ``encoder``: :class:`~jaxdistill.representations.ContrastiveConfig` fields (``width``, ``steps``) of the
-  contrastive encoder (``scan``: of its backbone)."""
+  contrastive encoder (``scan``: of its backbone).
+
+  A D_pub smaller than the learned representations' defaults, which the pipeline's settings cannot change, is
+  met by capping them: the contrastive batch (256 anchors) at m public images, as ``fit_scan`` already caps
+  its own, and SCAN's 20 mined neighbours at m - 1. Larger D_pub sets are unaffected.
+  """
   opts = {"num_components": dim} if name in PCA else {}
   opts.update(_encoder_config(name, encoder))
+  m = int(np.shape(public_images)[0])
+  if name == "contrastive" and m >= 2 and representations.ContrastiveConfig().batch_size > m:
+    opts["batch_size"] = m
+  if name == "scan" and m >= 2 and representations.ScanConfig().num_neighbours >= m:
+    opts["num_neighbours"] = m - 1
   if name == "scan" and num_queries is not None:
     opts["num_clusters"] = num_queries
   if progress is not None and name in LEARNED:

@@ -141,7 +141,8 @@ def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: floa
   """One random view of ``image [H, W, C]``: shift (zero fill), optional flip, noise, clip to [0, 1].
 
   Raises:
-    ValueError: an image that is not an array of numbers or of another rank, a negative or fractional
+    ValueError: an image that is not an array of numbers or of another rank, a concrete image with NaN, inf or
+      values outside [0, 1] (a traced one is not read), a negative or fractional
       ``max_shift`` or one above ``MAX_SHIFT`` (256), a negative or non-finite ``noise``, a non-boolean ``flip``.
   """
   key = _validate.prng_key("key", key)
@@ -161,6 +162,14 @@ def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: floa
     raise ValueError(f"Expected image to hold real numbers [H, W, C]; got dtype {image.dtype}.")
   if image.ndim != 3:
     raise ValueError(f"Expected image of shape [H, W, C]; got shape {image.shape}.")
+  if not isinstance(image, jax.core.Tracer):  # under vmap/jit the caller's images were checked (as_images)
+    vals = np.asarray(image, np.float64)
+    if not np.isfinite(vals).all():
+      raise ValueError("Expected a finite image; found NaN or inf.")
+    if vals.size and (vals.min() < 0 or vals.max() > 1):
+      # A 0-255 image was clipped to black and white, silently.
+      raise ValueError(f"Expected image in [0, 1]; got range [{vals.min():g}, {vals.max():g}] (divide 8-bit "
+                       f"images by 255).")
   k_shift, k_flip, k_noise = jax.random.split(key, 3)
   h, w, c = image.shape
   y = image

@@ -70,7 +70,10 @@ def embed_with(model_fn: Callable[[jax.Array], jax.Array], *, normalize: bool = 
   """A representation from any model, e.g. a trained student's penultimate layer.
 
   Algorithm 1's iterations t >= 2 re-select queries in the student's
-  embedding space: ``rep = embed_with(lambda x: student.features(x))``, then
+  embedding space: ``rep = embed_with(lambda x: features(x))`` for a function
+  ``features`` giving the student's penultimate layer (the labeling pipeline
+  uses :meth:`jaxdistill.labeling.Student.embedding`, which also centres and
+  PCA-reduces it on D_pub), then
   ``rep(public_images)`` and ``rep(private_images)`` feed
   :func:`jaxdistill.connection.select_queries` and
   :func:`jaxdistill.connection.reverse_knn`.

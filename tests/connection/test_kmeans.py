@@ -79,6 +79,23 @@ def test_recovers_well_separated_clusters():
   assert not is_perfect_clustering(one_moved, truth)
 
 
+def test_features_too_small_for_float32_distances_are_refused():
+  # Scaled by 1e-21, the squared distances fell below float32's normal range and XLA:CPU flushed them to 0:
+  # every point tied, and k-means put all 400 into cluster 0 (inertia 0), with no error or warning.
+  rng = np.random.default_rng(1)
+  x, truth = blobs(rng, rng.normal(size=(8, 5)) * 50, 50, 1.0)
+  for scale in (1e-21, 1e-18):  # entries up to ~150, so 1.5e-19 and 1.5e-16 at most
+    with pytest.raises(ValueError, match=r"features with some entry of absolute value >= 1e-15 \(or all zero\)"):
+      connection.kmeans(jax.random.key(0), x * np.float32(scale), 8)
+    with pytest.raises(ValueError, match="public_features with some entry"):
+      connection.select_queries(jax.random.key(0), x * np.float32(scale), 8)
+  # Just above the floor the distances are still normal floats: the clusters are found.
+  assert is_perfect_clustering(connection.kmeans(jax.random.key(0), x * np.float32(1e-14), 8).assignment, truth)
+  # All-zero features are not too small, only degenerate: every point in one cluster.
+  zero = connection.kmeans(jax.random.key(0), np.zeros((10, 2), np.float32), 2)
+  assert np.array_equal(np.unique(zero.assignment), [0])
+
+
 def test_select_queries_picks_distinct_members_nearest_their_centres(data):
   sel = connection.select_queries(jax.random.key(2), data, 8)
   q, a = sel.query_indices, sel.assignment

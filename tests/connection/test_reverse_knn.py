@@ -279,6 +279,9 @@ def test_host_features_convert_like_jnp_asarray_and_are_never_aliased(dtype, lay
     # Finite in float32, but squared distances would overflow to inf and every query would tie.
     (lambda x, q: connection.reverse_knn(x * np.float32(1e19), q, 1), "Rescale the features"),
     (lambda x, q: connection.knn_labeling(x, q * np.float32(1e19), 1), "query_features rows with squared norms"),
+    # So small that squared distances underflow to 0 and every query ties (checked in test_kmeans.py).
+    (lambda x, q: connection.reverse_knn(x * np.float32(1e-21), q, 1), "private_features with some entry of"),
+    (lambda x, q: connection.knn_labeling(x, q * np.float32(1e-21), 1), "query_features with some entry of"),
 ])
 def test_bad_input_raises_value_error_naming_the_parameter(call, match):
   rng = np.random.default_rng(0)

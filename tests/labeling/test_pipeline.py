@@ -491,6 +491,27 @@ def test_encoder_options_reach_the_contrastive_fit(splits, monkeypatch):
     _components.fit_representation(None, "pca", splits.public.images, 50, encoder={"width": 4})
 
 
+def test_learned_representations_fit_a_small_public_set(splits, monkeypatch):
+  """A D_pub below the contrastive batch (256) or SCAN's 20 neighbours: capped, not refused with a setting the
+  pipeline does not expose ("batch_size=256 <= ... m=100")."""
+  from jaxdistill import representations  # pylint: disable=import-outside-toplevel
+  from jaxdistill.labeling import _components  # pylint: disable=import-outside-toplevel
+  images = splits.public.images  # 300
+  seen = {}
+  monkeypatch.setattr(representations, "fit_representation", lambda key, name, x, **o: seen.update(o, name=name))
+  _components.fit_representation(None, "contrastive", images[:100], 50)
+  assert seen == {"name": "contrastive", "batch_size": 100}
+  seen.clear()
+  _components.fit_representation(None, "scan", images[:20], 50, num_queries=5)
+  assert seen == {"name": "scan", "num_neighbours": 19, "num_clusters": 5}
+  seen.clear()
+  _components.fit_representation(None, "contrastive", images, 50)  # 300 >= 256: the defaults, untouched
+  assert seen == {"name": "contrastive"}
+  monkeypatch.undo()
+  enc = _components.fit_representation(jax.random.key(0), "contrastive", images[:100], 50, encoder={"steps": 1})
+  assert enc.config.batch_size == 100 and enc(images[:3]).shape[0] == 3
+
+
 def test_encoder_options_are_release_settings():
   """Unset encoder options stay out of the fingerprint (older ledgers stay valid); set ones are in it."""
   default = tiny(representation="contrastive").release_fingerprint()

@@ -585,6 +585,22 @@ def test_augment_takes_a_nested_list_image():
       R.augment(key, bad)
 
 
+def test_augment_refuses_concrete_images_outside_the_unit_range():
+  # A 0-255 image was clipped to black and white, and NaN passed through, silently.
+  img = np.zeros((8, 8, 1), np.float32)
+  img[2:6, 2:6] = 0.5
+  key = jax.random.key(0)
+  with pytest.raises(ValueError, match=r"image in \[0, 1\]; got range \[0, 127\] \(divide 8-bit images by 255\)"):
+    R.augment(key, (img * 255).astype(np.uint8))
+  bad = img.copy()
+  bad[0, 0, 0] = np.nan
+  with pytest.raises(ValueError, match="finite image"):
+    R.augment(key, bad)
+  # Traced images (the encoder's vmapped views) are not read; their values were checked on the way in.
+  views = jax.vmap(R.augment)(jax.random.split(key, 2), np.stack([img, img]))
+  assert views.shape == (2, 8, 8, 1) and float(views.max()) <= 1.0
+
+
 def test_scan_small_image_error_names_the_contrastive_field():
   # From fit_scan the advice was "use neighbour_fraction=0", a field ScanConfig does not have.
   x = np.full((6, 4, 4, 1), 0.5, np.float32)
