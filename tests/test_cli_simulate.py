@@ -102,6 +102,18 @@ def test_bad_input_is_one_line_exit_2(capsys, extra, needle):
   assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, err
 
 
+def test_host_memory_exhaustion_is_one_line_exit_1(capsys, monkeypatch):
+  # NumPy's MemoryError (simulate's float64 [s, |Y|] host arrays, at --buckets 20000 --labels 10000 under a 6 GB
+  # limit) printed a full traceback; JAX's RESOURCE_EXHAUSTED was already one line.
+  def no_memory(*args, **kwargs):
+    raise MemoryError("Unable to allocate 1.49 GiB for an array with shape (200000000,) and data type float64")
+  monkeypatch.setattr(simulation, "simulate", no_memory)
+  assert main(["simulate", "--mechanism", "laplace", *SMALL]) == 1
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+  assert "out of host memory" in err and "--buckets x --labels" in err
+
+
 def test_unknown_mechanism_is_one_line_exit_2(capsys):
   assert main(["simulate", "--mechanism", "gaussian", *SMALL]) == 2
   err = capsys.readouterr().err

@@ -52,6 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
       hint = "use smaller models (--student-widths, --width-multiplier, --architectures), batches or data sizes"
     sys.stderr.write(f"jaxdistill: error: out of memory ({first[:200]}); {hint}.\n")
     return 1
+  except MemoryError:  # NumPy on the host: the run's host arrays (e.g. simulate's float64 [s, |Y|] results)
+    if getattr(args, "command", None) == "simulate":
+      hint = ("host memory grows with --buckets x --labels (several float64 arrays of s*|Y| entries), whatever "
+              "--chunk-size is; use fewer buckets or labels")
+    else:
+      hint = "use smaller data sizes, models or batches"
+    sys.stderr.write(f"jaxdistill: error: out of host memory; {hint}.\n")
+    return 1
   except KeyboardInterrupt:
     sys.stderr.write("jaxdistill: interrupted\n")
     return 130

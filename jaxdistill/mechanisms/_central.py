@@ -35,8 +35,9 @@ from jaxdistill.mechanisms._bsvs import (BsvsShape, bsvs_sensitivity, check_clie
 
 __all__ = ["CentralLaplace", "CentralDiscreteLaplace"]
 
-#: Largest Laplace scale b = Delta/eps (see CentralLaplace._check_noise_fits).
+#: Largest and smallest Laplace scale b = Delta/eps (see CentralLaplace._check_noise_fits).
 _MAX_LAPLACE_SCALE = 2.0**400
+_MIN_LAPLACE_SCALE = 2.0**-400
 #: -ln(U) <= 54 ln(2) for the 53-bit uniforms U >= 2^-54 of :func:`host_uniform`.
 _DLAP_MAX_LOG_U = 54 * math.log(2)
 
@@ -218,16 +219,24 @@ class CentralLaplace(_Central):
     return self.sensitivity / self.epsilon
 
   def _check_noise_fits(self) -> None:
-    """Requires b = Delta/eps <= 2^400, i.e. eps >= Delta 2^-400.
+    """Requires 2^-400 <= b = Delta/eps <= 2^400, i.e. Delta 2^-400 <= eps <= Delta 2^400.
 
     With 53-bit uniforms |N| <= 2 * 54 ln(2) b < 75b, so the noise, the
     variance 2b^2 <= 2^801 and sums of many squared errors stay far below the
-    float64 maximum 2^1024 (b^2 alone overflows for b > 2^512).
+    float64 maximum 2^1024 (b^2 alone overflows for b > 2^512). At the other
+    end b^2 >= 2^-800 stays a normal float64: at eps = 1e300 the squared
+    errors underflowed (a predicted and measured RMS of 0 beside a non-zero
+    maximum error), and at eps = 1e308 XLA flushed the subnormal b to 0, so
+    the max-error bound said 0 while every error exceeded it.
     """
     if not self.scale <= _MAX_LAPLACE_SCALE:
       raise ValueError(f"Expected epsilon={self.epsilon!r} >= Delta * 2^-400 = {self.sensitivity * 2.0**-400:.3g}: "
                        f"the Laplace scale b = Delta/eps = {self.scale:.3g} must stay <= 2^400 so that the noise "
                        f"and its variance 2b^2 fit in float64.")
+    if not self.scale >= _MIN_LAPLACE_SCALE:
+      raise ValueError(f"Expected epsilon={self.epsilon!r} <= Delta * 2^400 = {self.sensitivity * 2.0**400:.3g}: "
+                       f"the Laplace scale b = Delta/eps = {self.scale:.3g} must stay >= 2^-400 so that the noise "
+                       f"and its squares stay normal float64 numbers.")
 
   def noise(self, key: jax.Array) -> np.ndarray:
     """float64 ``[*batch, s, |Y|]`` i.i.d. Laplace(b) noise, b * (E1 - E2), E ~ Exp(1).

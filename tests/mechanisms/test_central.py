@@ -327,6 +327,26 @@ def test_epsilon_whose_noise_overflows_is_refused(cls, eps):
     cls(M.BsvsShape(3, 2, 1), eps)
 
 
+@pytest.mark.parametrize("eps", [1e300, 1e308, 2.0 * 2.0**400 * 1.01])
+def test_epsilon_whose_laplace_noise_underflows_is_refused(eps):
+  # b = Delta/eps below 2^-400: at eps = 1e300 the squared errors underflowed (simulate printed a predicted and
+  # measured RMS of 0 beside a max error of 3e-300); at 1e308 XLA flushed the subnormal b to 0 and the
+  # max-error bound said 0, below every error.
+  with pytest.raises(ValueError, match=r"epsilon=.* <= Delta \* 2\^400 .* must stay >= 2\^-400"):
+    M.CentralLaplace(M.BsvsShape(3, 2, 1), eps)
+
+
+def test_huge_epsilon_inside_the_limits_keeps_a_true_bound():
+  shape = M.BsvsShape(3, 2, 1)  # Delta = 2, 6 entries
+  lap = M.CentralLaplace(shape, 2.0 * 2.0**400)  # b = 2^-400 exactly: the smallest accepted
+  assert lap.scale == 2.0**-400
+  alpha = lap.max_error_bound(0.05)
+  np.testing.assert_allclose(alpha, 2.0**-400 * np.log(6 / 0.05), rtol=1e-12)  # b ln(m/beta), Proposition 1
+  np.testing.assert_allclose(lap.entry_variance(None, 10), 2 * 2.0**-800, rtol=1e-12)
+  err = lap.estimate(jax.random.key(0), np.zeros(6, np.int64), 10)
+  assert 0 < np.sqrt(np.mean(err**2)) and np.abs(err).max() <= alpha
+
+
 def test_tiny_epsilon_inside_the_limits_still_works():
   shape = M.BsvsShape(2, 2, 1)  # Delta = 2
   dl = M.CentralDiscreteLaplace(shape, 2e-17)  # a = 1e-17: 54 ln(2)/a = 3.7e18 < 2^62
