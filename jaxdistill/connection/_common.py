@@ -51,7 +51,7 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
   # Not jnp.asarray(arr, jnp.float32): it would share a 64-byte-aligned float32 host array with the caller.
   out = _validate.owned_device_array(arr, np.float32)
   # One reduction checks both: a NaN or inf entry makes its row's squared norm non-finite too.
-  largest, top = (float(v) for v in _norm_stats(out))
+  largest, top = np.asarray(_norm_stats(out), np.float64).tolist()  # one device-to-host copy
   if not largest <= _MAX_SQUARED_NORM:
     if not bool(jnp.isfinite(out).all()):
       bad = "NaN" if bool(jnp.isnan(out).any()) else "inf (or a value too large for float32)"
@@ -66,9 +66,9 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
 
 
 @jax.jit
-def _norm_stats(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """``(max_i ||x_i||^2, max |x_ij|)`` in one fused pass (NaN when any entry is NaN, inf when any is infinite)."""
-  return jnp.max(jnp.sum(jnp.square(x), axis=1)), jnp.max(jnp.abs(x))
+def _norm_stats(x: jax.Array) -> jax.Array:
+  """``[max_i ||x_i||^2, max |x_ij|]`` in one fused pass (NaN when any entry is NaN, inf when any is infinite)."""
+  return jnp.stack([jnp.max(jnp.sum(jnp.square(x), axis=1)), jnp.max(jnp.abs(x))])
 
 
 #: Features whose entries are all below this in absolute value (and not all zero) are refused: their squared

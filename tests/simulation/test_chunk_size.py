@@ -38,22 +38,16 @@ CASES = [("laplace", "generator"), ("rr", "generator"), ("collision", "generator
 # keys to every counter, which doubles the generator's working set compared with what users run.
 _MEASURE = """
 import json, sys
-import jax, numpy as np
+import jax
 from jaxdistill import mechanisms as M, simulation
-from jaxdistill.simulation import _runner
+from tests.simulation.test_runner import _temp_bytes  # n = 2^15 is a multiple of both chunks: kept as given
 n, shape = 2**15, M.BsvsShape(100, 20, 2)
 work = M.synthetic_workload(jax.random.key(0), num_clients=n, num_buckets=100, num_labels=20, k=2)
 out = {}
 for name, source in json.loads(sys.argv[1]):
   mech = simulation.build_mechanism(name, shape, epsilon=1.0, delta=1e-6, num_clients=n)
   clients = work if source == "generator" else work.materialize()
-  temp = []
-  for chunk in (512, 2048):
-    n_, fn, rows, src, ch, per_dev, mesh = _runner._prepare(mech, clients, chunk, 1)
-    assert ch == chunk
-    low = _runner._run.lower(jax.random.key(0), src, np.uint32(n_), mech, fn, rows, per_dev, ch, mesh)
-    temp.append(low.compile().memory_analysis().temp_size_in_bytes)
-  out[name + "/" + source] = (temp[1] - temp[0]) / 1536
+  out[name + "/" + source] = (_temp_bytes(mech, clients, 2048) - _temp_bytes(mech, clients, 512)) / 1536
 print(json.dumps(out))
 """
 
