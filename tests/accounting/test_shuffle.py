@@ -159,6 +159,68 @@ def test_binned_clone_window_is_an_upper_bound_close_to_the_exact_sum(n, eps0, e
   assert coarse > exact  # the bins really were used
 
 
+@pytest.mark.parametrize("n,eps0", [(10**7, 2.0), (10**9, 4.0)])
+def test_coarse_first_pass_is_nested_and_never_below_the_default_window(n, eps0):
+  # The bisections decide clone_delta(eps) <= delta from a coarse window first: each of its bins must be a
+  # union of the default window's values or bins, keep their total mass, and so give a sum at least the
+  # default one (the divergence does not increase with c) and close to it.
+  from jaxdistill.accounting import _shuffle
+  c, weight, missing = _shuffle._clone_window(n, eps0, _shuffle.MAX_CLONE_POINTS)
+  c_coarse, w_coarse, missing_coarse = _shuffle._coarse_window(n, eps0, _shuffle.MAX_CLONE_POINTS)
+  assert c.size > 4 * c_coarse.size and np.all(np.isin(c_coarse, c)) and c_coarse[0] == c[0]
+  assert missing_coarse == missing and math.isclose(w_coarse.sum(), weight.sum(), rel_tol=1e-12)
+  upper = np.append(c_coarse[1:], np.inf)  # each coarse bin holds the default entries up to the next one
+  for j in (0, c_coarse.size // 2, c_coarse.size - 1):
+    inside = (c >= c_coarse[j]) & (c < upper[j])
+    assert math.isclose(w_coarse[j], weight[inside].sum(), rel_tol=1e-12, abs_tol=1e-300)
+  for eps in (0.0, 0.005, 0.02, 0.1):
+    fine = accounting.clone_delta(eps, eps0, n)
+    coarse = _shuffle._window_delta(eps, eps0, c_coarse, w_coarse, missing_coarse)
+    assert fine <= coarse <= fine * 1.05 + 1e-14, (eps, fine, coarse)
+
+
+def bisect_with_clone_delta(eps0, n, delta, tol=1e-4):
+  """shuffle_epsilon's bisection as it was before the coarse first pass: every step asks clone_delta."""
+  lo, hi = 0.0, eps0
+  if accounting.fmt_closed_form_valid(eps0, n, delta):
+    hi = min(hi, accounting.fmt_closed_form_epsilon(eps0, n, delta) * 1.0001 + 1e-12)
+  if accounting.clone_delta(hi, eps0, n) > delta:
+    hi = eps0
+  while hi - lo > tol * max(hi, 1e-12):
+    mid = 0.5 * (lo + hi)
+    if mid in (lo, hi):
+      break
+    lo, hi = (lo, mid) if accounting.clone_delta(mid, eps0, n) <= delta else (mid, hi)
+  return hi
+
+
+@pytest.mark.parametrize("eps0,n,delta", [(0.5, 10**7, 1e-6), (4.0, 10**9, 1e-6), (2.0, 10**6, 1e-8)])
+def test_coarse_first_pass_changes_no_answer(eps0, n, delta):
+  assert accounting.shuffle_epsilon(eps0, n, delta).epsilon == bisect_with_clone_delta(eps0, n, delta)
+
+
+def test_epsilon_is_zero_exactly_when_the_pair_is_within_total_variation_delta():
+  # At eps = 0 the hockey-stick divergence is the total variation distance, summed here directly over
+  # C ~ Bin(n - 1, e^{-eps0}) with the clone pairs built from their definition. At or above it, (0, delta)
+  # holds and epsilon is 0; the bisection used to creep down to ~1e-16 instead (minutes at n = 10**12).
+  n, eps0 = 2000, 1e-3
+  weights = stats.binom.pmf(np.arange(n), n - 1, math.exp(-eps0))
+  tv = sum(w * 0.5 * np.abs(np.subtract(*clone_pair_direct(c, eps0))).sum() for c, w in enumerate(weights))
+  assert 1e-6 < tv < 1e-4
+  assert accounting.shuffle_epsilon(eps0, n, tv * 1.001).epsilon == 0.0
+  below = accounting.shuffle_epsilon(eps0, n, tv * 0.5).epsilon
+  assert 0.0 < below < eps0 and accounting.clone_delta(below, eps0, n) <= tv * 0.5
+
+
+def test_epsilon_is_zero_for_a_trillion_weakly_private_messages():
+  # n = 10**12, eps0 = 0.3, delta = 1e-6: the case that took more than 5 minutes. The coarse window's sum at
+  # eps = 0 (an upper bound on the total variation) is already below delta.
+  from jaxdistill.accounting import _shuffle
+  n, eps0, delta = 10**12, 0.3, 1e-6
+  assert _shuffle._window_delta(0.0, eps0, *_shuffle._coarse_window(n, eps0, _shuffle.MAX_CLONE_POINTS)) <= delta
+  assert accounting.shuffle_epsilon(eps0, n, delta).epsilon == 0.0
+
+
 def shuffled_rr_count_pmf(eps0, k, inputs):
   """Exact pmf of the shuffled histogram of n k-ary RR messages."""
   keep = math.exp(eps0) / (math.exp(eps0) + k - 1)
