@@ -76,12 +76,40 @@ def test_shuffle_json_both_directions(capsys):
     (["privacy", "shuffle", "--n", "100", "--delta", "1e-6"], "eps0"),
     (["privacy", "shuffle", "--n", "1000", "--delta", "1e-6", "--eps0", "9", "--method", "closed-form"], "eps0"),
     # Too large for float arithmetic (an OverflowError the CLI's backstop reported): refused by name.
-    (["privacy", "nfdp", "--n", str(10**400), "--k", "3"], "<= 1000000000000000000"),
+    (["privacy", "nfdp", "--n", str(10**30), "--k", "3"], "<= 1000000000000000000"),
+    (["privacy", "nfdp", "--n", str(10**400), "--k", "3"], "--n: expected an integer below 1e300"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
   assert main(argv) == 2
   err = capsys.readouterr().err
   assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+def test_every_integer_flag_takes_scientific_notation(capsys):
+  # `privacy` refused --n 1e5, which `simulate --clients` accepts: every integer flag now shares one parser.
+  from jaxdistill.cli import _fedmd, _label, _privacy, _simulate  # pylint: disable=import-outside-toplevel
+  from jaxdistill.cli._common import count  # pylint: disable=import-outside-toplevel
+  plain = run_json(capsys, ["privacy", "shuffle", "--n", "100000", "--delta", "1e-6", "--eps0", "4", "--json"])
+  assert run_json(capsys, ["privacy", "shuffle", "--n", "1e5", "--delta", "1e-6", "--eps0", "4", "--json"]) == plain
+  assert run_json(capsys, ["privacy", "nfdp", "--n", "3_000", "--k", "3E1", "--json"]) == run_json(
+      capsys, ["privacy", "nfdp", "--n", "3000", "--k", "30", "--json"])
+  for module in (_fedmd, _label, _privacy, _simulate):
+    source = open(module.__file__, encoding="utf-8").read()  # pylint: disable=consider-using-with
+    assert "type=int" not in source and "_entries(int," not in source, module.__name__
+  assert [count(t) for t in ("7", " 7 ", "-3", "1e30", "2.0e3", "1_000")] == [7, 7, -3, 10**30, 2000, 1000]
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("1.5", "expected an integer, got '1.5'"),
+    ("nan", "expected an integer, got 'nan'"),
+    ("inf", "expected an integer, got 'inf'"),
+    ("0x10", "expected an integer, got '0x10'"),
+    ("1e100000000", "expected an integer below 1e300, got '1e100000000'"),  # not a 100-million-digit int
+])
+def test_integer_flags_refuse_non_integers_in_one_line(capsys, value, needle):
+  assert main(["privacy", "shuffle", "--n", value, "--delta", "1e-6", "--eps0", "4"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == f"jaxdistill privacy shuffle: argument --n: {needle}"
 
 
 def test_out_of_memory_is_one_line_exit_1_and_other_runtime_errors_keep_their_traceback(capsys, monkeypatch):

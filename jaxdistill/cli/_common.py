@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import decimal
 import json
 import math
 import sys
@@ -20,6 +21,31 @@ class Parser(argparse.ArgumentParser):
 
   def error(self, message: str) -> None:  # type: ignore[override]
     raise CliError(f"{self.prog}: {message}")
+
+
+#: Largest decimal exponent an integer flag takes: ``1e400`` is refused, not expanded into a 400-digit int (every
+#: integer flag's own range is far below; ``1e100000000`` would take memory and minutes to build).
+_MAX_COUNT_EXPONENT = 300
+
+
+def count(text: str) -> int:
+  """An argparse ``type=`` for an integer flag, which may be written ``1000000``, ``1_000_000`` or ``1e6``.
+
+  Exact: ``1e30`` is 10**30 (not int(float('1e30'))). ``1.5``, ``nan``, ``inf`` and ``1e400`` are refused by
+  argparse as one line naming the flag; each flag's own range is checked where its value is used.
+  """
+  try:
+    value = decimal.Decimal(text.strip())
+  except decimal.InvalidOperation:
+    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+  if not value.is_finite() or value != value.to_integral_value():
+    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+  if value and value.adjusted() > _MAX_COUNT_EXPONENT:
+    raise argparse.ArgumentTypeError(f"expected an integer below 1e{_MAX_COUNT_EXPONENT}, got {text!r}")
+  return int(value)
+
+
+count.__name__ = "integer"  # argparse names the type by it in its own messages
 
 
 def _entries(convert: Callable[[str], Any], kind: str, one: str, *, sep: str = ",", allow_empty: bool = False,
@@ -56,7 +82,7 @@ def _entries(convert: Callable[[str], Any], kind: str, one: str, *, sep: str = "
       try:
         out.append(convert(entry))
       except (ValueError, ArithmeticError, argparse.ArgumentTypeError) as err:
-        why = "" if convert in (int, float) else f" ({_validate.first_line(err)})"
+        why = "" if convert in (int, float, count) else f" ({_validate.first_line(err)})"
         where = f"entry {i} of {text!r} is {entry!r}," if len(parts) > 1 else f"{entry!r} is"
         raise argparse.ArgumentTypeError(f"expected {words}; {where} not {one}{why}") from None
     return tuple(out)

@@ -31,7 +31,7 @@ import time
 
 from jaxdistill import _keys, _validate
 from jaxdistill._files import atomic_write, claimed_dir, keep_earlier_report
-from jaxdistill.cli._common import _clean, _entries, print_table
+from jaxdistill.cli._common import _clean, _entries, count, print_table
 
 # Literal copies of the library's choices, checked against it by tests/fedmd/test_cli.py. (They no longer
 # keep ``jaxdistill --help`` from importing jax and flax: ``import jaxdistill`` loads every subpackage.)
@@ -46,7 +46,7 @@ def _spec(text: str):
 
 
 # List flags: argparse refuses an empty or bad entry (exit 2), naming the flag and the entry.
-_INTS = _entries(int, "integers", "an integer")
+_INTS = _entries(count, "integers", "an integer")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,23 +55,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      "An earlier report.json there is kept as history/report-<N>.json.")
   a = p.add_argument
   a("--method", default="nfdp", choices=METHODS, help="algorithm or baseline")
-  a("--parties", type=int, default=10, help="number of parties N")
+  a("--parties", type=count, default=10, help="number of parties N")
   a("--k", type=_INTS, default="16", help="sample size per party; a comma list runs one NFDP run per value")
   a("--sampling", default="wor", choices=["wor", "wr", "both"], help="without / with replacement")
   a("--resample-each-round", action="store_true", help="fresh sample every round (composed privacy)")
-  a("--rounds", type=int, default=20, help="collaboration rounds R")
-  a("--public-subset", type=int, default=5000, help="public images queried per round")
+  a("--rounds", type=count, default=20, help="collaboration rounds R")
+  a("--public-subset", type=count, default=5000, help="public images queried per round")
   a("--aggregation", default="argmax", choices=RELEASE_MODES, help="what parties release")
   a("--weighting", type=_entries(float, "numbers", "a number", also=("equal", "size")), default="equal",
     help="'equal', 'size' or N comma-separated weights ('size' is refused for nfdp and ldp: under add/remove "
          "the consensus would reveal each party's size)")
-  a("--pretrain-epochs", type=int, default=2, help="public pre-training epochs (0: none)")
-  a("--init-epochs", type=int, default=20, help="T1: epochs on the private view first")
-  a("--digest-epochs", type=int, default=2, help="T2: epochs on the consensus per round")
-  a("--revisit-epochs", type=int, default=1, help="T3: epochs on the private view per round")
+  a("--pretrain-epochs", type=count, default=2, help="public pre-training epochs (0: none)")
+  a("--init-epochs", type=count, default=20, help="T1: epochs on the private view first")
+  a("--digest-epochs", type=count, default=2, help="T2: epochs on the consensus per round")
+  a("--revisit-epochs", type=count, default=1, help="T3: epochs on the private view per round")
   a("--lr", type=float, default=1e-3, help="Adam learning rate")
-  a("--private-batch-size", type=int, default=5, help="FedMD: 5")
-  a("--public-batch-size", type=int, default=256)
+  a("--private-batch-size", type=count, default=5, help="FedMD: 5")
+  a("--public-batch-size", type=count, default=256)
   a("--width-multiplier", type=float, default=0.125, help="scales FedMD's conv widths (1 = paper)")
   a("--architectures", type=_entries(_spec, "CNN specs", "a CNN spec", sep=";", also=("fedmd",)), default="fedmd",
     help="'fedmd' (the ten FedMD CNNs, cycled) or ';'-separated specs like '128,256:0.2;64,128,256:0.2'")
@@ -84,25 +84,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     help="epsilons of the report's FedMD-LDP sigma table at NFDP's delta ('' for none)")
   a("--partition", default="iid", help="iid, dirichlet or classes")
   a("--alpha", type=float, default=0.5, help="Dirichlet concentration")
-  a("--classes-per-party", type=int, default=2)
+  a("--classes-per-party", type=count, default=2)
   a("--public-dataset", default="mnist-embedded")
   a("--private-dataset", default="fashion-mnist")
   a("--data-dir", default=None, help="IDX folder of the private data set")
   a("--public-data-dir", default=None, help="IDX folder of the public data set (mnist, idx, emnist-*)")
   a("--private-classes", type=_INTS, default="0,1,2,3,4,5", help="source classes of the private task")
-  a("--private-per-class", type=int, default=500, help="private training images per class (0: all)")
-  a("--test-per-class", type=int, default=500, help="test images per class (0: all)")
-  a("--public-size", type=int, default=0, help="keep this many public images (0: all)")
-  a("--seed", type=int, default=0)
+  a("--private-per-class", type=count, default=500, help="private training images per class (0: all)")
+  a("--test-per-class", type=count, default=500, help="test images per class (0: all)")
+  a("--public-size", type=count, default=0, help="keep this many public images (0: all)")
+  a("--seed", type=count, default=0)
   a("--secret-randomness", action="store_true",
     help="draw the samples (nfdp, local-sample) and the LDP noise from a secret OS-random seed, kept only in "
          "the checkpoints under --out (never in the report), instead of --seed")
   a("--vmap", default="auto", choices=VMAP_MODES, help="vmapped same-architecture parties")
-  a("--eval-every", type=int, default=1)
+  a("--eval-every", type=count, default=1)
   a("--out", default="runs/fedmd",
     help="output folder (report.json, plots, checkpoints); an earlier report.json moves to history/report-<N>.json")
   a("--resume", action="store_true", help="continue from the checkpoints in --out")
-  a("--stop-after-round", type=int, default=None, help="stop this session after this round (resume later)")
+  a("--stop-after-round", type=count, default=None, help="stop this session after this round (resume later)")
   a("--no-progress", action="store_true", help="no progress bars")
   p.set_defaults(func=run)
 

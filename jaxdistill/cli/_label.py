@@ -15,7 +15,7 @@ from typing import Any
 from jaxdistill import _validate
 from jaxdistill import labeling
 from jaxdistill._keys import draw_secret_seed
-from jaxdistill.cli._common import _entries, print_json, print_table
+from jaxdistill.cli._common import _entries, count, print_json, print_table
 from jaxdistill.data import DATASETS
 from jaxdistill.labeling import _config as label_config
 
@@ -36,49 +36,49 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  "(default: %(default)s)")
   p.add_argument("--delta", type=float, default=None,
                  help="TOTAL delta (default: 0 for central/local, min(1e-6, 1/(10n)) for shuffle)")
-  p.add_argument("--s", "--num-queries", dest="num_queries", type=int, default=d.num_queries,
+  p.add_argument("--s", "--num-queries", dest="num_queries", type=count, default=d.num_queries,
                  help="number of queries s (default: %(default)s)")
-  p.add_argument("--k", type=int, default=d.k,
+  p.add_argument("--k", type=count, default=d.k,
                  help="each record's out-degree; records per query with knn-labeling (default: %(default)s)")
   p.add_argument("--connection", default=d.connection, choices=labeling.CONNECTIONS,
                  help="connection rule; only reverse-knn is per record (default: %(default)s)")
-  p.add_argument("--T", "--iterations", dest="iterations", type=int, default=d.iterations,
+  p.add_argument("--T", "--iterations", dest="iterations", type=count, default=d.iterations,
                  help="iterations; t >= 2 re-selects queries with the student (default: %(default)s)")
   p.add_argument("--representation", default=d.representation, choices=labeling.REPRESENTATIONS,
                  help="representation fitted on D_pub for the first queries (default: %(default)s)")
-  p.add_argument("--seed", type=int, default=d.seed, help="seed (default: %(default)s)")
+  p.add_argument("--seed", type=count, default=d.seed, help="seed (default: %(default)s)")
   p.add_argument("--secret-noise", action="store_true",
                  help="draw the vote noise from a secret OS-random seed (never recorded) instead of --seed")
   p.add_argument("--out-dir", default=None,
                  help="output directory: release ledger, report.json, plots (default: runs/label-<settings>)")
-  p.add_argument("--private-size", type=int, default=None,
+  p.add_argument("--private-size", type=count, default=None,
                  help="|D_priv| (default: all training images; embedded: 3000)")
-  p.add_argument("--public-size", type=int, default=None, help="|D_pub| (default: 5000; embedded: 1000)")
-  p.add_argument("--eval-size", type=int, default=None, help="|D_eval| (default: 5000; embedded: 1000)")
-  p.add_argument("--student-epochs", type=int, default=st.epochs, help="student epochs (default: %(default)s)")
-  p.add_argument("--student-widths", type=_entries(int, "integers", "an integer"), default=st.widths,
+  p.add_argument("--public-size", type=count, default=None, help="|D_pub| (default: 5000; embedded: 1000)")
+  p.add_argument("--eval-size", type=count, default=None, help="|D_eval| (default: 5000; embedded: 1000)")
+  p.add_argument("--student-epochs", type=count, default=st.epochs, help="student epochs (default: %(default)s)")
+  p.add_argument("--student-widths", type=_entries(count, "integers", "an integer"), default=st.widths,
                  help="student conv widths, e.g. 16,32 (default: 16,32)")
   p.add_argument("--student-targets", default=st.targets, choices=label_config.STUDENT_TARGETS,
                  help="train on argmax labels or on the noisy vote shares (default: %(default)s)")
-  p.add_argument("--student-refine", type=int, default=st.refine_rounds, metavar="R",
+  p.add_argument("--student-refine", type=count, default=st.refine_rounds, metavar="R",
                  help="self-training rounds on D_pub: retrain on the student's predictions times the vote "
                       "shares (post-processing, no privacy cost; default: %(default)s)")
   p.add_argument("--central-noise", default=d.central_noise, choices=label_config.CENTRAL_NOISES,
                  help="noise of --mechanism central (only with it; default: %(default)s)")
   p.add_argument("--shuffle-local", default=d.shuffle_local, choices=label_config.SHUFFLE_LOCALS,
                  help="local randomizer of --mechanism shuffle-single (only with it; default: %(default)s)")
-  p.add_argument("--pca-dim", type=int, default=d.pca_dim,
+  p.add_argument("--pca-dim", type=count, default=d.pca_dim,
                  help="PCA components of --representation pca or hog-pca (only with them; default: %(default)s)")
-  p.add_argument("--encoder-width", type=int, default=None, metavar="W",
+  p.add_argument("--encoder-width", type=count, default=None, metavar="W",
                  help="contrastive encoder width for --representation contrastive or scan (default: 16)")
-  p.add_argument("--encoder-steps", type=int, default=None, metavar="N",
+  p.add_argument("--encoder-steps", type=count, default=None, metavar="N",
                  help="contrastive encoder training steps for --representation contrastive or scan (default: 2000)")
   p.add_argument("--no-baselines", action="store_true",
                  help="skip the noise-free pipeline (not private) and the supervised ceiling")
-  p.add_argument("--ceiling-seeds", type=int, default=d.ceiling_seeds, metavar="N",
+  p.add_argument("--ceiling-seeds", type=count, default=d.ceiling_seeds, metavar="N",
                  help="train the supervised ceiling with N student seeds and report them all and their mean "
                       "(the first is the reported ceiling; default: %(default)s)")
-  p.add_argument("--student-seeds", type=int, default=d.student_seeds, metavar="N",
+  p.add_argument("--student-seeds", type=count, default=d.student_seeds, metavar="N",
                  help="train N students (seeds) on the final votes, with and without noise, and report them "
                       "all and their means (the first is the reported Acc_pc; post-processing, no privacy cost; "
                       "default: %(default)s)")

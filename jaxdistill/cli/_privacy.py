@@ -5,20 +5,20 @@ from __future__ import annotations
 import argparse
 
 from jaxdistill import accounting
-from jaxdistill.cli._common import print_json, print_table
+from jaxdistill.cli._common import count, print_json, print_table
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("privacy", help="privacy reports (NFDP, shuffle amplification)")
   psub = p.add_subparsers(dest="privacy_command", required=True, parser_class=type(p))
 
   n = psub.add_parser("nfdp", help="exact privacy of NFDP sampling beside the paper's pair")
-  n.add_argument("--n", type=int, required=True, help="records held by the party")
-  n.add_argument("--k", type=int, required=True, help="sample size")
+  n.add_argument("--n", type=count, required=True, help="records held by the party")
+  n.add_argument("--k", type=count, required=True, help="sample size")
   n.add_argument("--with-replacement", action="store_true", help="Theorem 2 (default: Theorem 1, WOR)")
   n.add_argument("--relation", default="add-remove",
                  choices=[r.value for r in accounting.Relation], help="neighbouring relation")
   n.add_argument("--epsilon", type=float, default=None, help="exact delta at this epsilon (default: paper's)")
-  n.add_argument("--rounds", type=int, default=1, help="rounds R the release spans")
+  n.add_argument("--rounds", type=count, default=1, help="rounds R the release spans")
   n.add_argument("--resample-each-round", action="store_true", help="fresh sample every round")
   n.add_argument("--json", action="store_true", help="print one JSON object")
   n.set_defaults(func=run_nfdp)
@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   r.set_defaults(func=run_nfdp_paper)
 
   s = psub.add_parser("shuffle", help="single-message shuffle amplification (FMT21)")
-  s.add_argument("--n", type=int, required=True, help="number of shuffled messages")
+  s.add_argument("--n", type=count, required=True, help="number of shuffled messages")
   s.add_argument("--delta", type=float, required=True, help="central delta")
   g = s.add_mutually_exclusive_group(required=True)
   g.add_argument("--eps0", type=float, help="local epsilon -> central epsilon")

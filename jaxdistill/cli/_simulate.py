@@ -18,7 +18,6 @@ values (width d, or kr + 1 for the multi-message shuffle's event path).
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 import jax
@@ -28,25 +27,10 @@ from scipy import stats as sps
 from jaxdistill import _keys, _validate
 from jaxdistill import mechanisms
 from jaxdistill import simulation
-from jaxdistill.cli._common import print_json, print_table
+from jaxdistill.cli._common import count, print_json, print_table
 
 #: Probability that the printed max-error bound is exceeded.
 MAX_ERROR_BETA = 0.05
-
-
-def _count(text: str) -> int:
-  """An integer that may be written ``1000000``, ``1_000_000`` or ``1e6``."""
-  try:
-    return int(text.replace("_", ""))
-  except ValueError:
-    pass
-  try:
-    value = float(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-  if not (math.isfinite(value) and value.is_integer()):
-    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
-  return int(value)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,19 +42,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                      f"{s.name} ({s.summary})" for s in map(
                                          simulation.mechanism_spec, names)))
   p.add_argument("--mechanism", required=True, choices=names, help="mechanism name")
-  p.add_argument("--clients", type=_count, required=True, help="number of clients n (1e6 is fine)")
-  p.add_argument("--buckets", type=_count, required=True, help="number of buckets s")
-  p.add_argument("--labels", type=_count, required=True, help="number of labels |Y|")
-  p.add_argument("--k", type=_count, required=True, help="buckets per client")
-  p.add_argument("--r", type=_count, default=1, help="labels per client (default 1)")
+  p.add_argument("--clients", type=count, required=True, help="number of clients n (1e6 is fine)")
+  p.add_argument("--buckets", type=count, required=True, help="number of buckets s")
+  p.add_argument("--labels", type=count, required=True, help="number of labels |Y|")
+  p.add_argument("--k", type=count, required=True, help="buckets per client")
+  p.add_argument("--r", type=count, default=1, help="labels per client (default 1)")
   p.add_argument("--epsilon", type=float, required=True, help="epsilon (local for local mechanisms)")
   p.add_argument("--delta", type=float, default=None, help="delta (shuffle mechanisms)")
-  p.add_argument("--seed", type=_count, default=0, help="PRNG seed (default 0)")
-  p.add_argument("--chunk-size", type=_count, default=None,
+  p.add_argument("--seed", type=count, default=0, help="PRNG seed (default 0)")
+  p.add_argument("--chunk-size", type=count, default=None,
                  help="clients per vmapped chunk (default: 4096 on CPU, larger on a GPU or TPU, see "
                       "simulation.default_chunk_size); working memory grows with it, measured at about 9 bytes x "
                       "chunk x s|Y| for rr and collision on CPU (lower it if out of memory)")
-  p.add_argument("--devices", type=_count, default=None, help="devices to shard over (default all)")
+  p.add_argument("--devices", type=count, default=None, help="devices to shard over (default all)")
   p.add_argument("--json", action="store_true", help="print one JSON object")
   p.set_defaults(func=run_simulate)
 
