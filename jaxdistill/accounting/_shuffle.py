@@ -331,7 +331,7 @@ def _numeric_epsilon(eps0: float, n: int, delta: float, tol: float) -> float:
   """Smallest eps (to ``tol``) with clone_delta(eps) <= delta, by bisection.
 
   Returns 0.0 when clone_delta(0) <= delta: the pair is already within total
-  variation delta (n near 10**12 with eps0 below about 0.3), so (0, delta)-DP
+  variation delta (e.g. n = 10**12, eps0 = 0.3, delta = 1e-6), so (0, delta)-DP
   holds. That is checked once the bracket's upper end has halved
   :data:`_HALVINGS_BEFORE_ZERO` times with its lower end still at 0, so
   other answers cost one call at eps = 0 at most, and usually none.
@@ -405,7 +405,7 @@ def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
   Returns:
     A :class:`ShuffleAmplification`. Its ``epsilon`` is 0.0 under
     ``numeric`` when clone_delta(0) <= delta: the shuffled messages are then
-    already (0, delta)-DP (n near 10**12 with eps0 below about 0.3).
+    already (0, delta)-DP (e.g. n = 10**12, eps0 = 0.3, delta = 1e-6).
 
   >>> r = shuffle_epsilon(4.0, 10**5, 1e-6)
   >>> 0.16 < r.epsilon < 0.18
