@@ -156,7 +156,7 @@ def main(argv=None) -> int:
           # The first noise-free run also trains the supervised ceiling (same student and key as
           # `jaxdistill label`; it does not depend on s, k or epsilon).
           with_ceiling = args.ceiling and ceiling is None
-          nf, _ = run(cfg.replace(mechanism="none", epsilon=math.inf, baselines=with_ceiling,
+          nf, _ = run(cfg.replace(mechanism="none", epsilon=math.inf, delta=None, baselines=with_ceiling,
                                   ceiling_seeds=args.ceiling_seeds))
           noise_free_cache[nf_key] = (nf.private.final.acc_pl, nf.private.final.acc_pc,
                                       float(np.mean(nf.private.final.acc_pc_draws)))

@@ -32,8 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       "or tfds's data folder (tfds:*)")
   p.add_argument("--mechanism", default=d.mechanism, choices=labeling.MECHANISMS,
                  help="vote mechanism (default: %(default)s)")
-  p.add_argument("--epsilon", type=float, default=d.epsilon, help="TOTAL epsilon over T iterations "
-                 "(default: %(default)s)")
+  p.add_argument("--epsilon", type=float, default=None, help="TOTAL epsilon over T iterations "
+                 f"(default: {labeling.DEFAULT_EPSILON:g}; --mechanism none takes none)")
   p.add_argument("--delta", type=float, default=None,
                  help="TOTAL delta (default: 0 for central/local, min(1e-6, 1/(10n)) for shuffle)")
   p.add_argument("--s", "--num-queries", dest="num_queries", type=count, default=d.num_queries,
@@ -152,5 +152,7 @@ def run_label(args: argparse.Namespace) -> int:
     print(f"warning [{w['code']}]: {w['message']}")
   if rep["releases"]["reused"]:
     print(f"reused released votes of iterations {rep['releases']['reused']} from the ledger (no new budget spent)")
+  for note in rep["releases"].get("notes", []):
+    print(f"note: {note}")
   print(f"wall time {rep['timings_s']['total']:.1f} s; report: {pathlib.Path(config.out_dir) / 'report.json'}")
   return 0

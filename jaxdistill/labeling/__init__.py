@@ -16,6 +16,7 @@ from jaxdistill.labeling._budget import BudgetPlan
 from jaxdistill.labeling._budget import compose_pairs_epsilon
 from jaxdistill.labeling._budget import plan_budget
 from jaxdistill.labeling._config import CONNECTIONS
+from jaxdistill.labeling._config import DEFAULT_EPSILON
 from jaxdistill.labeling._config import MECHANISMS
 from jaxdistill.labeling._config import REPRESENTATIONS
 from jaxdistill.labeling._config import LabelingConfig
@@ -38,7 +39,7 @@ from jaxdistill.labeling._student import train_student
 from jaxdistill.labeling._student import vote_shares
 
 __all__ = [
-    "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "CONNECTIONS", "MECHANISMS", "REPRESENTATIONS",
+    "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "CONNECTIONS", "DEFAULT_EPSILON", "MECHANISMS", "REPRESENTATIONS",
     "LabelingConfig", "StudentConfig", "ReleaseLedger", "StoredRelease", "data_fingerprint",
     "ChainResult", "IterationResult", "LabelingResult", "build_mechanism", "check_splits",
     "fit_first_representation", "load_splits",

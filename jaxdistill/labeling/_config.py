@@ -29,6 +29,8 @@ MECHANISMS = ("central", "local-rr", "local-collision", "shuffle-multi", "shuffl
 #: Representations fitted on D_pub alone for the first query selection
 #: (:func:`jaxdistill.representations.fit_representation`; ``contrastive`` and ``scan`` are learned).
 REPRESENTATIONS = _components.REPRESENTATIONS
+#: The total epsilon of a private run when ``LabelingConfig.epsilon`` is not given.
+DEFAULT_EPSILON = 1.0
 #: Connection rules (:func:`jaxdistill.connection.connect`); only ``reverse-knn`` is the paper's.
 CONNECTIONS = _components.RULES
 #: Central noise laws (discrete Laplace is the library default for counts).
@@ -130,10 +132,13 @@ class LabelingConfig:
     data_dir: folder of IDX files (``mnist``, ``idx``, ``emnist-<config>``;
       optional for ``fashion-mnist``). ``""`` counts as not given.
     mechanism: one of :data:`MECHANISMS`.
-    epsilon: the TOTAL epsilon over all T iterations (``inf`` only with
-      ``mechanism="none"``).
+    epsilon: the TOTAL epsilon over all T iterations; ``None`` (the
+      default) means :data:`DEFAULT_EPSILON` (1.0), and ``inf`` with
+      ``mechanism="none"``, which takes no other value (it releases the
+      exact votes: a finite epsilon there was recorded but meant nothing).
     delta: the TOTAL delta; ``None`` means 0 for the central and local
       mechanisms (pure DP) and ``min(1e-6, 1/(10 n))`` for shuffle.
+      ``mechanism="none"`` takes ``None`` only.
     num_queries: s, the number of queries (k-means clusters of D_pub).
     k: with ``reverse-knn`` and the balanced rules, each private record
       votes for its k nearest queries (``k <= s``); with ``knn-labeling``,
@@ -144,7 +149,10 @@ class LabelingConfig:
       2k), ``knn-labeling`` (each query takes its k nearest records:
       sensitivity 2s, central model only) or ``balanced-max-min`` /
       ``balanced-harmonic`` (Appendix C: they couple records, so NO DP
-      guarantee is claimed; the report says so).
+      guarantee is claimed; the report says so). Every rule but
+      ``reverse-knn`` takes mechanism ``central`` or ``none`` only: a
+      record's edges depend on the other records, so no client can compute
+      (and randomize) its own.
     iterations: T in [1, ``MAX_ITERATIONS`` (100)]; t >= 2 re-selects
       queries with the student's penultimate-layer embeddings.
     representation: one of :data:`REPRESENTATIONS` (fitted on D_pub only).
@@ -199,7 +207,7 @@ class LabelingConfig:
   dataset: str = "mnist-embedded"
   data_dir: str | None = None
   mechanism: str = "central"
-  epsilon: float = 1.0
+  epsilon: float | None = None
   delta: float | None = None
   num_queries: int = 40
   k: int = 1
@@ -231,9 +239,13 @@ class LabelingConfig:
       object.__setattr__(self, "data_dir", str(_validate.as_path("data_dir", self.data_dir)))
     mech = _validate.choice("mechanism", self.mechanism, MECHANISMS)
     if mech == "none":
-      eps = _validate.positive("epsilon", self.epsilon, allow_inf=True)
+      eps = math.inf if self.epsilon is None else _validate.positive("epsilon", self.epsilon, allow_inf=True)
+      if not math.isinf(eps) or self.delta is not None:
+        what = f"epsilon={eps!r}" if not math.isinf(eps) else f"delta={self.delta!r}"
+        raise ValueError(f"Expected no epsilon (or inf) and no delta with mechanism=none: it releases the exact "
+                         f"votes, so no privacy parameter applies; got {what}.")
     else:
-      eps = _validate.positive("epsilon", self.epsilon)
+      eps = _validate.positive("epsilon", DEFAULT_EPSILON if self.epsilon is None else self.epsilon)
     object.__setattr__(self, "epsilon", eps)
     if self.delta is not None:
       delta = _validate.probability("delta", self.delta)
@@ -249,8 +261,8 @@ class LabelingConfig:
       raise ValueError(f"Expected k={k} <= num_queries (s)={s}: each record connects to k distinct queries.")
     object.__setattr__(self, "num_queries", s)
     object.__setattr__(self, "k", k)
-    if rule == "knn-labeling" and mech not in ("central", "none"):
-      raise ValueError(f"Expected mechanism=central or none with connection=knn-labeling (a record's edges "
+    if rule != "reverse-knn" and mech not in ("central", "none"):  # k-NN labeling and Appendix C's balanced rules
+      raise ValueError(f"Expected mechanism=central or none with connection={rule} (a record's edges "
                        f"depend on the other records, so clients cannot randomize them); got {mech}.")
     object.__setattr__(self, "iterations", _validate.integer("iterations", self.iterations, minimum=1,
                                                              maximum=MAX_ITERATIONS))

@@ -239,7 +239,8 @@ def _release_statement(config: LabelingConfig, mech: mech_lib.BsvsMechanism | No
   return dataclasses.replace(
       statement, epsilon=math.inf, delta=1.0, method="no-guarantee",
       parameters={**statement.parameters, "nominal_epsilon": statement.epsilon, "nominal_delta": statement.delta,
-                  "nominal_method": statement.method})
+                  "nominal_method": statement.method},
+      warnings=_nominal_only(statement.warnings, config.connection))
 
 
 def _calibration(privacy: Any) -> Any:
@@ -314,8 +315,15 @@ def _warnings(config: LabelingConfig, plan: BudgetPlan, statement: PrivacyStatem
         "The noise-free baseline reads the exact votes of D_priv: its numbers are an evaluation reference "
         "NOT covered by this statement (run with baselines off in deployment).", {}))
   if statement is not None:
-    out.extend(statement.warnings)
+    out.extend(statement.warnings if rule.dp_valid else _nominal_only(statement.warnings, config.connection))
   return out
+
+
+def _nominal_only(warnings: Any, connection: str) -> tuple[PrivacyWarning, ...]:
+  """A mechanism's caveats ("each release is (0.5, 7.8e-13)-DP") under a rule with no guarantee: nominal only."""
+  prefix = f"Nominal only (connection={connection} has no DP guarantee): "
+  return tuple(w if w.message.startswith(prefix) else dataclasses.replace(w, message=prefix + w.message)
+               for w in warnings)
 
 
 def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list[PrivacyStatement | None],
@@ -355,7 +363,10 @@ def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list
                  "record, and a client holding m records would be m*epsilon-protected (spec §5 I11).")
   return {"statement": total.to_dict(), "neighbouring_relation": RELATION_TEXT,
           "connection": rule.to_dict(),
-          "composition": plan.describe(), "budget": plan.to_dict(),
+          "composition": plan.describe() if valid else (
+              f"No DP guarantee: connection={config.connection} couples the records (balanced_connection_no_dp). "
+              f"The noise was calibrated as if: {plan.describe()}"),
+          "budget": plan.to_dict(),
           "per_iteration": [s.to_dict() if s is not None else None for s in per_iteration],
           "warnings": [w.to_dict() for w in warnings], "notes": notes}
 
@@ -387,6 +398,10 @@ class IterationResult:
     acc_pc_draws: Acc_pc of every student seed trained on this
       iteration's votes (``LabelingConfig.student_seeds`` at the final
       iteration, else one); the first is ``acc_pc``.
+    queries_from_other_student: for a release reused from the ledger at
+      t >= 2, the student settings whose embedding chose its queries when
+      they differ from this run's (the report's ``releases.notes`` says
+      so); else None.
   """
 
   iteration: int
@@ -404,10 +419,12 @@ class IterationResult:
   student: Student | None = dataclasses.field(default=None, repr=False)
   refined_acc_pl: float | None = None
   acc_pc_draws: tuple[float, ...] = ()
+  queries_from_other_student: dict | None = None
 
   def summary(self) -> dict[str, Any]:
     empty = int(np.sum(np.all(self.votes == 0, axis=1)))
     return {"iteration": self.iteration, "acc_pl": self.acc_pl, "acc_pc": self.acc_pc,
+            "queries_from_other_student": self.queries_from_other_student,
             "acc_pc_draws": list(self.acc_pc_draws),
             "refined_acc_pl": self.refined_acc_pl,
             "reused_release": self.reused, "release_file": self.release_file,
@@ -503,12 +520,17 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
   degree = components.connection_privacy(config.connection, k, s).shape_k  # s for k-NN labeling
   shape = mech_lib.BsvsShape(s, num_classes, degree)
   statement = _release_statement(config, mech)
+  student_settings = json.loads(json.dumps(config.student.to_dict()))  # as a ledger record reads back
   for t in range(1, config.iterations + 1):
     timer = _Timer()
     stored = ledger.lookup(t) if ledger is not None else None
+    other_student = None
     if stored is not None:
       queries, assignment, votes = stored.queries, stored.assignment, stored.votes
       _check_stored(stored, s, num_classes, len(pub))
+      recorded = stored.record.get("query_student")
+      if recorded is not None and recorded != student_settings:  # None: t = 1, or a release recorded before this
+        other_student = recorded
       if t == 1:  # the noise-free chain starts from the released queries, as it does after a fresh release
         cache[(1, "queries")] = (queries, assignment)
     else:
@@ -554,7 +576,10 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
         record = {"mechanism": config.mechanism, "bsvs_mechanism": mech.name if mech else "none",
                   "privacy": statement.to_dict() if statement else None, "seed": config.seed,
                   "budget": plan.to_dict(), "num_clients": n, "num_queries": s, "k": k,
-                  "representation_source": representation_source, "library_version": _library_version()}
+                  "representation_source": representation_source, "library_version": _library_version(),
+                  # The student whose embedding chose these queries (t >= 2); a re-run with other student
+                  # settings reuses the release as it is and says so.
+                  "query_student": student_settings if t >= 2 else None}
         stored_file = ledger.record(t, votes, queries, assignment, record).path
     query_labels = np.argmax(votes, axis=1).astype(np.int64)
     pseudo = query_labels[assignment]
@@ -579,7 +604,7 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
     results.append(IterationResult(t, np.asarray(queries), np.asarray(assignment), votes, query_labels, pseudo,
                                    acc_pl, acc_pc, stored is not None, release_file,
                                    statement, timer.times, student, refined_acc_pl,
-                                   tuple(acc_pc_draws)))
+                                   tuple(acc_pc_draws), other_student))
   return ChainResult(config.mechanism, results)
 
 
@@ -884,6 +909,12 @@ def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingS
       "releases": {"ledger": str(pathlib.Path(ledger.dir) / "ledger.json") if ledger else None,
                    "released_now": list(ledger.run["released"]) if ledger else [],
                    "reused": list(ledger.run["reused"]) if ledger else [],
+                   "notes": [f"Iteration {it.iteration}'s release was reused as recorded (no new budget): its "
+                             "queries were chosen by a student trained with other settings, "
+                             f"{it.queries_from_other_student}, not this run's {config.student.to_dict()}; its "
+                             "Acc_pl reflects those queries. Use a new output directory (a new release) for "
+                             "queries chosen by this run's student."
+                             for it in chain.iterations if it.queries_from_other_student is not None],
                    "all": ledger.releases() if ledger else []},
       "timings_s": {k: round(v, 3) for k, v in timings.items()},
   })

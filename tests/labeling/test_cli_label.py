@@ -46,6 +46,11 @@ def run_cli(args, capsys):
     # Ignored there, yet in the release fingerprint (they were accepted):
     (["--representation", "hog", "--pca-dim", "3"], "pca_dim=3 only with representation pca or hog-pca"),
     (["--mechanism", "local-rr", "--central-noise", "laplace"], "central_noise='laplace' only with mechanism=central"),
+    # Recorded in the settings beside an (inf, 1) statement (they were accepted and meant nothing):
+    (["--mechanism", "none", "--epsilon", "2"], "no delta with mechanism=none: it releases the exact votes"),
+    (["--mechanism", "none", "--delta", "1e-6"], "got delta=1e-06"),
+    (["--epsilon", "-1e-3"], "epsilon=-0.001 > 0"),  # was "argument --epsilon: expected one argument"
+    (["--connection", "balanced-harmonic", "--mechanism", "local-rr"], "mechanism=central or none with connection"),
 ])
 def test_bad_input_is_one_line_exit_2(args, match, capsys, tmp_path):
   code, out, err = run_cli(["label", "--no-progress", "--out-dir", str(tmp_path / "o"), *args], capsys)
@@ -64,7 +69,8 @@ def test_unwritable_out_dir_fails_before_any_work(mechanism, capsys, tmp_path, m
   monkeypatch.setattr(_pipeline, "load_splits", no_work)
   (tmp_path / "afile").write_text("x")
   for out_dir, match in ((tmp_path / "afile", "it is a file"), (tmp_path / "afile" / "o", "writable folder")):
-    code, _, err = run_cli(["label", "--no-progress", "--mechanism", mechanism, "--epsilon", "1",
+    eps = ["--epsilon", "1"] if mechanism != "none" else []  # none takes no epsilon
+    code, _, err = run_cli(["label", "--no-progress", "--mechanism", mechanism, *eps,
                             "--out-dir", str(out_dir)], capsys)
     assert code == 2 and err.count("\n") == 1 and match in err and "out_dir" in err, err
   assert (tmp_path / "afile").read_text() == "x"

@@ -273,6 +273,20 @@ def test_resume_reuses_released_votes_and_never_releases_twice(splits, tmp_path,
   assert again.private.final.acc_pl == res.private.final.acc_pl
   assert [r["iteration"] for r in json.loads((tmp_path / "ledger.json").read_text())["releases"]] == [1, 2]
   assert (tmp_path / "history" / "report-1.json").exists()  # the earlier report is kept
+  assert again.report["releases"]["notes"] == [] and again.private.iterations[1].queries_from_other_student is None
+  with np.load(tmp_path / "release-iter2.npz") as z:
+    assert json.loads(str(z["record"]))["query_student"] == cfg.student.to_dict() | {"widths": [8, 16]}
+
+  # Run 4 changes the student: both releases are reused as recorded (no budget), but iteration 2's queries were
+  # chosen by the earlier student's embedding, which the report used to leave unsaid.
+  other = cfg.replace(noise_seed=14, student=dataclasses.replace(cfg.student, epochs=cfg.student.epochs + 1))
+  moved = labeling.run_labeling(other, splits=splits)
+  assert moved.report["releases"]["reused"] == [1, 2] and moved.report["releases"]["released_now"] == []
+  assert moved.private.iterations[0].queries_from_other_student is None  # t = 1: the queries need no student
+  assert moved.private.iterations[1].queries_from_other_student["epochs"] == cfg.student.epochs
+  [note] = moved.report["releases"]["notes"]
+  assert note.startswith("Iteration 2's release was reused as recorded (no new budget)") and "'epochs': 6" in note
+  assert moved.report["iterations"][1]["queries_from_other_student"]["epochs"] == cfg.student.epochs
 
   # Had iteration 1 been released again with seed 12, its votes would have differed.
   fresh = labeling.run_labeling(cfg.replace(noise_seed=12, out_dir=None, iterations=1, epsilon=1.0),
@@ -348,6 +362,13 @@ def test_balanced_rules_state_no_guarantee_in_every_release_entry(splits, tmp_pa
     assert st["parameters"]["nominal_epsilon"] == pytest.approx(plan.epsilon_per_iteration), where
     assert st["parameters"]["nominal_delta"] == 0.0, where
   assert math.isinf(res.private.iterations[0].privacy.epsilon)
+  # Nor does any sentence: the composition said "each of T=1 iterations is 1-DP (pure)", and the sampler's
+  # warning "each release is (1, 7.8e-13)-DP", beside the no-guarantee headline.
+  assert res.report["privacy"]["composition"].startswith("No DP guarantee: connection=balanced-max-min")
+  said = [w["message"] for w in res.report["privacy"]["warnings"] + entries["per_iteration"]["warnings"]]
+  claims = [m for m in said if re.search(r"\)-DP|-DP \(pure\)", m)]
+  assert claims and all(m.startswith("Nominal only (connection=balanced-max-min has no DP guarantee): ")
+                        for m in claims), said
   # A release recorded before this (finite epsilon, no nominal_*) was drawn under the same calibration: reused.
   def as_before(rec):
     params = rec["privacy"]["parameters"]
@@ -545,6 +566,22 @@ def test_settings_a_run_would_ignore_are_refused(changes, match):
   assert match in one_line(err)
   defaults = {name: getattr(labeling.LabelingConfig, name) for name in ("pca_dim", "central_noise", "shuffle_local")}
   tiny(**{**changes, **defaults})  # the defaults pass anywhere (the CLI always passes them)
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"epsilon": 2.0}, "got epsilon=2.0"),
+    ({"epsilon": math.inf, "delta": 1e-6}, "got delta=1e-06"),
+    ({"delta": 0.0}, "got delta=0.0"),
+])
+def test_mechanism_none_takes_no_privacy_parameter(changes, match):
+  # `label --mechanism none --epsilon 2` ran, and the report's settings said epsilon 2.0 beside an (inf, 1)
+  # statement: the number meant nothing. The default epsilon now resolves per mechanism.
+  with pytest.raises(ValueError, match="no epsilon \\(or inf\\) and no delta with mechanism=none") as err:
+    tiny(mechanism="none", **changes)
+  assert match in one_line(err)
+  assert tiny(mechanism="none").epsilon == math.inf and tiny(mechanism="none", epsilon=math.inf).delta is None
+  assert tiny(mechanism="central").epsilon == labeling.DEFAULT_EPSILON == 1.0
+  assert tiny(mechanism="central").replace(mechanism="none", epsilon=None).epsilon == math.inf
 
 
 def test_the_noise_free_chain_runs_beside_a_laplace_release(splits, monkeypatch):
@@ -842,6 +879,16 @@ def test_knn_labeling_statement_grows_with_s_and_is_central_only():
   assert "knn_labeling_sensitivity_grows_with_s" in {w["code"] for w in rep["warnings"]}
   with pytest.raises(ValueError, match="knn-labeling"):
     labeling.LabelingConfig(mechanism="local-rr", connection="knn-labeling")
+
+
+@pytest.mark.parametrize("rule", ["balanced-max-min", "balanced-harmonic"])
+@pytest.mark.parametrize("mechanism", ["local-rr", "local-collision", "shuffle-multi", "shuffle-single"])
+def test_balanced_rules_are_central_only(rule, mechanism):
+  # Like k-NN labeling, a balanced rule routes a record's edges by the other records, so no client can compute
+  # them: these configurations ran, with local randomizers fed edges no client could have known.
+  with pytest.raises(ValueError, match=f"mechanism=central or none with connection={rule} .*got {mechanism}"):
+    labeling.LabelingConfig(mechanism=mechanism, connection=rule, delta=1e-6)
+  assert labeling.LabelingConfig(mechanism="central", connection=rule).connection == rule
 
 
 def test_knn_labeling_k_counts_records_per_query_not_queries():
