@@ -112,6 +112,17 @@ def test_integer_flags_refuse_non_integers_in_one_line(capsys, value, needle):
   assert err == f"jaxdistill privacy shuffle: argument --n: {needle}"
 
 
+@pytest.mark.parametrize("value,needle", [
+    ("-1e-3", "delta=-0.001 in (0, 1)"), ("-1E+2", "delta=-100.0 in (0, 1)"), ("-inf", "delta"),
+    ("-nan", "delta"), ("-.5", "delta=-0.5 in (0, 1)"),
+])
+def test_negative_numbers_in_any_form_are_values_not_options(capsys, value, needle):
+  # argparse took "-1e-3" for an option: "argument --delta: expected one argument", naming no value.
+  assert main(["privacy", "shuffle", "--n", "100", "--delta", value, "--eps0", "1"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert needle in err and "expected one argument" not in err and len(err.splitlines()) == 1
+
+
 def test_out_of_memory_is_one_line_exit_1_and_other_runtime_errors_keep_their_traceback(capsys, monkeypatch):
   import jax  # pylint: disable=import-outside-toplevel
   from jaxdistill.cli import _privacy  # pylint: disable=import-outside-toplevel

@@ -6,6 +6,7 @@ import argparse
 import decimal
 import json
 import math
+import re
 import sys
 from typing import Any, Callable, Sequence
 
@@ -16,8 +17,17 @@ class CliError(Exception):
   """An error reported as one line on stderr with exit status 2."""
 
 
+#: What argparse takes as a negative number, not an option: its own pattern (-1, -.5, -1.5) misses exponents and
+#: words, so ``--epsilon -1e-3`` failed with "expected one argument" instead of naming the bad value.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
 class Parser(argparse.ArgumentParser):
-  """ArgumentParser whose errors are one line, not usage plus a message."""
+  """ArgumentParser whose errors are one line, not usage plus a message, and that reads ``-1e-3`` as a value."""
+
+  def __init__(self, *args: Any, **kwargs: Any) -> None:
+    super().__init__(*args, **kwargs)
+    self._negative_number_matcher = _NEGATIVE_NUMBER  # no jaxdistill option looks like a number
 
   def error(self, message: str) -> None:  # type: ignore[override]
     raise CliError(f"{self.prog}: {message}")
