@@ -129,12 +129,17 @@ class FedMDResult:
       task's classes (a 6-way task instead of 16-way).
     eval_rounds: the round number of each row of ``accuracy``.
     privacy: per-party privacy report dicts.
-    ldp_sigma_table: sigma FedMD-LDP needs at party 0's NFDP delta for the
-      run's schedule (p, or 1 - (1 - p)^R when resampled each round), or at
+    ldp_sigma_table: sigma FedMD-LDP needs at the run's NFDP delta, the
+      largest over the parties (the smallest party's) for the run's
+      schedule (p, or 1 - (1 - p)^R when resampled each round), or at
       ``config.ldp_delta`` when set (``matched_to`` says which), for several
       eps (nfdp and ldp runs).
-    timings: seconds per phase, and ``vmap``: whether same-architecture
-      parties were trained as one vmapped stack (``config.vmap`` resolved).
+    timings: seconds per phase, summed over every session of a resumed
+      run; ``total_this_session``; ``earlier_sessions`` (the sessions
+      before, up to their last checkpoint) and ``total_all_sessions``, the
+      two added, which bounds the phases' sum; and ``vmap``: whether
+      same-architecture parties were trained as one vmapped stack
+      (``config.vmap`` resolved).
     samples: per party, the list of sample index arrays drawn (nfdp /
       local-sample). Resume restores them from the checkpoint; they are
       not written to :meth:`to_report` (which is shared more widely than
@@ -742,8 +747,10 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   hashes = None if ckpt is None else _data_hashes(data)  # checkpoint only (see _data_hashes)
   description = json.loads(json.dumps(data.description, default=str))  # as the checkpoint's JSON holds it
   key_data = np.asarray(jax.random.key_data(key)).tolist()
+  # Stage timings are cumulative over sessions (a resume restores them); "earlier_sessions" is the wall time of
+  # the sessions before this one, up to their last checkpoint (0 in a checkpoint written before it was kept).
   timings: dict[str, float] = {"pretrain": 0.0, "init_train": 0.0, "predict": 0.0, "digest": 0.0,
-                               "revisit": 0.0, "evaluate": 0.0, "checkpoint": 0.0}
+                               "revisit": 0.0, "evaluate": 0.0, "checkpoint": 0.0, "earlier_sessions": 0.0}
   t_start = time.perf_counter()
 
   # Models: one classifier per architecture; party i initialised from fold_in(init, i).
@@ -815,17 +822,25 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   # The LDP sigma table of the report, built here so that its errors also come before any release.
   table = None
   if config.method in ("nfdp", "ldp") and config.rounds > 0:
-    n0 = data.party_sizes[0]
-    p0 = _ldp_delta(config, n0)
     schedule = "drawn once"
+
+    def nfdp_delta(n: int) -> float:
+      if config.resample_each_round and config.ldp_delta is None:
+        # The run's own delta, 1 - (1 - p)^R: matching LDP to one draw's p overstated its sigma (19.8x at eps = 0
+        # for n = 2880, k = 3, R = 20), flattering NFDP.
+        return accounting.nfdp_privacy(n, config.k, with_replacement=config.with_replacement,
+                                       relation=config.relation, rounds=max(config.rounds, 1),
+                                       resample_each_round=True).flat_delta
+      return _ldp_delta(config, n)
+
     if config.resample_each_round and config.ldp_delta is None:
-      # The run's own delta, 1 - (1 - p)^R: matching LDP to one draw's p overstated its sigma (19.8x at eps = 0
-      # for n = 2880, k = 3, R = 20), flattering NFDP.
-      p0 = accounting.nfdp_privacy(n0, config.k, with_replacement=config.with_replacement,
-                                   relation=config.relation, rounds=max(config.rounds, 1),
-                                   resample_each_round=True).flat_delta
       schedule = f"resampled in each of {config.rounds} rounds: 1 - (1 - p)^{config.rounds}"
-    source = (f"party 0's NFDP delta {p0:.6g} (n={n0}, k={config.k}, "
+    # The run's NFDP guarantee is its weakest party's: the smallest party has the largest delta k/n. Party 0 alone
+    # understated it for unequal parties (Dirichlet: sizes 34, 13, 73 gave 0.088 where party 1 has 0.23).
+    deltas = [nfdp_delta(n) for n in data.party_sizes]
+    i0 = int(np.argmax(deltas))
+    n0, p0 = data.party_sizes[i0], deltas[i0]
+    source = (f"the largest NFDP delta over the parties, party {i0}'s {p0:.6g} (n={n0}, k={config.k}, "
               f"{'WR' if config.with_replacement else 'WOR'}, {config.relation}, {schedule})"
               if config.ldp_delta is None else f"the configured ldp_delta = {p0:.6g} (not NFDP's delta)")
     rows, skipped, reason = [], [], ""
@@ -1002,7 +1017,10 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         t = time.perf_counter()
         meta = {"fingerprint": fingerprint, "key": key_data, "secret_seed": secret_seed, "round": r,
                 "eval_rounds": eval_rounds,
-                "draws": [len(o.draws) for o in oracles] if oracles else [], "timings": timings,
+                "draws": [len(o.draws) for o in oracles] if oracles else [],
+                # As a resume will need them: this session's time so far joins the earlier sessions'.
+                "timings": {**timings,
+                            "earlier_sessions": timings["earlier_sessions"] + time.perf_counter() - t_start},
                 "config": config.to_dict(), "data": description, "data_hashes": hashes,
                 "record_releases": record_releases, "vmap": vmap}
         arrays = {"accuracy": np.stack(acc_rows)}
@@ -1027,6 +1045,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
       bar.close()
 
   timings["total_this_session"] = time.perf_counter() - t_start
+  timings["total_all_sessions"] = timings["earlier_sessions"] + timings["total_this_session"]
   timings["train_total"] = sum(timings[k] for k in ("pretrain", "init_train", "digest", "revisit"))
   timings["vmap"] = vmap
   privacy = _privacy_reports(config, data, oracles, ldp_sigmas, sens, ldp_count, secret_seed is not None)

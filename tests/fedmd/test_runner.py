@@ -107,6 +107,16 @@ def test_resume_equals_an_uninterrupted_run(data3, tmp_path):
   # No second draw: the sample came from the checkpoint, so the privacy cost is unchanged.
   assert [len(d) for d in resumed.samples] == [1, 1, 1]
   assert resumed.privacy[0]["exact"]["delta_for_every_epsilon"] == full.privacy[0]["exact"]["delta_for_every_epsilon"]
+  # Timings: the phases are summed over both sessions (pre-training ran in the first one only), so they are
+  # bounded by the two sessions' total, not by this session's (the report's phases summed to 12.6 s beside a
+  # total of 3.4 s).
+  tm = resumed.timings
+  phases = sum(tm[k] for k in ("pretrain", "init_train", "predict", "digest", "revisit", "evaluate", "checkpoint"))
+  assert tm["pretrain"] > 0 and tm["earlier_sessions"] > tm["pretrain"] + tm["init_train"]
+  assert tm["total_all_sessions"] == tm["earlier_sessions"] + tm["total_this_session"]
+  assert phases <= tm["total_all_sessions"]
+  assert full.timings["earlier_sessions"] == 0.0 and full.timings["total_all_sessions"] == full.timings[
+      "total_this_session"]
   # Resuming a finished run changes nothing.
   again = run(key, cfg, data3, checkpoint_dir=tmp_path / "b", resume=True, record_releases=True)
   assert again.resumed_from == 3
@@ -319,6 +329,23 @@ def test_privacy_report_per_party(data3):
   # The LDP table is matched to this run's delta, not to one draw's p (which overstated LDP's sigma).
   assert fresh.ldp_sigma_table["delta"] == pytest.approx(1 - (1 - p)**2)
   assert "1 - (1 - p)^2" in fresh.ldp_sigma_table["matched_to"]
+
+
+def test_ldp_table_and_cli_summary_use_the_largest_party_delta():
+  # With unequal parties the run's NFDP guarantee is the smallest party's delta k/n_i; the LDP table was matched
+  # to party 0's, and the CLI printed party 0's alone ("party-0 delta").
+  from jaxdistill.cli._fedmd import _largest_delta  # pylint: disable=import-outside-toplevel
+  data = tiny_data(num_parties=3, partition="dirichlet")
+  sizes = list(data.party_sizes)
+  assert len(set(sizes)) > 1 and min(sizes) >= 4
+  worst = int(np.argmin(sizes))
+  res = run(jax.random.key(0), tiny_config(rounds=1, init_epochs=1), data, ldp_table_epsilons=(1.0,))
+  deltas = [p["exact"]["delta_for_every_epsilon"] for p in res.privacy]
+  assert deltas == pytest.approx([4 / n for n in sizes])
+  assert res.ldp_sigma_table["delta"] == pytest.approx(4 / min(sizes)) == pytest.approx(max(deltas))
+  assert f"party {worst}'s" in res.ldp_sigma_table["matched_to"]
+  assert _largest_delta(res.privacy) == f"{4 / min(sizes):.4g} ({worst})"
+  assert _largest_delta([{}, {"calibrated_to": {"delta": 1e-5}}]) == "1e-05 (1)" and _largest_delta([{}]) == "-"
 
 
 def test_baselines_run_and_report(data3):
