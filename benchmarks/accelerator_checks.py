@@ -16,7 +16,8 @@ in the same process:
    neighbouring data set). Against the CPU backend the rows may differ only
    at float32 near-ties (the two backends round the products differently);
    the script reports how many differ and the worst relative gap between
-   the two choices' exact (float64) distances.
+   the two choices' exact (float64) distances, and fails above
+   ``bench_connection.TIE_GAP`` (1e-4).
 
 Exit status 1 if a check fails. Usage:
 
@@ -38,7 +39,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # check this checkout, not an installed copy
   sys.path.insert(0, str(ROOT))
 
-from bench_connection import check_against_faiss, random_features  # pylint: disable=wrong-import-position
+from bench_connection import TIE_GAP, check_against_faiss, random_features  # pylint: disable=wrong-import-position
 from jaxdistill import connection, data, mechanisms, simulation  # pylint: disable=wrong-import-position
 
 
@@ -113,7 +114,7 @@ def check_reverse_knn(args, cpu) -> list[str]:
         print(f"| {d} | {k} | {bs} | {permuted} | {subset} | {neighbour} | {rows} of {args.n:,} | {gap:.1e} |")
         if not (permuted and subset and neighbour):
           failures.append(f"reverse_knn d={d} k={k} block={bs}: a row depends on other records")
-        if gap > 1e-4:
+        if gap > TIE_GAP:
           failures.append(f"reverse_knn d={d} k={k} block={bs}: differs from CPU beyond float32 ties ({gap:.1e})")
   return failures
 

@@ -9,7 +9,9 @@ on whatever backend JAX runs on:
    overflow reduction), the queries' off-centre precision check (a float64
    measurement on the host), the jitted blockwise kernel with its inputs
    already on the device, the copy of the result to the host, and the bare
-   product (``precision=HIGHEST``) as the roofline.
+   product (``precision=HIGHEST``) as the roofline. Features are uniform
+   in [0, 1) at every d (``bench_connection.py`` uses Gaussian features
+   below d = 256; the recorded GPU table was made with these).
 2. The multi-message shuffle was slower on that GPU than on 2 CPU cores at
    the benchmark's chunk of 4,096 clients. This times
    ``simulation.client_statistics`` for randomized response, Collision and
