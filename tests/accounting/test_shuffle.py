@@ -59,6 +59,10 @@ def test_closed_form_is_never_below_the_printed_theorem(n, delta):
     assert got <= 2 * printed_theorem_3_1(e0, n, delta)
   if cap > 0:
     assert not accounting.fmt_closed_form_valid(cap * (1 + 1e-9) + 1e-12, n, delta)
+  else:  # n = 200 at delta 1e-6 and 1e-10: the validity range is empty, so the loop above checked nothing
+    assert not any(accounting.fmt_closed_form_valid(e0, n, delta) for e0 in (1e-6, 0.01, 1.0))
+    with pytest.raises(ValueError, match="eps0"):
+      accounting.fmt_closed_form_epsilon(0.01, n, delta)
 
 
 @given(st.floats(0.1, 5.0), st.sampled_from(NS), st.sampled_from([1e-4, 1e-6, 1e-8]))

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import stats
 
 from jaxdistill import accounting
 from jaxdistill import audit
@@ -214,6 +215,24 @@ def test_given_events_skip_the_selection_split():
   # Floor: 1,000 seeds gave mean 0.927, sd 0.013, min 0.887; 6.7 sd below the mean.
   assert not r.alarm and 0.84 < r.epsilon_lower <= T.EPS
   assert r.events[0].trials == N
+  assert_bonferroni_clopper_pearson(r, num_bounds=2 * 2)  # one event, both directions
+
+
+def assert_bonferroni_clopper_pearson(r, num_bounds):
+  """Each event's two bounds are exact Clopper-Pearson at alpha / num_bounds, written out with scipy's beta.
+
+  Nothing else checked the split: a level of alpha instead of alpha / (2m) passed every audit test (the
+  '<= truth' checks and the floors cannot see a level that is too generous).
+  """
+  level = r.alpha / num_bounds
+  for e in r.events:
+    lo = stats.beta.ppf(level, e.count_top, e.trials - e.count_top + 1) if e.count_top > 0 else 0.0
+    hi = (stats.beta.ppf(1 - level, e.count_bottom + 1, e.trials - e.count_bottom) if e.count_bottom < e.trials
+          else 1.0)
+    assert e.p_top_lower == pytest.approx(lo, rel=1e-9, abs=1e-15), e
+    assert e.p_bottom_upper == pytest.approx(hi, rel=1e-9, abs=1e-15), e
+    want = math.log((lo - r.claimed_delta) / hi) if lo > r.claimed_delta else 0.0
+    assert e.epsilon_lower == pytest.approx(max(want, 0.0), rel=1e-9, abs=1e-12), e
 
 
 def test_batched_numpy_mechanism():
@@ -227,6 +246,8 @@ def test_batched_numpy_mechanism():
   # Floor: 10,000 seeds gave mean 0.924, sd 0.033, min 0.459 (heavy tail, and 4x fewer samples than the
   # other audits): rate <= 3e-4 (module docstring).
   assert not r.alarm and 0.4 < r.epsilon_lower <= T.EPS
+  assert len(r.events) == 3
+  assert_bonferroni_clopper_pearson(r, num_bounds=2 * 3)  # three selected (event, direction) pairs
   d = r.to_dict()
   assert d["alarm"] is False and len(d["events"]) == 3 and d["events"][0]["trials"] == 40_000
 
@@ -261,7 +282,6 @@ def test_a_huge_claimed_epsilon_is_no_overflow():
 
 
 def test_clopper_pearson_closed_forms_and_exact_coverage():
-  from scipy import stats
   a, n = 0.01, 30
   assert audit.clopper_pearson_upper(0, n, a) == pytest.approx(1 - a**(1 / n))
   assert audit.clopper_pearson_lower(n, n, a) == pytest.approx(a**(1 / n))

@@ -130,6 +130,27 @@ def test_theorem2_closed_form_inverts_bernstein():
   assert M.collision_beta(got, p=p, q=q, num_clients=n, num_entries=m) == pytest.approx(beta, rel=1e-9)
 
 
+@pytest.mark.parametrize("eps,s,y,k", [(0.5, 8, 10, 1), (1.5, 4, 3, 2), (4.0, 20, 5, 1)])
+def test_collision_accuracy_and_labeling_error_are_theorem_2_at_the_mechanisms_rates(eps, s, y, k):
+  # Collision.accuracy / labeling_error were checked only through a 1x-6x rate band and one-sided failure
+  # counts, so a bound 40% too small passed. Here both are written out from Definition 5's rates
+  # (p = e^eps / Omega, q = 1/l, Omega = c e^eps + l - c with c = kr) and Bernstein's inequality.
+  mech = M.Collision(M.BsvsShape(s, y, k), eps)
+  l, c, n, beta = mech.bloom_length, k, 5000, 0.05
+  omega = c * math.exp(eps) + l - c
+  p, q = math.exp(eps) / omega, 1.0 / l
+  v = n * max(p * (1 - p), q * (1 - q)) / (p - q) ** 2
+  bnd = max(p, 1 - q) / (p - q)
+  for simultaneous, m in ((False, y), (True, s * y)):
+    want = optimize.brentq(lambda t, m=m: 2 * m * math.exp(-t * t / (2 * (v + bnd * t / 3))) - beta, 1e-9, 1e9,
+                           xtol=1e-12, rtol=1e-14)
+    assert mech.accuracy(beta, n, simultaneous=simultaneous) == pytest.approx(want, rel=1e-9)
+  for gap in (0.5 * want, want, 2 * want):
+    bound = 2 * y * math.exp(-(gap / 2) ** 2 / (2 * (v + bnd * gap / 6)))
+    assert mech.labeling_error(gap, n) == pytest.approx(min(bound, 1.0), rel=1e-9)
+  assert mech.labeling_error(2 * want, n) < 0.5  # the gaps above reach the non-vacuous range
+
+
 def test_theorem2_rate():
   # alpha = O(sqrt(n kr log(|Y|/beta))/eps) for eps = O(1) at the default bloom length:
   # the ratio stays in a narrow band over n, c and eps (it tends to ~sqrt(27/2) for

@@ -133,11 +133,14 @@ def test_contribution_is_the_clients_entries(shape_index, data, mech_index):
 def test_laplace_noise_law():
   # KS against Laplace(b) on 20,000 draws: false-failure rate 1e-3. The same draws
   # reject Laplace(b/2) (the half-sensitivity bug) with p < 1e-10.
+  # The scale is written out, b = Delta_1 / eps = 2kr / eps (replace-one), not read from mech.scale: a wrong
+  # scale there would otherwise cancel (halving it passed this test).
   mech = M.CentralLaplace(M.BsvsShape(100, 50, 1), 1.3)
+  b = 2 * 1 * 1 / 1.3
   draws = np.concatenate([mech.noise(jax.random.key(i)).reshape(-1) for i in range(4)])
   assert draws.dtype == np.float64
-  assert stats.kstest(draws, stats.laplace(scale=mech.scale).cdf).pvalue > 1e-3
-  assert stats.kstest(draws, stats.laplace(scale=mech.scale / 2).cdf).pvalue < 1e-10
+  assert stats.kstest(draws, stats.laplace(scale=b).cdf).pvalue > 1e-3
+  assert stats.kstest(draws, stats.laplace(scale=b / 2).cdf).pvalue < 1e-10
 
 
 def test_discrete_laplace_noise_law():
@@ -154,8 +157,9 @@ def test_discrete_laplace_noise_law():
     return np.concatenate([[tail], pmf, [tail]]) * len(draws)
 
   observed = np.bincount(np.clip(draws, -13, 13) + 13, minlength=27)
-  assert stats.chisquare(observed, expected(mech.parameter)).pvalue > 1e-3
-  assert stats.chisquare(observed, expected(2 * mech.parameter)).pvalue < 1e-10
+  a = 1.0 / (2 * 1 * 1)  # eps / Delta_1 with Delta_1 = 2kr, written out (mech.parameter doubled passed before)
+  assert stats.chisquare(observed, expected(a)).pvalue > 1e-3
+  assert stats.chisquare(observed, expected(2 * a)).pvalue < 1e-10
 
 
 def noise_variance_and_kurtosis(cls, eps, sensitivity):
