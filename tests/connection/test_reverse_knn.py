@@ -61,6 +61,14 @@ def test_two_level_selection_matches_reference_with_ties(k, s):
     for block_size in (16, 120):
       got = np.asarray(connection.reverse_knn(x, q, k, block_size=block_size))
       np.testing.assert_array_equal(got, reference_reverse_knn(x, q, k))
+  # Queries far on one side of the records: every ranked value |q|^2 - 2 x.q is positive (>= 50 - 36), so a
+  # padded tile entry of 0 (not +inf) would win and name a query index >= s; above, the values were mostly
+  # negative and such a padding bug passed.
+  x = int_features(rng, 120, 2, lo=-1, hi=1)
+  q = int_features(rng, s, 2, lo=5, hi=9)
+  got = np.asarray(connection.reverse_knn(x, q, k, block_size=16))
+  assert got.min() >= 0 and got.max() < s
+  np.testing.assert_array_equal(got, reference_reverse_knn(x, q, k))
   # Distinct real-valued distances: the same answer as the dense reference up to float32 near-ties.
   xr = rng.random((200, 8), dtype=np.float32)
   qr = rng.random((s, 8), dtype=np.float32)

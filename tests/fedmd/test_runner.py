@@ -348,6 +348,46 @@ def test_ldp_table_and_cli_summary_use_the_largest_party_delta():
   assert _largest_delta([{}, {"calibrated_to": {"delta": 1e-5}}]) == "1e-05 (1)" and _largest_delta([{}]) == "-"
 
 
+def test_ldp_over_several_rounds_and_with_logits_releases(data3):
+  # Every LDP run in the tests had R = 1 and argmax releases, so sigma calibrated for Q releases instead of
+  # Q x R, and logits clipped at twice the norm the noise assumes, both passed.
+  key, target = jax.random.key(3), 4 / data3.party_sizes[0]
+  res = run(key, tiny_config(method="ldp", rounds=2, ldp_epsilon=2.0, ldp_delta=target), data3)
+  sigma = res.privacy[0]["sigma"]
+  assert res.privacy[0]["count"] == 24 * 2
+  # Balle & Wang 2018, Thm 8, by hand: the T = Q x R = 48 argmax releases (sensitivity sqrt 2) are (2, delta)-DP
+  # at this sigma, and 1% less noise is not.
+  assert delta_by_hand(2.0, sigma, 2**0.5, 48) <= target * (1 + 1e-6)
+  assert delta_by_hand(2.0, 0.99 * sigma, 2**0.5, 48) > target
+  # Logits releases: rows clipped to L2 norm `clip` before the noise. Round 1's release is the np run's logits
+  # (same models, data and keys up to then) clipped by hand, plus N(0, sigma^2) noise: chi-square test of
+  # sum z^2 over 3 x 24 x 16 entries, two-sided at 1e-3, and a 4-sd test of the mean (false-failure rate about
+  # 1e-3; the key is fixed). Clipping at 2 x clip shifts most rows (norms 2-9 x clip here) by about clip,
+  # a few sigma, which the chi-square rejects.
+  clip = 0.02
+  kw = dict(rounds=2, aggregation="logits", ldp_clip=clip)
+  raw = run(key, tiny_config(method="np", **kw), data3, record_releases=True).releases[0].astype(np.float64)
+  ldp = run(key, tiny_config(method="ldp", ldp_epsilon=400.0, ldp_delta=target, **kw), data3,
+            record_releases=True)
+  norms = np.linalg.norm(raw, axis=-1, keepdims=True)
+  assert np.mean(norms > 2 * clip) > 0.5
+  by_hand = raw * np.minimum(1.0, clip / norms)
+  sigmas = np.array([p["sigma"] for p in ldp.privacy])[:, None, None]
+  z = (ldp.releases[0].astype(np.float64) - by_hand) / sigmas
+  assert 5e-4 < stats.chi2.sf(np.sum(z**2), z.size) < 1 - 5e-4
+  assert abs(z.mean()) < 4 / np.sqrt(z.size)
+  # The sigma of that run: 48 releases of sensitivity 2 clip (the diameter of the clipped rows). At eps = 400
+  # e^eps Phi(b) needs log space (float erf gave 0.175 for the true 0.16629).
+  def delta_in_log_space(eps, sigma, sens, count):
+    s = sigma / np.sqrt(count)
+    a, b = sens / (2 * s) - eps * s / sens, -sens / (2 * s) - eps * s / sens
+    return stats.norm.cdf(a) - np.exp(eps + stats.norm.logcdf(b))
+
+  assert delta_in_log_space(2.0, sigma, 2**0.5, 48) == pytest.approx(delta_by_hand(2.0, sigma, 2**0.5, 48), rel=1e-6)
+  assert delta_in_log_space(400.0, ldp.privacy[0]["sigma"], 2 * clip, 48) <= target * (1 + 1e-6)
+  assert delta_in_log_space(400.0, 0.99 * ldp.privacy[0]["sigma"], 2 * clip, 48) > target
+
+
 def test_baselines_run_and_report(data3):
   key = jax.random.key(3)
   out = {}
