@@ -277,6 +277,49 @@ def test_splits_are_disjoint_and_seeded():
     data.paper_splits(d, None, seed=0, public_size=3000, eval_size=2000)  # no private_size given: name the two
 
 
+def test_splits_are_disjoint_parts_with_their_own_labels():
+  # Checked on the images themselves (the 5,000 embedded digits are distinct): no record in two splits, each
+  # image with its own label, and the MNIST protocol's D_priv = every training image when a test split exists.
+  d = data.load_embedded_mnist()
+  label_of = {x.tobytes(): int(y) for x, y in zip(d.images, d.labels)}
+  assert len(label_of) == len(d)
+
+  def rows(part):
+    keys = [x.tobytes() for x in part.images]
+    assert [label_of[k] for k in keys] == part.labels.tolist()
+    return set(keys)
+
+  for private_size in (None, 2000):
+    sp = data.paper_splits(d, None, seed=3, public_size=1000, eval_size=500, private_size=private_size)
+    priv, pub, ev = rows(sp.private), rows(sp.public), rows(sp.evaluation)
+    assert (len(priv), len(pub), len(ev)) == (private_size or 3500, 1000, 500)
+    assert not priv & pub and not priv & ev and not pub & ev
+  train, test = d.take(np.arange(3000)), d.take(np.arange(3000, 5000))
+  sp = data.paper_splits(train, test, seed=3, public_size=600, eval_size=400)
+  np.testing.assert_array_equal(sp.private.images, train.images)  # all of D_priv, in order
+  np.testing.assert_array_equal(sp.private.labels, train.labels)
+  pub, ev, tst = rows(sp.public), rows(sp.evaluation), {x.tobytes() for x in test.images}
+  assert (len(pub), len(ev)) == (600, 400) and not pub & ev and pub | ev <= tst
+
+
+def test_iid_partition_is_random_and_equal_sized():
+  # Labels sorted by class: an unshuffled split would give each client one or two classes.
+  labels = np.repeat(np.arange(6), 50)
+  parts = data.partition_clients(labels, 10, seed=1)
+  assert [len(p) for p in parts] == [30] * 10
+  assert all(len(np.unique(labels[p])) >= 4 for p in parts)
+  other = data.partition_clients(labels, 10, seed=2)
+  assert any(not np.array_equal(a, b) for a, b in zip(parts, other))
+
+
+def test_classes_partition_gives_client_i_classes_i_to_i_plus_cpc_minus_1():
+  labels = np.repeat(np.arange(6), 40)
+  parts = data.partition_clients(labels, 6, seed=0, scheme="classes", classes_per_client=2)
+  for i, p in enumerate(parts):
+    assert set(labels[p].tolist()) == {i, (i + 1) % 6}
+    np.testing.assert_array_equal(np.bincount(labels[p], minlength=6)[[i, (i + 1) % 6]], [20, 20])  # even halves
+
+
 @pytest.mark.parametrize("scheme", ["iid", "dirichlet", "classes"])
 def test_partitions_cover_every_record_once(scheme):
   labels = np.repeat(np.arange(6), 50)

@@ -158,3 +158,50 @@ def test_a_large_iteration_cap_means_until_convergence():
   big = connection.kmeans(jax.random.key(0), x, 3, max_iterations=10**6)
   small = connection.kmeans(jax.random.key(0), x, 3)
   assert big.converged and small.converged and np.array_equal(big.assignment, small.assignment)
+
+
+def test_kmeans_pp_draws_the_second_seed_with_probability_proportional_to_d_squared():
+  # Three points on a line; one candidate per step (num_trials=1), so seeding is plain k-means++: the first
+  # seed is uniform, the second is j w.p. D(j)^2 / sum_k D(k)^2 (D = distance to the first). Under a D (not D^2)
+  # rule the pair (0, 1) is 9x likelier: 1/3 * 1/11 vs 1/3 * 1/101.
+  from jaxdistill.connection._kmeans import _kmeans_pp  # pylint: disable=import-outside-toplevel
+  x = np.array([[-4.0], [-3.0], [7.0]], np.float32)
+  n = 20_000
+  keys = jax.random.split(jax.random.key(0), n)
+  seeds = np.asarray(jax.vmap(lambda k: _kmeans_pp(k, jax.numpy.asarray(x), 2, 1))(keys))
+  # The public API seeds the same way.
+  np.testing.assert_array_equal(connection.kmeans(keys[3], x, 2, num_trials=1).seed_indices, seeds[3])
+  d2 = (x[:, 0, None].astype(np.float64) - x[None, :, 0]) ** 2
+  expected = d2 / d2.sum(1, keepdims=True) / 3  # P(first = i, second = j)
+  counts = np.zeros((3, 3))
+  np.add.at(counts, (seeds[:, 0], seeds[:, 1]), 1)
+  # 5 sd (+1 for the empty diagonal) on 9 cells: false-failure rate < 1e-5 under the normal approximation.
+  sd = np.sqrt(n * expected * (1 - expected))
+  assert np.all(np.abs(counts - n * expected) <= 5 * sd + 1), (counts, n * expected)
+
+
+def test_kmeans_pp_keeps_the_candidate_that_most_lowers_the_potential():
+  # With 1,024 candidates on 6 points every point of D^2 weight >= 0.19 is drawn (miss probability < 1e-90),
+  # so the greedy second seed is the point j minimising sum_i min(D(x_i, first)^2, D(x_i, x_j)^2), unique here.
+  from jaxdistill.connection._kmeans import _kmeans_pp  # pylint: disable=import-outside-toplevel
+  pts = np.array([-5.0, -4.0, -2.0, 1.0, 2.5, 6.0])
+  x = pts[:, None].astype(np.float32)
+  d2 = (pts[:, None] - pts[None]) ** 2
+  firsts = set()
+  for i in range(24):
+    first, second = np.asarray(_kmeans_pp(jax.random.key(i), jax.numpy.asarray(x), 2, 1024))
+    potential = np.minimum(d2[first][:, None], d2).sum(0)
+    potential[first] = np.inf
+    assert second == np.argmin(potential), (first, second, potential)
+    firsts.add(int(first))
+  assert len(firsts) >= 4  # the check ran from several first seeds
+
+
+def test_select_queries_do_not_depend_on_the_block_size(data):
+  # Blocks that do not divide m = 400 (7, 64: the last block padded), single rows, and one block.
+  want = connection.select_queries(jax.random.key(4), data, 8, block_size=400)
+  for bs in (1, 7, 64, 1024):
+    got = connection.select_queries(jax.random.key(4), data, 8, block_size=bs)
+    np.testing.assert_array_equal(got.query_indices, want.query_indices)
+    np.testing.assert_array_equal(got.assignment, want.assignment)
+    np.testing.assert_array_equal(got.kmeans.centres, want.kmeans.centres)

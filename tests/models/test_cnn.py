@@ -141,3 +141,60 @@ def test_masked_rows_do_not_touch_batch_statistics():
   for na, nb in zip(a.norms, b.norms):
     np.testing.assert_allclose(na.mean[...], nb.mean[...], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(na.var[...], nb.var[...], rtol=1e-5, atol=1e-6)
+
+
+def _np_conv(x, kernel, bias, stride, same):
+  """Cross-correlation of ``x [B, H, W, C]`` with ``kernel [k, k, C, O]`` (SAME: stride 1, pad (k-1)/2)."""
+  k = kernel.shape[0]
+  if same:
+    x = np.pad(x, ((0, 0), ((k - 1) // 2, k // 2), ((k - 1) // 2, k // 2), (0, 0)))
+  oh, ow = (x.shape[1] - k) // stride + 1, (x.shape[2] - k) // stride + 1
+  out = sum(np.einsum("bhwc,co->bhwo", x[:, a:a + stride * (oh - 1) + 1:stride, b:b + stride * (ow - 1) + 1:stride],
+                      kernel[a, b]) for a in range(k) for b in range(k))
+  return out + bias
+
+
+def _np_forward(m, x):
+  """Eval-mode FedMD CNN in float64 NumPy, from the layer definitions (Keras BN epsilon 1e-3; SAME average pooling
+  over the in-image pixels only, as Keras' AveragePooling2D(padding='same'))."""
+  h = np.asarray(x, np.float64)
+  get = lambda v: np.asarray(v[...], np.float64)
+  for conv, norm, (_, stride, padding, pool) in zip(m.convs, m.norms, m.layout):
+    h = _np_conv(h, get(conv.kernel), get(conv.bias), stride, padding == "SAME")
+    h = (h - get(norm.mean)) / np.sqrt(get(norm.var) + 1e-3) * get(norm.scale) + get(norm.bias)
+    h = np.maximum(h, 0.0)
+    if pool == "same1":  # window [i, i + 1] x [j, j + 1], cut at the bottom and right edges
+      p = np.pad(h, ((0, 0), (0, 1), (0, 1), (0, 0)))
+      c = np.pad(np.ones(h.shape[1:3]), ((0, 1), (0, 1)))
+      win = lambda a: a[..., :-1, :-1, :] + a[..., 1:, :-1, :] + a[..., :-1, 1:, :] + a[..., 1:, 1:, :]
+      h = win(p) / win(c[..., None])
+    elif pool == "valid2":
+      b, hh, ww, ch = h.shape
+      h = h[:, :hh // 2 * 2, :ww // 2 * 2].reshape(b, hh // 2, 2, ww // 2, 2, ch).mean(axis=(2, 4))
+  return h.reshape(h.shape[0], -1) @ get(m.head.kernel)
+
+
+@pytest.mark.parametrize("spec, shape", [(M.CNNSpec((3, 5), 0.2), (9, 9, 2)),
+                                         (M.CNNSpec((3, 4, 5), 0.2), (28, 28, 1))])
+def test_eval_forward_matches_a_numpy_reference(spec, shape):
+  m = M.FedMDCNN(spec, 7, input_shape=shape, rngs=nnx.Rngs(params=0))
+  rng = np.random.default_rng(0)
+  for layer in (*m.convs, *m.norms):  # every parameter and statistic non-trivial
+    for name in ("bias", "scale", "mean", "var"):
+      v = getattr(layer, name, None)
+      if v is not None:
+        value = rng.uniform(0.5, 1.5, v.shape) if name in ("scale", "var") else rng.normal(0, 0.3, v.shape)
+        v[...] = jnp.asarray(value, jnp.float32)
+  x = rng.random((3,) + shape).astype(np.float32)
+  np.testing.assert_allclose(m(jnp.asarray(x), train=False), _np_forward(m, x), rtol=1e-4, atol=1e-5)
+
+
+def test_batch_statistics_follow_keras_momentum():
+  # Keras BatchNormalization (FedMD): running = 0.99 * running + 0.01 * batch moment (biased variance).
+  m = M.FedMDCNN(M.CNNSpec((3, 5), 0.0), 4, input_shape=(8, 8, 1), rngs=nnx.Rngs(params=0))
+  x = np.random.default_rng(1).random((6, 8, 8, 1)).astype(np.float32)
+  h = _np_conv(x.astype(np.float64), np.asarray(m.convs[0].kernel[...], np.float64),
+               np.asarray(m.convs[0].bias[...], np.float64), 1, True)
+  m(jnp.asarray(x), train=True)
+  np.testing.assert_allclose(m.norms[0].mean[...], 0.01 * h.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-7)
+  np.testing.assert_allclose(m.norms[0].var[...], 0.99 + 0.01 * h.var(axis=(0, 1, 2)), rtol=1e-5)

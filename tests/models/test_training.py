@@ -77,6 +77,48 @@ def test_records_beyond_size_are_never_read():
   assert int(a.step) == 3 * 2  # ceil(30 / 16) steps per epoch
 
 
+def test_a_padded_batch_takes_the_sgd_step_of_its_valid_records_alone():
+  # size=10 of n=12 records in one batch of 12: two padding rows (weight 0, masked out of the batch statistics).
+  # One SGD step must be exactly the step on the 10 valid records: p - lr * grad(mean cross-entropy + l2 penalty),
+  # with batch statistics from those 10 records only. Dropout 0, so the step is deterministic.
+  spec, lr = M.CNNSpec((3, 6), 0.0), 0.1
+  x, y = toy(12, seed=5)
+  clf, st = make(tx=optax.sgd(lr), spec=spec)
+  got = M.fit(jax.random.key(0), clf, st, x, y, epochs=1, batch_size=12, size=10)
+  assert int(got.step) == 1
+  model = clf.module(st)
+
+  def loss(m):
+    logits = m(jnp.asarray(x[:10]), train=True)
+    return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(10), y[:10]]) + m.regularization()
+
+  grads = nnx.grad(loss)(model)  # also updates model's batch statistics from the 10 records
+  want = jax.tree.map(lambda p, g: p - lr * g, st.params, grads)
+  leaves_close(got.params, want, rtol=1e-4, atol=1e-6)
+  leaves_close(got.rest, nnx.state(model, nnx.BatchStat), rtol=1e-4, atol=1e-6)
+
+
+def test_each_epoch_visits_every_record_once_in_a_random_order():
+  # Two records, batches of one, SGD, no dropout: an epoch is the step on record 0 then record 1 (or the
+  # reverse), both computed here with one-record fits. Over 24 keys both orders must occur (a fixed order:
+  # probability 2^-23 under a uniform shuffle).
+  spec = M.CNNSpec((3, 6), 0.0)
+  x, y = toy(2, seed=6)
+  clf, st = make(tx=optax.sgd(0.1), spec=spec)
+  one = lambda state, i: M.fit(jax.random.key(0), clf, state, x[i:i + 1], y[i:i + 1], epochs=1, batch_size=1)
+  orders = [one(one(st, 0), 1), one(one(st, 1), 0)]
+  same = lambda a, b: all(np.allclose(u, v, rtol=1e-5, atol=1e-7)
+                          for u, v in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)))
+  assert not same(*orders)
+  seen = []
+  for i in range(24):
+    got = M.fit(jax.random.key(i), clf, st, x, y, epochs=1, batch_size=1)
+    match = [same(got, o) for o in orders]
+    assert sum(match) == 1 and int(got.step) == 2
+    seen.append(match[0])
+  assert 0 < sum(seen) < 24
+
+
 def test_keys_of_a_non_default_type_train_and_stay_that_type():
   # The steps rewrapped raw key data as JAX's default key type: an rbg key here (or a threefry key, what the
   # CLI's seeds give, under JAX_DEFAULT_PRNG_IMPL=rbg) failed with "invalid PRNG key data" inside jit.
