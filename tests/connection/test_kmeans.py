@@ -205,3 +205,15 @@ def test_select_queries_do_not_depend_on_the_block_size(data):
     np.testing.assert_array_equal(got.query_indices, want.query_indices)
     np.testing.assert_array_equal(got.assignment, want.assignment)
     np.testing.assert_array_equal(got.kmeans.centres, want.kmeans.centres)
+
+
+def test_lloyd_reseeds_each_empty_cluster_at_a_different_farthest_point():
+  # One Lloyd step from centres 0.5, 10.5, 100, 200 on the line: {0, 1, 2} -> 0.5, {10, 11, 30} -> 10.5, and the
+  # last two clusters are empty. They move to the farthest point from its centre (30, distance 19.5) and the
+  # second farthest (2, distance 1.5), in that order; the others to their means 1 and 17.
+  from jaxdistill.connection._kmeans import _lloyd  # pylint: disable=import-outside-toplevel
+  x = jax.numpy.asarray([[0.0], [1.0], [2.0], [10.0], [11.0], [30.0]], jax.numpy.float32)
+  init = jax.numpy.asarray([[0.5], [10.5], [100.0], [200.0]], jax.numpy.float32)
+  centres, assignment, *_ = _lloyd(x, init, 4, 1, 4)
+  np.testing.assert_allclose(np.asarray(centres)[:, 0], [1.0, 17.0, 30.0, 2.0], rtol=1e-6)
+  np.testing.assert_array_equal(assignment, [0, 0, 3, 1, 1, 2])  # re-assigned to the moved centres
