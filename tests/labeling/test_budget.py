@@ -106,6 +106,8 @@ def test_central_laplace_with_delta_is_private_and_tight():
   # Tight: with 2% less noise a lower bound on delta already breaks the target (1.6e-5).
   assert laplace_shifts_delta(1.02 / b, m, eps, up=False) > delta
   assert plan.epsilon_per_iteration > eps / t
+  # The pipeline builds each iteration's Laplace(2k / eps_t) from epsilon_per_iteration: it must give b.
+  assert plan.epsilon_per_iteration == pytest.approx(2 * k / b, rel=1e-12)
 
 
 @pytest.mark.parametrize("mech", ["shuffle-single", "shuffle-multi"])

@@ -83,6 +83,9 @@ def test_report_lists_every_setting_and_statement(splits, tmp_path):
   assert (tmp_path / "accuracy.png").stat().st_size > 1000 and (tmp_path / "labels.png").stat().st_size > 1000
   assert set(rep["timings_s"]) >= {"data", "representation", "private_chain", "ceiling", "total"}
   assert res.ceiling_acc is not None
+  results = rep["results"]  # the gaps are what is still missing: reference minus private
+  assert results["gap_to_ceiling_pc"] == pytest.approx(results["supervised_ceiling_acc_pc"] - results["acc_pc"])
+  assert results["gap_to_noise_free_pc"] == pytest.approx(results["noise_free_acc_pc"] - results["acc_pc"])
 
 
 def test_ceiling_seeds_keep_the_first_ceiling_and_report_every_draw(splits, tmp_path):
@@ -1187,3 +1190,177 @@ def test_an_rbg_default_prng_still_gives_threefry_keys(splits, monkeypatch):
     jax.config.update("jax_default_prng_impl", old)
   threefry = str(jax.random.key_impl(jax.random.key(0, impl="threefry2x32")))
   assert impls == [("fit", threefry), ("votes", threefry)]
+
+
+# -- audit: what the pipeline builds, labels and reports ----------------------------------
+def test_each_iteration_mechanism_is_built_with_its_share_of_the_budget():
+  # build_mechanism reads plan.epsilon_per_iteration and plan.delta_per_iteration; no pipeline test ran a
+  # shuffle mechanism, so its delta (the total, not delta/(2T)) and its n went unchecked, and so did the
+  # Laplace plan's epsilon_per_iteration (only its noise_parameter was checked private).
+  from jaxdistill import mechanisms  # pylint: disable=import-outside-toplevel
+  eps, delta, t, n, s, k = 1.0, 1e-6, 2, 1500, 20, 2  # eps_t != 1: b = 2k/eps_t is no fixed point of 2k -> 4k^2/b
+  shape = mechanisms.BsvsShape(s, 10, k)
+  for noise in ("discrete-laplace", "laplace"):
+    cfg = labeling.LabelingConfig(mechanism="central", central_noise=noise, epsilon=eps, delta=delta, iterations=t,
+                                  num_queries=s, k=k)
+    plan = labeling.plan_budget("central", eps, delta, t, k=k, central_noise=noise)
+    mech = _pipeline.build_mechanism(cfg, plan, shape, n)
+    # The noise the plan calibrated (checked private in test_budget): a = eps_t / 2k, b = 2k / eps_t.
+    got = mech.parameter if noise == "discrete-laplace" else mech.scale
+    assert got == pytest.approx(plan.noise_parameter, rel=1e-9), noise
+  for name in ("local-rr", "local-collision"):
+    cfg = labeling.LabelingConfig(mechanism=name, epsilon=eps, iterations=t, num_queries=s, k=k)
+    mech = _pipeline.build_mechanism(cfg, labeling.plan_budget(name, eps, 0.0, t, k=k), shape, n)
+    assert mech.epsilon == pytest.approx(eps / t, rel=1e-12)  # pure epsilons add
+  for name, local in (("shuffle-single", "rr"), ("shuffle-multi", None)):
+    extra = {"shuffle_local": local} if local else {}
+    cfg = labeling.LabelingConfig(mechanism=name, epsilon=eps, delta=delta, iterations=t, num_queries=s, k=k, **extra)
+    plan = labeling.plan_budget(name, eps, delta, t, k=k)
+    mech = _pipeline.build_mechanism(cfg, plan, shape, n)
+    st = mech.privacy()
+    # Each release gets delta / (2T) (the plan's split), amplified over every private record (n = |D_priv|).
+    assert st.delta <= delta / (2 * t) * (1 + 1e-9) and st.epsilon <= plan.epsilon_per_iteration * (1 + 1e-9)
+    assert mech.num_clients == n and mech.shape == shape
+    if local:
+      assert mech.local == local
+
+
+def test_query_labels_break_ties_to_the_smallest_label_and_acc_pl_counts_all_of_d_pub(splits, monkeypatch):
+  # Every row of the released votes is given a tie for its maximum between a smaller and a larger label:
+  # the query's label is the smallest one (module docstring), every public sample inherits the label of its
+  # cluster's query, and Acc_pl is the fraction of all of D_pub (not of the queries) labelled correctly.
+  real = _pipeline.simulate
+  released = []
+
+  def tied(key, mech, inputs):
+    votes = np.array(real(key, mech, inputs).estimate, np.float64)
+    top = votes.max(axis=1)
+    last = votes.shape[1] - 1
+    for j in range(votes.shape[0]):
+      if votes[j, last] == top[j]:
+        votes[j, 0] = top[j]
+      else:
+        votes[j, last] = top[j]
+    released.append(votes)
+    return type("Released", (), {"estimate": votes})()
+
+  monkeypatch.setattr(_pipeline, "simulate", tied)
+  res = labeling.run_labeling(tiny(mechanism="central", epsilon=2.0), splits=splits)
+  it = res.private.final
+  [votes] = released
+  np.testing.assert_array_equal(it.votes, votes)
+  want = np.array([min(y for y in range(votes.shape[1]) if votes[j, y] == votes[j].max())
+                   for j in range(votes.shape[0])])
+  np.testing.assert_array_equal(it.query_labels, want)
+  pseudo = np.array([want[c] for c in it.assignment])
+  np.testing.assert_array_equal(it.pseudo_labels, pseudo)
+  labels = splits.public.labels
+  assert it.acc_pl == sum(int(pseudo[i] == labels[i]) for i in range(len(labels))) / len(labels)
+  # The queries alone would give another number on this split (guards the check above).
+  assert it.acc_pl != np.mean(want == labels[it.queries])
+
+
+def test_later_iterations_embed_with_a_d_pub_only_student_and_draw_fresh_noise(splits, monkeypatch):
+  # t >= 2: the student's embedding (its PCA) must be fitted on D_pub, never D_priv (Q would then depend on
+  # D_priv outside the releases), and each release must draw its own noise: the same noise in two releases
+  # is not the composition the plan accounts.
+  from jaxdistill import mechanisms  # pylint: disable=import-outside-toplevel
+  from jaxdistill.labeling import _student  # pylint: disable=import-outside-toplevel
+  fitted_on, noises = [], []
+  real_embedding, real_simulate = _student.Student.embedding, _pipeline.simulate
+
+  def spy_embedding(self, key, public_images):
+    fitted_on.append(public_images)
+    return real_embedding(self, key, public_images)
+
+  def spy_simulate(key, mech, inputs):
+    out = real_simulate(key, mech, inputs)
+    noises.append(np.asarray(out.estimate) - np.asarray(mechanisms.bsvs_counts(inputs, mech.shape)))
+    return out
+
+  monkeypatch.setattr(_student.Student, "embedding", spy_embedding)
+  monkeypatch.setattr(_pipeline, "simulate", spy_simulate)
+  student = labeling.StudentConfig(widths=(8, 16), epochs=1, batch_size=64, learning_rate=3e-3)
+  labeling.run_labeling(tiny(mechanism="central", epsilon=2.0, iterations=3, student=student), splits=splits)
+  assert len(fitted_on) == 2 and all(images is splits.public.images for images in fitted_on)
+  assert len(noises) == 3 and all(np.any(a != 0) for a in noises)
+  for a in range(3):
+    for b in range(a + 1, 3):
+      assert not np.array_equal(noises[a], noises[b]), (a, b)
+
+
+def test_a_resume_on_other_private_labels_or_public_images_is_refused(splits, tmp_path):
+  # The data hash must cover D_priv's labels (they are what is voted) and D_pub (the stored queries and
+  # clusters index it): a resume on other data would reuse votes about other data.
+  cfg = tiny(mechanism="central", epsilon=2.0, out_dir=str(tmp_path))
+  labeling.run_labeling(cfg, splits=splits)
+  priv, pub = splits.private, splits.public
+  relabelled = data_lib.ImageData(priv.images, (priv.labels + 1) % priv.num_classes, priv.num_classes)
+  repixelled = data_lib.ImageData(pub.images[:, :, ::-1].copy(), pub.labels, pub.num_classes)
+  for other in (data_lib.LabelingSplits(relabelled, pub, splits.evaluation),
+                data_lib.LabelingSplits(priv, repixelled, splits.evaluation)):
+    with pytest.raises(ValueError, match="about other data"):
+      labeling.run_labeling(cfg, splits=other)
+  assert labeling.run_labeling(cfg, splits=splits).report["releases"]["reused"] == [1]
+
+
+@pytest.mark.parametrize("changes", [dict(representation="hog-pca"), dict(seed=4), dict(pca_dim=20),
+                                     dict(num_queries=30), dict(k=2), dict(iterations=2), dict(epsilon=3.0),
+                                     dict(connection="balanced-max-min"), dict(central_noise="laplace"),
+                                     dict(noise_seed=7), dict(private_size=1400)])
+def test_the_release_fingerprint_holds_every_setting_a_release_depends_on(changes):
+  # Queries (representation, pca_dim, seed, s), edges (k, connection), noise (epsilon, noise source) and data
+  # all shape the release; a resume that differs in one of them must be refused, not reuse the votes.
+  base = tiny(mechanism="central", epsilon=2.0)
+  assert base.replace(**changes).release_fingerprint() != base.release_fingerprint()
+
+
+def test_the_release_fingerprint_ignores_post_processing_settings():
+  base = tiny(mechanism="central", epsilon=2.0)
+  other = base.replace(out_dir="elsewhere", baselines=True, ceiling_seeds=3, student_seeds=2,
+                       student=dataclasses.replace(base.student, epochs=9))
+  assert other.release_fingerprint() == base.release_fingerprint()
+
+
+def test_the_total_statement_is_the_composition_not_one_iteration():
+  # The report's headline (epsilon, delta) covers all T releases: for pure central T x eps/T = eps, for
+  # shuffle the total delta (not delta/(2T)) and an epsilon near the total.
+  cfg = labeling.LabelingConfig(mechanism="central", epsilon=1.0, iterations=4)
+  plan = labeling.plan_budget("central", 1.0, 0.0, 4, k=1)
+  st = labeling.privacy_report(cfg, plan, [None] * 4, 1000)["statement"]
+  assert st["epsilon"] == pytest.approx(1.0, rel=1e-12) and st["delta"] == 0.0 and st["count"] == 4
+  assert st["parameters"]["epsilon_per_iteration"] == pytest.approx(0.25, rel=1e-12)
+  cfg = labeling.LabelingConfig(mechanism="shuffle-multi", epsilon=1.0, delta=1e-6, iterations=2)
+  plan = labeling.plan_budget("shuffle-multi", 1.0, 1e-6, 2, k=1)
+  st = labeling.privacy_report(cfg, plan, [None] * 2, 1000)["statement"]
+  assert st["delta"] == 1e-6 and 0.99 <= st["epsilon"] <= 1.0
+  assert st["parameters"]["delta_per_iteration"] == pytest.approx(1e-6 / 4)
+
+
+def test_knn_labeling_runs_with_sensitivity_2s_in_every_release(splits):
+  # k-NN labeling (each query takes its k nearest private records) was never run end to end: a record can be
+  # in all s buckets, so the release's sensitivity is 2s whatever k, and without noise each query has k votes.
+  s, k = 20, 5
+  res = labeling.run_labeling(tiny(mechanism="central", epsilon=1.0, connection="knn-labeling", k=k), splits=splits)
+  [per] = res.report["privacy"]["per_iteration"]
+  assert per["parameters"]["sensitivity"] == 2 * s and per["parameters"]["parameter"] == pytest.approx(1.0 / (2 * s))
+  exact = labeling.run_labeling(tiny(mechanism="none", epsilon=math.inf, connection="knn-labeling", k=k),
+                                splits=splits)
+  np.testing.assert_array_equal(exact.private.final.votes.sum(axis=1), np.full(s, k))
+
+
+@pytest.mark.parametrize("mechanism, released", [("shuffle-multi", "shuffle-multi-message"),
+                                                  ("shuffle-single", "shuffle-single-message")])
+def test_shuffle_mechanisms_run_end_to_end(splits, noise_free, mechanism, released):
+  # The two shuffle mechanisms through the whole pipeline (the tests above build them only). At eps = 4 over
+  # |D_priv| = 1,500 messages the votes keep most of the noise-free labels (measured with this seed: Acc_pl
+  # 0.56 and 0.527 against 0.553 noise-free); the floor 0.1 below is a wide margin for a fixed seed.
+  res = labeling.run_labeling(tiny(mechanism=mechanism, epsilon=4.0, delta=1e-5), splits=splits)
+  st = res.report["privacy"]["statement"]
+  assert st["mechanism"] == f"reverse-knn-labeling/{mechanism}" and st["relation"] == "replace-one"
+  assert (st["epsilon"], st["delta"], st["count"]) == (4.0, 1e-5, 1)
+  [per] = res.report["privacy"]["per_iteration"]
+  assert per["mechanism"] == released and per["delta"] <= 1e-5 and per["epsilon"] <= 4.0
+  final = res.private.final
+  assert final.votes.shape == (20, 10) and np.all(np.isfinite(final.votes))
+  assert final.acc_pl >= noise_free.private.final.acc_pl - 0.1
