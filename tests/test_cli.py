@@ -193,3 +193,35 @@ def test_entries_is_one_parser_for_every_list_flag():
   with pytest.raises(argparse.ArgumentTypeError, match=r"^expected ';'-separated specs; 'q' is not a spec "
                                                        r"\(bad spec q\)$"):
     _entries(spec, "specs", "a spec", sep=";")("q")
+
+
+def test_nfdp_rounds_and_resampling_reach_the_report(capsys):
+  # Theorem 1 (WOR, add-remove): one sample reused for R rounds keeps delta = k/n; a fresh sample every round
+  # composes R flat (0, k/n) profiles: delta = 1 - (1 - k/n)^R.
+  base = ["privacy", "nfdp", "--n", "300", "--k", "3", "--rounds", "4", "--json"]
+  reused = run_json(capsys, base)
+  assert reused["rounds"] == 4 and reused["resample_each_round"] is False
+  assert reused["exact"]["delta"] == pytest.approx(3 / 300, rel=1e-12)
+  fresh = run_json(capsys, base + ["--resample-each-round"])
+  assert fresh["rounds"] == 4 and fresh["resample_each_round"] is True
+  assert fresh["exact"]["delta"] == pytest.approx(1 - (1 - 3 / 300)**4, rel=1e-12)
+
+
+def test_shuffle_table_prints_each_quantity_in_its_column(capsys):
+  assert main(["privacy", "shuffle", "--n", "100000", "--delta", "1e-6", "--eps0", "4", "--method",
+               "closed-form"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  header = lines[1].split("  ")
+  header = [h.strip() for h in header if h.strip()]
+  assert header == ["n", "local eps0", "central epsilon", "delta"]
+  row = lines[3].split()
+  assert row[0] == "100000" and float(row[1]) == 4.0 and float(row[3]) == 1e-6
+  assert float(row[2]) == pytest.approx(fmt_closed_form(4.0, 1e5, 1e-6), rel=1e-3)  # printed with 4 digits
+
+
+def test_integer_flags_take_exponents_up_to_1e300():
+  import argparse  # pylint: disable=import-outside-toplevel
+  from jaxdistill.cli._common import count  # pylint: disable=import-outside-toplevel
+  assert count("1e300") == 10**300 and count("9.5e300") == 95 * 10**299 and count("0e999") == 0
+  with pytest.raises(argparse.ArgumentTypeError, match="below 1e300"):
+    count("1e301")

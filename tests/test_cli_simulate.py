@@ -278,3 +278,22 @@ def test_shuffle_single_uses_its_local_mechanisms_max_error_bound():
     bound, got = max_error_prediction(mech, counts, n, beta=0.05)
     assert got == method
     assert bound == mech.local_mechanism.max_error_bound(0.05, counts, n)
+
+
+def test_the_workload_and_the_noise_come_from_two_keys_split_from_the_seed_whatever_the_chunk_size(capsys):
+  # The workload and the mechanism's randomness must use independent keys (split from --seed), and
+  # --chunk-size must not change the numbers (threefry draws are the same under any chunking).
+  import jax
+  import numpy as np
+  argv = ["simulate", "--mechanism", "rr", *SMALL, "--seed", "5", "--json"]
+  default = run_json(capsys, argv)
+  chunked = run_json(capsys, argv + ["--chunk-size", "512"])
+  assert chunked["chunk_size"] <= 512 < default["chunk_size"]  # the chunk really differs
+  assert chunked["error"] == default["error"]
+  key_work, key_run = jax.random.split(jax.random.key(5, impl="threefry2x32"))
+  work = M.synthetic_workload(key_work, num_clients=3000, num_buckets=10, num_labels=5, k=1, r=1)
+  mech = simulation.build_mechanism("rr", M.BsvsShape(10, 5, 1, 1), epsilon=2.0)
+  res = simulation.simulate(key_run, mech, work, with_counts=True)
+  err = np.asarray(res.estimate) - np.asarray(res.counts, np.float64)
+  assert default["error"]["max_abs"] == pytest.approx(float(np.abs(err).max()), rel=1e-12)
+  assert default["error"]["rms"] == pytest.approx(float(np.sqrt(np.mean(err**2))), rel=1e-12)

@@ -87,3 +87,16 @@ def test_secret_key_is_fresh_or_a_function_of_all_64_bits_of_its_seed():
     with pytest.raises(ValueError, match="seed") as err:
       simulation.secret_key(bad)
     assert str(bad) not in str(err.value)  # a mistyped secret is still a secret
+
+
+def test_secret_seeds_are_63_bit_and_every_bit_of_a_seed_enters_the_key():
+  from jaxdistill import _keys  # pylint: disable=import-outside-toplevel
+  # 64 fresh draws all below 2**32 has probability 2**-(31*64) for 63-bit seeds.
+  seeds = [_keys.draw_secret_seed() for _ in range(64)]
+  assert all(0 <= s < 2**63 for s in seeds) and max(seeds) >= 2**32
+  # Seeds that differ in one bit (any of the 64) give different keys: no two seeds share a key.
+  base = 0x0123456789ABCDEF
+  keys = {np.asarray(jax.random.key_data(simulation.secret_key(base ^ (1 << b)))).tobytes() for b in range(64)}
+  keys.add(np.asarray(jax.random.key_data(simulation.secret_key(base))).tobytes())
+  assert len(keys) == 65
+  assert simulation.secret_key(2**64 - 1) is not None  # the largest seed is accepted

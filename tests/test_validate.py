@@ -343,3 +343,26 @@ def test_owned_device_array_only_casts_jax_arrays_and_tracers():
   assert v.owned_device_array(x, np.int32).dtype == jnp.int32
   traced = jax.jit(lambda a: v.owned_device_array(a, np.int32))(jnp.array([3, -1], jnp.int16))
   assert traced.dtype == jnp.int32 and np.asarray(traced).tolist() == [3, -1]
+
+
+@pytest.mark.parametrize("value", [1.5, 1.0000001, -0.1, float("nan"), math.inf, True, "0.5"])
+def test_probability_rejects_values_outside_the_closed_unit_interval(value):
+  with pytest.raises(ValueError, match="purity"):
+    v.probability("purity", value)
+
+
+def test_probability_and_nonnegative_accept_their_closed_ends():
+  assert v.probability("p", 0) == 0.0 and v.probability("p", 1) == 1.0 and v.probability("p", 0.25) == 0.25
+  assert v.nonnegative("noise", 0) == 0.0 and v.nonnegative("noise", 2.5) == 2.5
+  for bad in (-1e-12, -3.0, float("nan"), math.inf):
+    with pytest.raises(ValueError, match="noise"):
+      v.nonnegative("noise", bad)
+
+
+def test_integer_bounds_are_inclusive():
+  assert v.integer("k", 10, minimum=10, maximum=10) == 10
+  assert v.integer("seed", v.MAX_SEED, minimum=0, maximum=v.MAX_SEED) == 2**32 - 1
+  with pytest.raises(ValueError, match=r"k=11 <= 10"):
+    v.integer("k", 11, maximum=10)
+  with pytest.raises(ValueError, match=r"k=9 >= 10"):
+    v.integer("k", 9, minimum=10)

@@ -336,3 +336,50 @@ def test_list_flags_parse_every_entry(tmp_path):
   defaults = build_parser().parse_args(["fedmd"])
   assert defaults.k == (16,) and defaults.private_classes == (0, 1, 2, 3, 4, 5) and defaults.weighting == "equal"
   assert defaults.ldp_table_epsilons == (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0) and defaults.architectures == "fedmd"
+
+
+def test_the_table_states_the_largest_delta_over_the_parties():
+  # The run's guarantee is its weakest party's: the largest delta, first party on ties.
+  privacy = [{"exact": {"delta_for_every_epsilon": 0.1}}, {"exact": {"delta_for_every_epsilon": 0.3}},
+             {"calibrated_to": {"delta": 0.2}}, {"exact": {"delta_for_every_epsilon": 0.3}}]
+  largest = _fedmd._largest_delta  # pylint: disable=protected-access
+  assert largest(privacy) == "0.3 (1)"
+  assert largest([{"calibrated_to": {"delta": 1e-5}}, {}]) == "1e-05 (0)"
+  assert largest([{}, {}]) == "-"
+
+
+def test_every_training_flag_reaches_its_config_field(tmp_path):
+  from jaxdistill.cli.main import build_parser  # pylint: disable=import-outside-toplevel
+  args = build_parser().parse_args(TINY + [
+      "--k", "3", "--rounds", "7", "--digest-epochs", "3", "--revisit-epochs", "5", "--init-epochs", "11",
+      "--pretrain-epochs", "13", "--private-batch-size", "17", "--public-batch-size", "19", "--public-subset", "23",
+      "--lr", "0.25", "--eval-every", "2", "--method", "ldp", "--ldp-epsilon", "1.5", "--ldp-delta", "1e-5",
+      "--ldp-clip", "4", "--aggregation", "logits", "--out", str(tmp_path)])
+  cfg = _fedmd._config(args, 3, False)  # pylint: disable=protected-access
+  got = {f: getattr(cfg, f) for f in ("k", "rounds", "digest_epochs", "revisit_epochs", "init_epochs",
+                                      "pretrain_epochs", "private_batch_size", "public_batch_size", "public_subset",
+                                      "learning_rate", "eval_every", "method", "ldp_epsilon", "ldp_delta",
+                                      "ldp_clip", "aggregation", "num_parties", "with_replacement")}
+  assert got == {"k": 3, "rounds": 7, "digest_epochs": 3, "revisit_epochs": 5, "init_epochs": 11,
+                 "pretrain_epochs": 13, "private_batch_size": 17, "public_batch_size": 19, "public_subset": 23,
+                 "learning_rate": 0.25, "eval_every": 2, "method": "ldp", "ldp_epsilon": 1.5, "ldp_delta": 1e-5,
+                 "ldp_clip": 4.0, "aggregation": "logits", "num_parties": 2, "with_replacement": False}
+
+
+@needs_fashion
+def test_the_run_key_is_the_seed_flags_threefry_key(tmp_path, monkeypatch):
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  class Stop(BaseException):  # not an Exception: past the CLI's error handling
+    pass
+
+  keys = []
+
+  def spy(key, *args, **kwargs):
+    keys.append(np.asarray(jax.random.key_data(key)))
+    raise Stop
+  monkeypatch.setattr(fedmd, "run_fedmd", spy)
+  with pytest.raises(Stop):
+    main(TINY + ["--k", "2", "--seed", "7", "--out", str(tmp_path / "run")])
+  np.testing.assert_array_equal(keys[0], np.asarray(jax.random.key_data(jax.random.key(7, impl="threefry2x32"))))

@@ -161,3 +161,20 @@ def test_tiny_run_writes_report_and_plots(tmp_path, capsys):
     assert (out_dir / "history" / f"report-1-{name}").read_bytes() == content
   ledger = json.loads((out_dir / "ledger.json").read_text())
   assert len(ledger["releases"]) == 1 and len(ledger["runs"]) == 2
+
+
+def test_seed_secret_noise_and_release_flags_reach_the_configuration(tmp_path):
+  # Each flag the release depends on must reach LabelingConfig: a dropped --secret-noise would derive the vote
+  # noise from the recorded --seed (anyone could subtract it), a dropped --seed would reuse seed 0's noise.
+  from jaxdistill.cli import _label  # pylint: disable=import-outside-toplevel
+  from jaxdistill.cli.main import build_parser  # pylint: disable=import-outside-toplevel
+  base = ["label", "--seed", "7", "--s", "30", "--k", "2", "--T", "2", "--epsilon", "3"]
+  plain = _label.config_from_args(build_parser().parse_args(base))
+  assert (plain.seed, plain.num_queries, plain.k, plain.iterations, plain.epsilon) == (7, 30, 2, 2, 3.0)
+  assert plain.noise_seed is None and plain.out_dir.endswith("seed7")
+  secret = _label.config_from_args(build_parser().parse_args(
+      base + ["--secret-noise", "--mechanism", "shuffle-single", "--delta", "1e-7", "--out-dir", str(tmp_path)]))
+  assert secret.seed == 7 and secret.mechanism == "shuffle-single" and secret.delta == 1e-7
+  assert secret.out_dir == str(tmp_path)
+  assert isinstance(secret.noise_seed, int) and secret.noise_seed != 7
+  assert _label.default_out_dir(secret).endswith("-seed7-secret-noise")

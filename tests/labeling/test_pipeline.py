@@ -1364,3 +1364,50 @@ def test_shuffle_mechanisms_run_end_to_end(splits, noise_free, mechanism, releas
   final = res.private.final
   assert final.votes.shape == (20, 10) and np.all(np.isfinite(final.votes))
   assert final.acc_pl >= noise_free.private.final.acc_pl - 0.1
+
+
+def test_ledger_index_records_each_release_and_which_run_released_or_reused_it(tmp_path):
+  record = {"mechanism": "central", "seed": 3, "privacy": {"epsilon": 0.5, "delta": 0.0}}
+  first = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  first.record(1, np.zeros((2, 3)), np.arange(2), np.zeros(5, np.int64), record)
+  first.finish()
+  second = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  assert second.lookup(1) is not None
+  index = json.loads((tmp_path / "ledger.json").read_text())
+  [entry] = index["releases"]
+  assert isinstance(entry.pop("released_at"), str)
+  assert entry == {"iteration": 1, "file": "release-iter1.npz", **record}
+  assert [(r["released"], r["reused"]) for r in index["runs"]] == [([1], []), ([], [1])]
+  assert "finished" in index["runs"][0] and "finished" not in index["runs"][1]
+
+
+def test_an_interrupted_ledger_index_write_keeps_the_earlier_index(tmp_path, monkeypatch):
+  # ledger.json is written to a synced temporary file and renamed: an interrupt while it is written leaves the
+  # earlier index whole (in place, truncate-then-write would leave a partial index that blocks every resume).
+  ledger = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  ledger.record(1, np.zeros((2, 3)), np.arange(2), np.zeros(5, np.int64), {"mechanism": "central"})
+  ledger.finish()
+  before = (tmp_path / "ledger.json").read_bytes()
+
+  def interrupted(fd):
+    raise KeyboardInterrupt("interrupted before the new index was on disk")
+
+  again = labeling.ReleaseLedger(tmp_path, {"a": 1}, "hash")
+  monkeypatch.setattr(_files.os, "fsync", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    again.lookup(1)
+  assert (tmp_path / "ledger.json").read_bytes() == before
+  assert sorted(p.name for p in tmp_path.iterdir()) == [".ledger-key", "ledger.json", "release-iter1.npz"]
+
+
+def test_earlier_plots_without_a_report_move_to_history(tmp_path):
+  # A folder holding an earlier run's plots but no report.json: the plots move, and nothing else is moved.
+  (tmp_path / "accuracy.png").write_bytes(b"old plot")
+  assert _files.keep_earlier_report(tmp_path) is None
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["history"]
+  assert (tmp_path / "history" / "report-1-accuracy.png").read_bytes() == b"old plot"
+  (tmp_path / "accuracy.png").write_bytes(b"second plot")
+  (tmp_path / "report.json").write_text('{"run": 2}\n')
+  assert _files.keep_earlier_report(tmp_path) == tmp_path / "history" / "report-2.json"
+  assert (tmp_path / "history" / "report-2-accuracy.png").read_bytes() == b"second plot"
+  assert (tmp_path / "history" / "report-1-accuracy.png").read_bytes() == b"old plot"
