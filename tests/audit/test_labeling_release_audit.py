@@ -1,0 +1,168 @@
+"""The auditor on the labeling pipeline's own release chain, end to end, for the worst pair of private data.
+
+One labeling iteration releases ``mechanism(counts(reverse k-NN edges of D_priv, labels))``. The other audits
+test each mechanism on counts given to it; this one builds the counts and the mechanism the way
+``run_labeling`` does (``connect`` -> ``make_bsvs_input`` at the rule's declared degree ->
+``plan_budget`` -> ``build_mechanism``) and checks that the *total* epsilon the run states holds for two
+private data sets that differ in one record, at T = 1 and over T = 2 iterations (two releases with
+independent noise on the same edges: the worst case of the adaptive composition, since the central
+sensitivity 2kr does not depend on the queries).
+
+The pair is the worst one: record 0 moves from next to query 0 (label 0) to next to query 2 (label 1), so
+with k = 2 its four edge-label cells all change and the counts differ by 2k = 4 in L1. For the discrete
+Laplace the per-cell log-likelihood ratio is +-a (a = eps_t / 2k), so the number of changed cells on D1's
+side (minus those on D0's) carries the whole privacy loss, and its extreme code has ratio e^eps exactly:
+the bound is tight. For the Laplace the statistic is the log-likelihood ratio: rounded to 1e-9 it audits
+the real-valued mechanism; unrounded it finds the float64 output's leak that the statement warns of.
+
+Rates. Each audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni). Four assertions are such events: no
+alarm in the three null audits (true epsilon = claim = 1) and the planted bug's bound below its true epsilon 2;
+family-wise <= 4e-4. The floors are separate events; their spread, measured at the tests' seeds and at
+31-35 and 100-104 (10 seeds; the T = 1 discrete Laplace at 9):
+
+===========================  =========  ===============  ==========================
+audit                        samples    mean (sd)        floor, sd below the mean
+===========================  =========  ===============  ==========================
+discrete Laplace, T = 1      200,000    0.923 (0.012)    0.85, 6.1
+discrete Laplace, T = 2      1,000,000  0.859 (0.010)    0.78, 7.9
+Laplace, rounded ratio       200,000    0.895 (0.027)    0.7, 7.2
+Laplace, float64 ratio       200,000    2.422 (0.094)    1.5, 9.8 (an alarm)
+noise for k = 1 (planted)    200,000    1.919 (0.009)    1.5, 46
+===========================  =========  ===============  ==========================
+
+so each floor fails with probability < 1e-9 under a normal approximation of the bound. Seeds are fixed; the
+outcome is deterministic.
+"""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdistill import audit, labeling, mechanisms
+from jaxdistill.labeling import _components as components
+from jaxdistill.simulation import simulate
+
+ALPHA = 1e-4
+N = 200_000
+EPSILON = 1.0
+K, S, C = 2, 3, 2
+QUERIES = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]], np.float32)
+#: D0's record 0 sits at (1, 0) with label 0: edges to queries 0 and 1 (distances 1, 9). D1 moves it to (0, 9)
+#: with label 1: edges to queries 2 and 0 (distances 1, 9). The other five records are the same in both.
+OTHERS = np.array([[9.0, 1.0], [1.0, 9.0], [5.0, 4.0], [2.0, 2.0], [8.0, 8.0]], np.float32)
+OTHER_LABELS = np.array([1, 1, 0, 1, 0])
+D0 = (np.concatenate([[[1.0, 0.0]], OTHERS]).astype(np.float32), np.concatenate([[0], OTHER_LABELS]))
+D1 = (np.concatenate([[[0.0, 9.0]], OTHERS]).astype(np.float32), np.concatenate([[1], OTHER_LABELS]))
+NUM_PRIVATE = 6
+
+
+def pipeline_pieces(noise, iterations):
+  """The mechanism and both data sets' BSVS inputs, built as ``run_labeling`` builds them."""
+  config = labeling.LabelingConfig(mechanism="central", central_noise=noise, epsilon=EPSILON,
+                                   iterations=iterations, num_queries=S, k=K)
+  degree = components.connection_privacy(config.connection, K, S).shape_k
+  plan = labeling.plan_budget("central", EPSILON, 0.0, iterations, k=degree, central_noise=noise)
+  shape = mechanisms.BsvsShape(S, C, degree)
+  mech = labeling.build_mechanism(config, plan, shape, NUM_PRIVATE)
+  inputs = []
+  for features, labels in (D0, D1):
+    buckets = components.connect(config.connection, features, QUERIES, K).buckets
+    inputs.append(mechanisms.make_bsvs_input(buckets, labels[:, None], num_buckets=S, num_labels=C, k=degree)[0])
+  return mech, inputs
+
+
+def counts_of(mech, inputs):
+  return [np.asarray(mechanisms.bsvs_counts(x, mech.shape), np.float64) for x in inputs]
+
+
+def release(mech, counts, iterations):
+  """``(keys [m], which) -> float64 [m, T, s, |Y|]``: m runs' T releases of ``counts[which]`` (which: 0 or 1)."""
+  counts = np.stack(counts)
+
+  def server_keys(keys, t):  # iteration t's noise key, then simulate's server key (split(key)[1])
+    return jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, t))[1])(keys)
+
+  def run(keys, which):
+    per_t = [mech.estimate(server_keys(keys, t), counts[int(which)], NUM_PRIVATE) for t in range(1, iterations + 1)]
+    return np.stack([np.asarray(r, np.float64) for r in per_t], axis=1)
+
+  return run
+
+
+def side_code(c0, c1):
+  """Changed cells on D1's side minus those on D0's, summed over the T releases (integer, -4T..4T)."""
+  changed = c0 != c1
+
+  def statistic(outputs):
+    towards_1 = np.where(c1 > c0, outputs >= c1, outputs <= c1)  # a unit shift: at or beyond D1's count
+    return np.sum(np.where(changed, np.where(towards_1, 1, -1), 0), axis=(1, 2, 3)).astype(np.int64)
+
+  return statistic
+
+
+def laplace_llr(c0, c1, scale):
+  def statistic(outputs):
+    return np.sum((np.abs(outputs - c0) - np.abs(outputs - c1)) / scale, axis=(1, 2, 3))
+  return statistic
+
+
+def test_the_worst_pair_differs_by_2k_in_every_edge_label_cell():
+  # Checked on the pipeline's own edges, written out: D0 votes (q0, 0) and (q1, 0); D1 votes (q2, 1), (q0, 1).
+  mech, inputs = pipeline_pieces("discrete-laplace", 1)
+  c0, c1 = counts_of(mech, inputs)
+  diff = c1 - c0
+  want = np.zeros((S, C))
+  want[0, 0] = want[1, 0] = -1
+  want[2, 1] = want[0, 1] = 1
+  np.testing.assert_array_equal(diff, want)
+  assert np.abs(diff).sum() == 2 * K == mech.sensitivity
+  # The audited function is the pipeline's release: one key gives simulate's estimate.
+  key = jax.random.key(5)
+  got = release(mech, (c0, c1), 1)(key[None], 0)[0, 0]
+  np.testing.assert_array_equal(got, np.asarray(simulate(jax.random.fold_in(key, 1), mech, inputs[0]).estimate))
+
+
+@pytest.mark.parametrize("iterations, num_samples, seed, floor", [(1, N, 31, 0.85), (2, 5 * N, 32, 0.78)])
+def test_no_alarm_and_a_tight_bound_on_the_discrete_laplace_release_chain(iterations, num_samples, seed, floor):
+  mech, inputs = pipeline_pieces("discrete-laplace", iterations)
+  assert mech.parameter == pytest.approx(EPSILON / iterations / (2 * K), rel=1e-12)  # a = eps_t / 2k, by hand
+  c0, c1 = counts_of(mech, inputs)
+  r = audit.audit_privacy(jax.random.key(seed), release(mech, (c0, c1), iterations), 0, 1,
+                          num_samples=num_samples, alpha=ALPHA, claimed_epsilon=EPSILON, statistic=side_code(c0, c1),
+                          batched=True, batch_size=50_000)
+  assert not r.alarm and r.kind == "bins"
+  assert floor < r.epsilon_lower <= EPSILON
+
+
+def test_the_laplace_release_chain_is_eps_dp_up_to_the_float_leak_its_statement_warns_of():
+  mech, inputs = pipeline_pieces("laplace", 1)
+  assert mech.scale == pytest.approx(2 * K / EPSILON, rel=1e-12)
+  c0, c1 = counts_of(mech, inputs)
+  run, llr = release(mech, (c0, c1), 1), laplace_llr(c0, c1, mech.scale)
+  # The real-valued mechanism: the likelihood ratio rounded to 1e-9 (coarser than float64's rounding of it) has
+  # its top atom at ratio e^eps exactly; no alarm.
+  r = audit.audit_privacy(jax.random.key(33), run, 0, 1, num_samples=N, alpha=ALPHA, claimed_epsilon=EPSILON,
+                          statistic=lambda out: np.round(llr(out), 9), batched=True, batch_size=50_000)
+  assert not r.alarm and r.kind == "thresholds"
+  assert 0.7 < r.epsilon_lower <= EPSILON
+  # The float64 release itself: A + noise carries which integer A was in its rounding (Mironov 2012), and the
+  # unrounded ratio exceeds 1 = 4 / scale only for outputs of D1 ("T > 1": about 1 in 1,000 under D1, never under
+  # D0). The auditor proves the statement's warning true: the float output is not eps-DP.
+  assert [w.code for w in mech.privacy().warnings] == ["float_laplace_output"]
+  r = audit.audit_privacy(jax.random.key(35), run, 0, 1, num_samples=N, alpha=ALPHA, claimed_epsilon=EPSILON,
+                          statistic=llr, batched=True, batch_size=50_000)
+  assert r.alarm and r.epsilon_lower > 1.5 * EPSILON
+
+
+def test_a_chain_calibrated_for_k_1_is_caught():
+  # The bug class the audit exists for: noise for sensitivity 2 (k = 1) on edges of out-degree 2. Its true
+  # epsilon is 2: the same statistic's extreme code has ratio e^{4 a} with a = eps / 2.
+  mech, inputs = pipeline_pieces("discrete-laplace", 1)
+  wrong = mechanisms.CentralDiscreteLaplace(mechanisms.BsvsShape(S, C, 1), EPSILON)
+  assert math.isclose(wrong.parameter, EPSILON / 2)
+  c0, c1 = counts_of(mech, inputs)
+  r = audit.audit_privacy(jax.random.key(34), release(wrong, (c0, c1), 1), 0, 1, num_samples=N, alpha=ALPHA,
+                          claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
+  assert r.alarm and 1.5 * EPSILON < r.epsilon_lower <= 2 * EPSILON
