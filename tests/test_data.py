@@ -433,6 +433,21 @@ def test_shared_images_matches_bytes_exactly(monkeypatch):
   np.testing.assert_array_equal(_overlap.shared_images(x[::-1], y), want[::-1])
 
 
+def test_shared_images_compares_every_pixel_of_every_colliding_row(monkeypatch):
+  from jaxdistill.data import _overlap  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(1)
+  x = rng.random((6, 3, 3, 1), dtype=np.float32)
+  near = x.copy()
+  near[:, -1, -1, 0] += 1.0  # equal to x but for the last pixel: not copies
+  assert not _overlap.shared_images(x, near).any()
+  # Every row's hash colliding: a near copy must not pass for a copy, and a true copy is found wherever it sits
+  # among the rows sharing its key, the last one included.
+  monkeypatch.setattr(_overlap, "_keys", lambda words: np.zeros(len(words), np.uint64))
+  assert not _overlap.shared_images(x, near).any()
+  np.testing.assert_array_equal(_overlap.shared_images(x, np.concatenate([near, x[[4]]])), np.arange(6) == 4)
+  np.testing.assert_array_equal(_overlap.shared_images(x, np.concatenate([near[:1], x[[2]]])), np.arange(6) == 2)
+
+
 def test_partition_rejects_bad_labels():
   with pytest.raises(ValueError, match="labels"):
     data.partition_clients(np.zeros((4, 2), np.int64), 2, seed=0)

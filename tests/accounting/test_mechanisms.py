@@ -630,3 +630,21 @@ def test_gaussian_closed_form_is_an_upper_bound_where_its_terms_cancel():
       assert exact <= _gaussian_delta(eps, mu) <= exact * 1.01 + 1e-300  # widened by ulps only
     for delta in (1e-3, 1e-8, 1e-12):
       assert float(_mp_gaussian_delta(_gaussian_epsilon(delta, mu), mu)) <= delta
+
+
+def test_relation_parses_every_spelling_and_names_the_dp_accounting_relation():
+  rel, nr = accounting.Relation, dp_accounting.NeighboringRelation
+  for member, value, name in ((rel.ADD_ONE, "add-one", "ADD_ONE"), (rel.REMOVE_ONE, "remove-one", "REMOVE_ONE"),
+                              (rel.ADD_OR_REMOVE, "add-remove", "ADD_OR_REMOVE"),
+                              (rel.REPLACE_ONE, "replace-one", "REPLACE_ONE")):
+    for spelling in (member, value, name, name.lower(), name.replace("_", "-")):
+      assert rel.parse(spelling) is member
+  # dp-accounting's relations: add-or-remove is unbounded DP, replace-one bounded DP.
+  assert rel.parse(nr.ADD_OR_REMOVE_ONE) is rel.ADD_OR_REMOVE
+  assert rel.parse(nr.REPLACE_ONE) is rel.REPLACE_ONE
+  assert rel.REPLACE_ONE.to_dp_accounting() == nr.REPLACE_ONE
+  for member in (rel.ADD_ONE, rel.REMOVE_ONE, rel.ADD_OR_REMOVE):
+    assert member.to_dp_accounting() == nr.ADD_OR_REMOVE_ONE
+  for bad in ("bounded", nr.REPLACE_SPECIAL, 1, None):
+    with pytest.raises(ValueError, match="relation to be one of add-one, remove-one, add-remove, replace-one"):
+      rel.parse(bad)

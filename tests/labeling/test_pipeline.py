@@ -536,6 +536,18 @@ def test_learned_representations_fit_a_small_public_set(splits, monkeypatch):
   assert enc.config.batch_size == 100 and enc(images[:3]).shape[0] == 3
 
 
+def test_fit_steps_count_every_stage_of_a_learned_fit():
+  # The progress bar's total: fit_scan reports the contrastive backbone's steps, then the clustering steps.
+  from jaxdistill import representations  # pylint: disable=import-outside-toplevel
+  from jaxdistill.labeling import _components  # pylint: disable=import-outside-toplevel
+  scan = representations.ScanConfig()
+  assert _components.fit_steps("scan") == scan.contrastive.steps + scan.steps
+  assert _components.fit_steps("scan", {"steps": 7}) == 7 + scan.steps
+  assert _components.fit_steps("contrastive", {"steps": 7}) == 7
+  assert _components.fit_steps("contrastive") == representations.ContrastiveConfig().steps
+  assert _components.fit_steps("pca") == 0 and _components.fit_steps("hog-pca") == 0
+
+
 def test_encoder_options_are_release_settings():
   """Unset encoder options stay out of the fingerprint (older ledgers stay valid); set ones are in it."""
   default = tiny(representation="contrastive").release_fingerprint()

@@ -118,6 +118,27 @@ def test_refinement_reads_only_public_data_and_keeps_the_statement(splits, monke
   assert res.report["iterations"][0]["refined_acc_pl"] == it.refined_acc_pl
 
 
+def test_soft_targets_are_the_clipped_normalised_vote_shares(splits, monkeypatch):
+  # targets="soft": the student trains on its cluster's released votes clipped at 0 and normalised.
+  calls = []
+  real_train = _pipeline.train_student
+
+  def spy_train(key, config, images, targets, *args, **kwargs):
+    calls.append(np.array(targets))
+    return real_train(key, config, images, targets, *args, **kwargs)
+
+  monkeypatch.setattr(_pipeline, "train_student", spy_train)
+  student = dataclasses.replace(TINY_STUDENT, targets="soft", epochs=1)
+  it = labeling.run_labeling(tiny(student=student), splits=splits).private.final
+  votes = np.asarray(it.votes, np.float64)
+  pos = np.maximum(votes, 0.0)
+  tot = pos.sum(axis=1, keepdims=True)
+  assert (votes < 0).any()  # noise made some votes negative: they count as 0
+  want = np.where(tot > 0, pos / np.where(tot > 0, tot, 1.0), 0.1)[it.assignment]  # uniform: no positive vote
+  assert len(calls) == 1 and calls[0].shape == (300, 10)
+  np.testing.assert_allclose(calls[0], want, rtol=1e-6, atol=1e-7)
+
+
 def test_refined_student_reaches_floor(splits):
   res = labeling.run_labeling(tiny(student=dataclasses.replace(TINY_STUDENT, refine_rounds=1)), splits=splits)
   it = res.private.final

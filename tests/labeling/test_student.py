@@ -37,6 +37,35 @@ def test_student_embedding_is_a_public_only_representation():
   np.testing.assert_array_equal(rep(pub.images[:7]), rep(pub.images[:7]))
 
 
+def _tiny_student(embedding_dim=3):
+  rng = np.random.default_rng(0)
+  images = rng.random((64, 12, 12, 1), dtype=np.float32)
+  labels = rng.integers(0, 3, 64).astype(np.int32)
+  cfg = labeling.StudentConfig(widths=(2, 4), epochs=1, embedding_dim=embedding_dim)
+  return labeling.train_student(jax.random.key(0), cfg, images, labels, 3), images
+
+
+def test_student_penultimate_feeds_the_dense_head():
+  student, images = _tiny_student()
+  feats = student.penultimate(images)
+  kernel = np.asarray(student.state.params["head"]["kernel"][...])  # the head has no bias
+  assert feats.shape == (64, kernel.shape[0]) and kernel.shape[1] == 3
+  np.testing.assert_allclose(student.logits(images), feats @ kernel, rtol=1e-4, atol=1e-5)
+
+
+def test_student_embedding_projects_on_the_top_principal_directions():
+  # x -> V^T (f(x) - mu): V the top principal directions of the centred penultimate features over D_pub.
+  student, images = _tiny_student(embedding_dim=3)
+  f = np.asarray(student.penultimate(images), np.float64)
+  centred = f - f.mean(0)
+  _, sing, vt = np.linalg.svd(centred, full_matrices=False)
+  z = np.asarray(student.embedding(jax.random.key(1), images)(images), np.float64)
+  want = centred @ vt[:3].T
+  # Each column is a principal component up to sign; the components are uncorrelated, variances decreasing.
+  np.testing.assert_allclose(np.abs(np.sum(z * want, axis=0)), np.sum(want * want, axis=0), rtol=1e-3)
+  np.testing.assert_allclose(z.T @ z, np.diag(sing[:3] ** 2), rtol=1e-3, atol=1e-3 * sing[2] ** 2)
+
+
 def test_vote_shares_refuse_bad_votes_and_assignments():
   import pytest  # pylint: disable=import-outside-toplevel
   votes = np.array([[3.0, -1.0], [0.0, 0.0]])

@@ -371,6 +371,40 @@ def test_scan_keeps_the_head_with_the_lowest_dataset_loss(mnist, monkeypatch):
   assert single.head == 0 and len(single.head_losses) == 1
 
 
+def test_scan_heads_loss_reads_head_h_from_block_h_of_the_logits():
+  # Head h owns logits columns [h s, (h + 1) s), as fit_scan slices the kept head; rows i and i + B pair up.
+  rng = np.random.default_rng(0)
+  batch, heads, s, lam = 4, 3, 5, 2.0
+  logits = rng.normal(size=(2 * batch, heads * s)).astype(np.float32)
+  got = np.asarray(_scan._heads_loss(jnp.asarray(logits), batch, heads, lam), np.float64)
+  want = []
+  for h in range(heads):
+    z = logits[:, h * s:(h + 1) * s].astype(np.float64)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    consistency = -np.mean(np.log(np.sum(p[:batch] * p[batch:], axis=1) + 1e-8))
+    mean = p[:batch].mean(axis=0)
+    want.append(consistency - lam * -np.sum(mean * np.log(mean + 1e-8)))
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_scan_loss_history_is_the_kept_heads(monkeypatch):
+  x = np.random.default_rng(0).random((32, 8, 8, 1), dtype=np.float32)
+  con = R.ContrastiveConfig(width=4, feature_dim=16, projection_dim=8, steps=2, batch_size=16)
+  cfg = R.ScanConfig(num_clusters=3, steps=3, batch_size=8, num_neighbours=3, num_heads=3, contrastive=con)
+  losses, train_step = [], _scan._train_step
+
+  def recording_step(*args, **kwargs):
+    out = train_step(*args, **kwargs)
+    losses.append(np.asarray(out[2], np.float64))
+    return out
+
+  monkeypatch.setattr(_scan, "_train_step", recording_step)
+  sc = R.fit_scan(jax.random.key(3), x, cfg, log_every=1)
+  assert sc.head != 0  # at this key: the history must follow the kept head, not the first
+  assert sc.loss_history == tuple(float(step[sc.head]) for step in losses)
+
+
 def test_embed_with_wraps_any_model(mnist):
   w = jnp.asarray(np.random.default_rng(0).normal(size=(784, 6)), jnp.float32)
   rep = R.embed_with(lambda z: z.reshape(z.shape[0], -1) @ w, normalize=True)
@@ -602,6 +636,13 @@ def test_embed_with_refuses_a_non_iterable_image_shape():
       R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=bad)
   with pytest.raises(ValueError, match=r"image_shape=\(H, W, C\); got \(8, 8\)"):
     R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=(8, 8))
+
+
+def test_embed_with_refuses_images_of_another_shape_than_image_shape():
+  rep = R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=(4, 4, 1))
+  assert rep.input_shape == (4, 4, 1) and rep(np.zeros((2, 4, 4, 1), np.float32)).shape == (2, 16)
+  with pytest.raises(ValueError, match=r"shape \[N, 4, 4, 1\]"):
+    rep(np.zeros((2, 5, 5, 1), np.float32))
 
 
 def test_fit_representation_checks_hog_options_against_the_images():
