@@ -30,7 +30,8 @@ def readme_commands() -> list[str]:
       fenced.append(line)
   for line in "\n".join(fenced).replace("\\\n", " ").splitlines():
     found += [part.strip() for part in line.split("&&")]
-  found += [part.strip() for inline in re.findall(r"`(python -m jaxdistill [^`]+)`", text) for part in inline.split("&&")]
+  inline = re.findall(r"`(python -m jaxdistill [^`]+)`", text)
+  found += [part.strip() for command in inline for part in command.split("&&")]
   out = []
   for cmd in found:
     cmd = cmd.split(" #")[0].strip()

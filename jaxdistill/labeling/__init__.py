@@ -39,7 +39,8 @@ from jaxdistill.labeling._student import train_student
 from jaxdistill.labeling._student import vote_shares
 
 __all__ = [
-    "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "CONNECTIONS", "DEFAULT_EPSILON", "MECHANISMS", "REPRESENTATIONS",
+    "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "CONNECTIONS", "DEFAULT_EPSILON", "MECHANISMS",
+    "REPRESENTATIONS",
     "LabelingConfig", "StudentConfig", "ReleaseLedger", "StoredRelease", "data_fingerprint",
     "ChainResult", "IterationResult", "LabelingResult", "build_mechanism", "check_splits",
     "fit_first_representation", "load_splits",

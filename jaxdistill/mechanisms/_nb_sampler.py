@@ -401,7 +401,8 @@ def sample_negative_binomial(key: jax.Array, r: Any, p: Any, shape: Any = ()) ->
   r = _validate.positive("r", r)
   p = _validate.open_unit("p", p)
   try:
-    shape = tuple(_validate.integer("shape", s, minimum=0) for s in (shape if isinstance(shape, tuple) else tuple(shape)))
+    dims = shape if isinstance(shape, tuple) else tuple(shape)
+    shape = tuple(_validate.integer("shape", s, minimum=0) for s in dims)
   except TypeError:
     raise ValueError(f"Expected shape to be a tuple of non-negative ints; got {shape!r}.") from None
   return _sample_jit(key, _public_tables(r, p), shape)

@@ -93,7 +93,8 @@ def test_train_student_names_the_learning_rate_when_training_diverges():
   rng = np.random.default_rng(0)
   images = rng.random((32, 12, 12, 1), dtype=np.float32)
   labels = rng.integers(0, 3, 32).astype(np.int32)
-  with pytest.raises(ValueError, match=r"diverged .* after [12] of 2 epochs\); lower learning_rate \(now 1e\+30\)") as err:
+  msg = r"diverged .* after [12] of 2 epochs\); lower learning_rate \(now 1e\+30\)"
+  with pytest.raises(ValueError, match=msg) as err:
     _student.train_student(jax.random.key(0), labeling.StudentConfig(widths=(2, 4), epochs=2, learning_rate=1e30),
                            images, labels, 3)
   assert "\n" not in str(err.value)
