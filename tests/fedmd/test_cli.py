@@ -277,25 +277,31 @@ def test_every_k_is_checked_against_the_parties_before_any_run(capsys, tmp_path,
 
 @needs_fashion
 def test_an_rbg_default_prng_still_gives_a_threefry_key(tmp_path, monkeypatch):
-  # The run's key followed JAX_DEFAULT_PRNG_IMPL; it is a threefry key from --seed whatever the default.
+  # The run's key followed JAX_DEFAULT_PRNG_IMPL; it is the threefry key of --seed whatever the default (a run
+  # keyed from seed 0, whatever --seed said, passed before the key's data was checked too).
   import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
 
   class Stop(BaseException):  # not an Exception: past the CLI's error handling
     pass
 
-  impls = []
+  impls, keys = [], []
+
   def spy(key, *args, **kwargs):
     impls.append(str(jax.random.key_impl(key)))
+    keys.append(np.asarray(jax.random.key_data(key)))
     raise Stop
   monkeypatch.setattr(fedmd, "run_fedmd", spy)
   old = jax.config.jax_default_prng_impl
   jax.config.update("jax_default_prng_impl", "rbg")
   try:
     with pytest.raises(Stop):
-      main(TINY + ["--k", "2", "--out", str(tmp_path / "run")])
+      main(TINY + ["--k", "2", "--seed", "7", "--out", str(tmp_path / "run")])
   finally:
     jax.config.update("jax_default_prng_impl", old)
-  assert impls == [str(jax.random.key_impl(jax.random.key(0, impl="threefry2x32")))]
+  want = jax.random.key(7, impl="threefry2x32")
+  assert impls == [str(jax.random.key_impl(want))]
+  np.testing.assert_array_equal(keys[0], np.asarray(jax.random.key_data(want)))
 
 
 @pytest.mark.parametrize("flag,value,needle", [
@@ -364,22 +370,3 @@ def test_every_training_flag_reaches_its_config_field(tmp_path):
                  "pretrain_epochs": 13, "private_batch_size": 17, "public_batch_size": 19, "public_subset": 23,
                  "learning_rate": 0.25, "eval_every": 2, "method": "ldp", "ldp_epsilon": 1.5, "ldp_delta": 1e-5,
                  "ldp_clip": 4.0, "aggregation": "logits", "num_parties": 2, "with_replacement": False}
-
-
-@needs_fashion
-def test_the_run_key_is_the_seed_flags_threefry_key(tmp_path, monkeypatch):
-  import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
-
-  class Stop(BaseException):  # not an Exception: past the CLI's error handling
-    pass
-
-  keys = []
-
-  def spy(key, *args, **kwargs):
-    keys.append(np.asarray(jax.random.key_data(key)))
-    raise Stop
-  monkeypatch.setattr(fedmd, "run_fedmd", spy)
-  with pytest.raises(Stop):
-    main(TINY + ["--k", "2", "--seed", "7", "--out", str(tmp_path / "run")])
-  np.testing.assert_array_equal(keys[0], np.asarray(jax.random.key_data(jax.random.key(7, impl="threefry2x32"))))
