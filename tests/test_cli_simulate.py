@@ -283,8 +283,8 @@ def test_shuffle_single_uses_its_local_mechanisms_max_error_bound():
 def test_the_workload_and_the_noise_come_from_two_keys_split_from_the_seed_whatever_the_chunk_size(capsys):
   # The workload and the mechanism's randomness must use independent keys (split from --seed), and
   # --chunk-size must not change the numbers (threefry draws are the same under any chunking).
-  import jax
-  import numpy as np
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
   argv = ["simulate", "--mechanism", "rr", *SMALL, "--seed", "5", "--json"]
   default = run_json(capsys, argv)
   chunked = run_json(capsys, argv + ["--chunk-size", "512"])

@@ -99,6 +99,8 @@ def test_hog_colour_uses_strongest_channel(mnist):
 
 
 def test_pca_matches_numpy_svd_and_whitens_public_data(mnist):
+  # Each column equals the float64 eigenvector of D_pub's covariance (descending eigenvalues), its sign chosen so
+  # that its largest-magnitude entry is positive; the mean is D_pub's. (Measured: agreement to 2e-6.)
   x = mnist.images[:200]
   pca = R.fit_pca(x, 10)
   f = pca(x).astype(np.float64)
@@ -110,19 +112,9 @@ def test_pca_matches_numpy_svd_and_whitens_public_data(mnist):
   np.testing.assert_allclose(comps.T @ comps, np.eye(10), atol=1e-4)
   np.testing.assert_allclose(f.mean(0), 0.0, atol=1e-4)
   np.testing.assert_allclose(np.cov(f.T), np.diag(pca.explained_variance), atol=2e-3 * sv[0] ** 2 / 199)
-
-
-def test_pca_components_are_the_float64_eigenvectors_with_the_documented_signs(mnist):
-  # Each column equals the float64 eigenvector of D_pub's covariance (descending eigenvalues), its sign chosen so
-  # that its largest-magnitude entry is positive; the mean is D_pub's. (Measured: agreement to 2e-6.)
-  x = mnist.images[:200]
-  pca = R.fit_pca(x, 10)
-  flat = x.reshape(200, -1).astype(np.float64)
-  centred = flat - flat.mean(0)
   evals, evecs = np.linalg.eigh(centred.T @ centred / 199)
   evals, evecs = evals[::-1][:10], evecs[:, ::-1][:, :10]
   evecs = evecs * np.sign(evecs[np.abs(evecs).argmax(0), np.arange(10)])
-  comps = np.asarray(pca.components, np.float64)
   assert np.all(comps[np.abs(comps).argmax(0), np.arange(10)] > 0)
   np.testing.assert_allclose(comps, evecs, atol=1e-4)
   np.testing.assert_allclose(pca.explained_variance, evals, rtol=1e-4)
