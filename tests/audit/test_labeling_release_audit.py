@@ -15,34 +15,53 @@ side (minus those on D0's) carries the whole privacy loss, and its extreme code 
 the bound is tight. For the Laplace the statistic is the log-likelihood ratio: rounded to 1e-9 it audits
 the real-valued mechanism; unrounded it finds the float64 output's leak that the statement warns of.
 
-Rates. Each audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni). Four assertions are such events: no
-alarm in the three null audits (true epsilon = claim = 1) and the planted bug's bound below its true epsilon 2;
-family-wise <= 4e-4. The floors are separate events; their spread, measured at the tests' seeds and at
-31-35 and 100-104 (10 seeds; the T = 1 discrete Laplace at 9):
+Under local DP the release is record 0's own message in each iteration (what the server sees of it; the sum
+is post-processing), keyed as ``simulate`` keys client 0, at the per-iteration epsilon the plan gives. Its
+two entry sets are disjoint, so all 2kr = 4 entries differ. Randomized response: the differing bits that
+agree with D0, summed over T (sufficient). Collision: each message's hits-and-collisions code on the four
+entries, mapped to its exact log-likelihood ratio (pmfs enumerated over every hash value and output) and
+summed over T. The true epsilons come from those definitions, not from the code under test.
 
-===========================  =========  ===============  ==========================
-audit                        samples    mean (sd)        floor, sd below the mean
-===========================  =========  ===============  ==========================
-discrete Laplace, T = 1      200,000    0.923 (0.012)    0.85, 6.1
-discrete Laplace, T = 2      1,000,000  0.859 (0.010)    0.78, 7.9
-Laplace, rounded ratio       200,000    0.895 (0.027)    0.7, 7.2
-Laplace, float64 ratio       200,000    2.422 (0.094)    1.5, 9.8 (an alarm)
-noise for k = 1 (planted)    200,000    1.919 (0.009)    1.5, 46
-===========================  =========  ===============  ==========================
+Rates. Each audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni). Ten assertions are such events: no
+alarm in the seven null audits (true epsilon <= claim = 1) and the planted bugs' bounds below their true
+epsilons (the k = 1 noise, 2; the local chains without the split over T, 2); family-wise <= 1e-3. The
+floors are separate events; their spread, measured at the tests' seeds and at 31-35 and 100-104 (central;
+the T = 1 discrete Laplace at 9) or at 40-49 and 100-109 (local; the 1,000,000-sample ones at 100-109):
+
+=================================  =========  ===============  ==========================
+audit                              samples    mean (sd)        floor, sd below the mean
+=================================  =========  ===============  ==========================
+discrete Laplace, T = 1            200,000    0.923 (0.012)    0.85, 6.1
+discrete Laplace, T = 2            1,000,000  0.859 (0.010)    0.78, 7.9
+Laplace, rounded ratio             200,000    0.895 (0.027)    0.7, 7.2
+Laplace, float64 ratio             200,000    2.422 (0.094)    1.5, 9.8 (an alarm)
+noise for k = 1 (planted)          200,000    1.919 (0.009)    1.5, 46
+local randomized response, T = 1   200,000    0.924 (0.009)    0.85, 8.6
+local randomized response, T = 2   1,000,000  0.865 (0.028)    0.7, 6.0
+local Collision, T = 1             200,000    0.960 (0.006)    0.9, 10
+local Collision, T = 2             200,000    0.891 (0.012)    0.8, 7.4
+local RR without the split         1,000,000  1.847 (0.025)    1.5, 14 (an alarm)
+local Collision without the split  200,000    1.883 (0.027)    1.5, 14 (an alarm)
+=================================  =========  ===============  ==========================
 
 so each floor fails with probability < 1e-9 under a normal approximation of the bound. Seeds are fixed; the
 outcome is deterministic.
 """
 
+import functools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdistill import audit, labeling, mechanisms
+from jaxdistill import accounting, audit, labeling, mechanisms
 from jaxdistill.labeling import _components as components
+from jaxdistill.mechanisms._collision import hash_table
 from jaxdistill.simulation import simulate
+from tests.audit._mechanisms import _hits_and_collisions
+from tests.audit.test_privacy_audit import collision_statistic_pmf
 
 ALPHA = 1e-4
 N = 200_000
@@ -58,12 +77,12 @@ D1 = (np.concatenate([[[0.0, 9.0]], OTHERS]).astype(np.float32), np.concatenate(
 NUM_PRIVATE = 6
 
 
-def pipeline_pieces(noise, iterations):
+def pipeline_pieces(noise, iterations, mechanism="central"):
   """The mechanism and both data sets' BSVS inputs, built as ``run_labeling`` builds them."""
-  config = labeling.LabelingConfig(mechanism="central", central_noise=noise, epsilon=EPSILON,
+  config = labeling.LabelingConfig(mechanism=mechanism, central_noise=noise, epsilon=EPSILON,
                                    iterations=iterations, num_queries=S, k=K)
   degree = components.connection_privacy(config.connection, K, S).shape_k
-  plan = labeling.plan_budget("central", EPSILON, 0.0, iterations, k=degree, central_noise=noise)
+  plan = labeling.plan_budget(mechanism, EPSILON, 0.0, iterations, k=degree, central_noise=noise)
   shape = mechanisms.BsvsShape(S, C, degree)
   mech = labeling.build_mechanism(config, plan, shape, NUM_PRIVATE)
   inputs = []
@@ -166,3 +185,107 @@ def test_a_chain_calibrated_for_k_1_is_caught():
   r = audit.audit_privacy(jax.random.key(34), release(wrong, (c0, c1), 1), 0, 1, num_samples=N, alpha=ALPHA,
                           claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
   assert r.alarm and 1.5 * EPSILON < r.epsilon_lower <= 2 * EPSILON
+
+
+# --- local mechanisms: what record 0's client sends -------------------------------------------------------------
+#: Client 0's flattened entries (bucket * |Y| + label) in D0 and D1: {(q0, 0), (q1, 0)} and {(q2, 1), (q0, 1)}.
+ENTRIES_0, ENTRIES_1 = (0, 2), (5, 1)
+
+
+def client_zero(inputs):
+  return [(x.buckets[0], x.labels[0]) for x in inputs]
+
+
+def local_release(mech, iterations):
+  """``(key, client) -> T messages``: record 0's message in each iteration, keyed as ``simulate`` keys client 0."""
+  def run(key, client):
+    buckets, labels = client
+    return tuple(mech.randomize(jax.random.fold_in(jax.random.split(jax.random.fold_in(key, t))[0], 0), buckets,
+                                labels) for t in range(1, iterations + 1))
+  return run
+
+
+def rr_agreement(messages):
+  """Over the T messages, the differing bits that agree with D0 (integer, 0..4T): sufficient for the pair."""
+  x0, x1 = jnp.array(ENTRIES_0), jnp.array(ENTRIES_1)
+  return sum(m[x0].sum() + (~m[x1]).sum() for m in messages).astype(jnp.int32)
+
+
+@functools.lru_cache(maxsize=None)
+def collision_pmfs(mech):
+  """Exact pmfs of the hits-and-collisions code on items ENTRIES_0 + ENTRIES_1 under D0 and D1 (enumerated)."""
+  items = ENTRIES_0 + ENTRIES_1
+  return [collision_statistic_pmf(items, list(e), mech.epsilon, mech.bloom_length, K) for e in (ENTRIES_0, ENTRIES_1)]
+
+
+def collision_llr(mech):
+  """Summed over the T messages, ln(Pr_D0 / Pr_D1) of each message's code: the likelihood-ratio test."""
+  p, q = collision_pmfs(mech)
+  table = np.zeros(2 ** 10)
+  for code in p:
+    table[code] = math.log(p[code] / q[code])
+  table = jnp.asarray(table, jnp.float32)
+  items = ENTRIES_0 + ENTRIES_1
+
+  def statistic(messages):
+    codes = [_hits_and_collisions((m.output, hash_table(m.seed, mech.shape.d, mech.bloom_length)), items)
+             for m in messages]
+    return sum(table[c] for c in codes)
+
+  return statistic
+
+
+def test_the_local_chain_splits_epsilon_over_iterations_and_sends_what_simulate_sums():
+  for iterations in (1, 2):
+    rr, inputs = pipeline_pieces("discrete-laplace", iterations, "local-rr")
+    assert rr.epsilon == EPSILON / iterations and rr.shape == mechanisms.BsvsShape(S, C, K)
+    assert rr.bit_epsilon == pytest.approx(EPSILON / iterations / (2 * K), rel=1e-15)  # eps_t / 2kr, r = 1
+    coll, _ = pipeline_pieces("discrete-laplace", iterations, "local-collision")
+    assert coll.epsilon == EPSILON / iterations and coll.shape == rr.shape
+  # Client 0's entries as the connection made them (written out in the module's data).
+  for x, entries in zip(client_zero(inputs), (ENTRIES_0, ENTRIES_1)):
+    np.testing.assert_array_equal(np.sort(mechanisms.client_entries(*x, C)), np.sort(entries))
+  # The audited message is the one simulate sums: run alone, client 0's RR bits are simulate's estimate undone.
+  key = jax.random.key(6)
+  one = mechanisms.BsvsInput(inputs[0].buckets[:1], inputs[0].labels[:1])
+  for t in (1, 2):
+    message = np.asarray(local_release(rr, 2)(key, client_zero(inputs)[0])[t - 1])
+    estimate = np.asarray(simulate(jax.random.fold_in(key, t), rr, one).estimate).ravel()
+    q = 1 - rr.keep_probability
+    np.testing.assert_allclose(estimate * (rr.keep_probability - q) + q, message, atol=1e-9)
+
+
+def local_true_epsilon(mech, iterations):
+  """The pair's exact epsilon over T messages, from the definitions: T times one message's largest ratio."""
+  if isinstance(mech, mechanisms.RandomizedResponse):  # 4 differing bits, each p / q at most
+    p = mech.keep_probability
+    return iterations * 4 * math.log(p / (1 - p))
+  return iterations * accounting.epsilon_for_delta(*collision_pmfs(mech), 0.0)
+
+
+def local_statistic(mech):
+  return rr_agreement if isinstance(mech, mechanisms.RandomizedResponse) else collision_llr(mech)
+
+
+@pytest.mark.parametrize("mechanism, iterations, num_samples, seed, floor", [
+    ("local-rr", 1, N, 41, 0.85), ("local-rr", 2, 5 * N, 42, 0.7),
+    ("local-collision", 1, N, 43, 0.9), ("local-collision", 2, N, 44, 0.8)])
+def test_no_alarm_and_a_tight_bound_on_the_local_release_chain(mechanism, iterations, num_samples, seed, floor):
+  mech, inputs = pipeline_pieces("discrete-laplace", iterations, mechanism)
+  true_epsilon = local_true_epsilon(mech, iterations)
+  assert 0.999 * EPSILON < true_epsilon <= EPSILON * (1 + 1e-12)  # the claim holds, and is tight
+  r = audit.audit_privacy(jax.random.key(seed), local_release(mech, iterations), *client_zero(inputs),
+                          num_samples=num_samples, alpha=ALPHA, claimed_epsilon=EPSILON,
+                          statistic=local_statistic(mech))
+  assert not r.alarm
+  assert floor < r.epsilon_lower <= true_epsilon
+
+
+@pytest.mark.parametrize("mechanism, num_samples, seed", [("local-rr", 5 * N, 45), ("local-collision", N, 46)])
+def test_a_local_chain_that_spends_the_total_in_every_iteration_is_caught(mechanism, num_samples, seed):
+  # The composition forgotten: each of T = 2 messages at the total epsilon (true epsilon 2, claimed 1).
+  split, inputs = pipeline_pieces("discrete-laplace", 2, mechanism)
+  mech = type(split)(split.shape, EPSILON)
+  r = audit.audit_privacy(jax.random.key(seed), local_release(mech, 2), *client_zero(inputs), num_samples=num_samples,
+                          alpha=ALPHA, claimed_epsilon=EPSILON, statistic=local_statistic(mech))
+  assert r.alarm and 1.5 * EPSILON < r.epsilon_lower <= local_true_epsilon(mech, 2) <= 2 * EPSILON * (1 + 1e-12)
