@@ -15,6 +15,9 @@ side (minus those on D0's) carries the whole privacy loss, and its extreme code 
 the bound is tight. For the Laplace the statistic is the log-likelihood ratio: rounded to 1e-9 it audits
 the real-valued mechanism; unrounded it finds the float64 output's leak that the statement warns of.
 
+k-NN labeling (each query takes its k nearest records) is audited at its own worst pair: one record in every
+query's list, so all s rows change and the counts differ by 2s in L1 (its declared out-degree is s, not k).
+
 Under local DP the release is record 0's own message in each iteration (what the server sees of it; the sum
 is post-processing), keyed as ``simulate`` keys client 0, at the per-iteration epsilon the plan gives. Its
 two entry sets are disjoint, so all 2kr = 4 entries differ. Randomized response: the differing bits that
@@ -22,11 +25,12 @@ agree with D0, summed over T (sufficient). Collision: each message's hits-and-co
 entries, mapped to its exact log-likelihood ratio (pmfs enumerated over every hash value and output) and
 summed over T. The true epsilons come from those definitions, not from the code under test.
 
-Rates. Each audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni). Ten assertions are such events: no
-alarm in the seven null audits (true epsilon <= claim = 1) and the planted bugs' bounds below their true
-epsilons (the k = 1 noise, 2; the local chains without the split over T, 2); family-wise <= 1e-3. The
-floors are separate events; their spread, measured at the tests' seeds and at 31-35 and 100-104 (central;
-the T = 1 discrete Laplace at 9) or at 40-49 and 100-109 (local; the 1,000,000-sample ones at 100-109):
+Rates. Each audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni). Twelve assertions are such events: no
+alarm in the eight null audits (true epsilon <= claim = 1) and the planted bugs' bounds below their true
+epsilons (the k = 1 noise, 2; k-NN labeling's noise for 2k, 3; the local chains without the split over T, 2);
+family-wise <= 1.2e-3. The floors are separate events; their spread, measured at the tests' seeds and at
+31-35 and 100-104 (reverse k-NN, central; the T = 1 discrete Laplace at 9), at 36-37 and 100-109 (k-NN
+labeling) or at 40-49 and 100-109 (local; the 1,000,000-sample ones at 100-109):
 
 =================================  =========  ===============  ==========================
 audit                              samples    mean (sd)        floor, sd below the mean
@@ -36,6 +40,8 @@ discrete Laplace, T = 2            1,000,000  0.859 (0.010)    0.78, 7.9
 Laplace, rounded ratio             200,000    0.895 (0.027)    0.7, 7.2
 Laplace, float64 ratio             200,000    2.422 (0.094)    1.5, 9.8 (an alarm)
 noise for k = 1 (planted)          200,000    1.919 (0.009)    1.5, 46
+k-NN labeling, T = 1               1,000,000  0.931 (0.010)    0.85, 8.1
+k-NN labeling, noise for 2k        200,000    2.802 (0.038)    2, 21 (an alarm)
 local randomized response, T = 1   200,000    0.924 (0.009)    0.85, 8.6
 local randomized response, T = 2   1,000,000  0.865 (0.028)    0.7, 6.0
 local Collision, T = 1             200,000    0.960 (0.006)    0.9, 10
@@ -77,17 +83,17 @@ D1 = (np.concatenate([[[0.0, 9.0]], OTHERS]).astype(np.float32), np.concatenate(
 NUM_PRIVATE = 6
 
 
-def pipeline_pieces(noise, iterations, mechanism="central"):
+def pipeline_pieces(noise, iterations, mechanism="central", connection="reverse-knn", pair=(D0, D1), k=K):
   """The mechanism and both data sets' BSVS inputs, built as ``run_labeling`` builds them."""
   config = labeling.LabelingConfig(mechanism=mechanism, central_noise=noise, epsilon=EPSILON,
-                                   iterations=iterations, num_queries=S, k=K)
-  degree = components.connection_privacy(config.connection, K, S).shape_k
+                                   iterations=iterations, num_queries=S, k=k, connection=connection)
+  degree = components.connection_privacy(config.connection, k, S).shape_k
   plan = labeling.plan_budget(mechanism, EPSILON, 0.0, iterations, k=degree, central_noise=noise)
   shape = mechanisms.BsvsShape(S, C, degree)
-  mech = labeling.build_mechanism(config, plan, shape, NUM_PRIVATE)
+  mech = labeling.build_mechanism(config, plan, shape, len(pair[0][1]))
   inputs = []
-  for features, labels in (D0, D1):
-    buckets = components.connect(config.connection, features, QUERIES, K).buckets
+  for features, labels in pair:
+    buckets = components.connect(config.connection, features, QUERIES, k).buckets
     inputs.append(mechanisms.make_bsvs_input(buckets, labels[:, None], num_buckets=S, num_labels=C, k=degree)[0])
   return mech, inputs
 
@@ -186,6 +192,52 @@ def test_a_chain_calibrated_for_k_1_is_caught():
                           claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
   assert r.alarm and 1.5 * EPSILON < r.epsilon_lower <= 2 * EPSILON
 
+
+
+# --- k-NN labeling: one record in every query's list --------------------------------------------------------------
+#: Each query takes its k = 1 nearest record. D0's record 0 (label 0) at (3, 3) is the nearest record of all three
+#: queries (distances 4.2, 7.6, 7.6); D1 moves it far away, and each query's next-nearest record, all label 1, takes
+#: its place: (-6, -6) for query 0 (8.5), (18, 0) for query 1 (8.0), (0, 18) for query 2 (8.0). Every row of the
+#: counts loses a vote for label 0 and gains one for label 1: L1 distance 2s = 6, where reverse k-NN's is 2k.
+KNN_OTHERS = np.array([[-6.0, -6.0], [18.0, 0.0], [0.0, 18.0], [30.0, 30.0], [-30.0, 30.0]], np.float32)
+KNN_OTHER_LABELS = np.array([1, 1, 1, 0, 0])
+KNN_D0 = (np.concatenate([[[3.0, 3.0]], KNN_OTHERS]).astype(np.float32), np.concatenate([[0], KNN_OTHER_LABELS]))
+KNN_D1 = (np.concatenate([[[100.0, 100.0]], KNN_OTHERS]).astype(np.float32),
+          np.concatenate([[1], KNN_OTHER_LABELS]))
+
+
+def knn_labeling_pieces():
+  return pipeline_pieces("discrete-laplace", 1, connection="knn-labeling", pair=(KNN_D0, KNN_D1), k=1)
+
+
+def test_knn_labeling_worst_pair_moves_a_vote_in_every_row_and_the_noise_covers_2s():
+  mech, inputs = knn_labeling_pieces()
+  c0, c1 = counts_of(mech, inputs)
+  want = np.zeros((S, C))
+  want[:, 0], want[:, 1] = -1, 1
+  np.testing.assert_array_equal(c1 - c0, want)
+  assert np.abs(c1 - c0).sum() == 2 * S == mech.sensitivity
+  assert mech.parameter == pytest.approx(EPSILON / (2 * S), rel=1e-12)  # a = eps / 2s, by hand
+
+
+def test_no_alarm_and_a_tight_bound_on_the_knn_labeling_release_chain():
+  mech, inputs = knn_labeling_pieces()
+  c0, c1 = counts_of(mech, inputs)
+  r = audit.audit_privacy(jax.random.key(36), release(mech, (c0, c1), 1), 0, 1, num_samples=5 * N, alpha=ALPHA,
+                          claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
+  assert not r.alarm and r.kind == "bins"
+  assert 0.85 < r.epsilon_lower <= EPSILON
+
+
+def test_knn_labeling_noise_for_the_in_degree_k_is_caught():
+  # Noise for sensitivity 2k = 2, as if k-NN labeling were reverse k-NN: true epsilon s * eps = 3 (extreme code
+  # 6 a with a = eps / 2).
+  mech, inputs = knn_labeling_pieces()
+  wrong = mechanisms.CentralDiscreteLaplace(mechanisms.BsvsShape(S, C, 1), EPSILON)
+  c0, c1 = counts_of(mech, inputs)
+  r = audit.audit_privacy(jax.random.key(37), release(wrong, (c0, c1), 1), 0, 1, num_samples=N, alpha=ALPHA,
+                          claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
+  assert r.alarm and 2 * EPSILON < r.epsilon_lower <= S * EPSILON
 
 # --- local mechanisms: what record 0's client sends -------------------------------------------------------------
 #: Client 0's flattened entries (bucket * |Y| + label) in D0 and D1: {(q0, 0), (q1, 0)} and {(q2, 1), (q0, 1)}.
