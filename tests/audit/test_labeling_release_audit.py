@@ -17,6 +17,8 @@ the real-valued mechanism; unrounded it finds the float64 output's leak that the
 
 k-NN labeling (each query takes its k nearest records) is audited at its own worst pair: one record in every
 query's list, so all s rows change and the counts differ by 2s in L1 (its declared out-degree is s, not k).
+Appendix C's balanced rules state no guarantee; the audit shows why, on a pair where moving one record
+re-routes two others: the noise the pipeline calibrates for them (nominally 2k) is far from its nominal epsilon.
 
 Under local DP the release is record 0's own message in each iteration (what the server sees of it; the sum
 is post-processing), keyed as ``simulate`` keys client 0, at the per-iteration epsilon the plan gives. Its
@@ -25,12 +27,13 @@ agree with D0, summed over T (sufficient). Collision: each message's hits-and-co
 entries, mapped to its exact log-likelihood ratio (pmfs enumerated over every hash value and output) and
 summed over T. The true epsilons come from those definitions, not from the code under test.
 
-Rates. Each audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni). Twelve assertions are such events: no
-alarm in the eight null audits (true epsilon <= claim = 1) and the planted bugs' bounds below their true
-epsilons (the k = 1 noise, 2; k-NN labeling's noise for 2k, 3; the local chains without the split over T, 2);
-family-wise <= 1.2e-3. The floors are separate events; their spread, measured at the tests' seeds and at
-31-35 and 100-104 (reverse k-NN, central; the T = 1 discrete Laplace at 9), at 36-37 and 100-109 (k-NN
-labeling) or at 40-49 and 100-109 (local; the 1,000,000-sample ones at 100-109):
+Rates. Each audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni). Fourteen assertions are such events: no
+alarm in the eight null audits (true epsilon <= claim = 1) and the bounds of the planted bugs and the balanced
+rules below their true epsilons (the k = 1 noise, 2; k-NN labeling's noise for 2k, 3; the balanced rules, 3
+each; the local chains without the split over T, 2 each); family-wise <= 1.4e-3. The floors are separate
+events; their spread, measured at the tests' seeds and at 31-35 and 100-104 (reverse k-NN, central; the T = 1
+discrete Laplace at 9), at 36-39 and 100-109 (k-NN labeling, balanced rules) or at 40-49 and 100-109 (local;
+the 1,000,000-sample ones at 100-109):
 
 =================================  =========  ===============  ==========================
 audit                              samples    mean (sd)        floor, sd below the mean
@@ -42,6 +45,7 @@ Laplace, float64 ratio             200,000    2.422 (0.094)    1.5, 9.8 (an alar
 noise for k = 1 (planted)          200,000    1.919 (0.009)    1.5, 46
 k-NN labeling, T = 1               1,000,000  0.931 (0.010)    0.85, 8.1
 k-NN labeling, noise for 2k        200,000    2.802 (0.038)    2, 21 (an alarm)
+balanced rules, nominal noise      200,000    2.862 (0.032)    2, 27 (an alarm)
 local randomized response, T = 1   200,000    0.924 (0.009)    0.85, 8.6
 local randomized response, T = 2   1,000,000  0.865 (0.028)    0.7, 6.0
 local Collision, T = 1             200,000    0.960 (0.006)    0.9, 10
@@ -83,18 +87,20 @@ D1 = (np.concatenate([[[0.0, 9.0]], OTHERS]).astype(np.float32), np.concatenate(
 NUM_PRIVATE = 6
 
 
-def pipeline_pieces(noise, iterations, mechanism="central", connection="reverse-knn", pair=(D0, D1), k=K):
+def pipeline_pieces(noise, iterations, mechanism="central", connection="reverse-knn", pair=(D0, D1), k=K,
+                    queries=QUERIES):
   """The mechanism and both data sets' BSVS inputs, built as ``run_labeling`` builds them."""
+  s = len(queries)
   config = labeling.LabelingConfig(mechanism=mechanism, central_noise=noise, epsilon=EPSILON,
-                                   iterations=iterations, num_queries=S, k=k, connection=connection)
-  degree = components.connection_privacy(config.connection, k, S).shape_k
+                                   iterations=iterations, num_queries=s, k=k, connection=connection)
+  degree = components.connection_privacy(config.connection, k, s).shape_k
   plan = labeling.plan_budget(mechanism, EPSILON, 0.0, iterations, k=degree, central_noise=noise)
-  shape = mechanisms.BsvsShape(S, C, degree)
+  shape = mechanisms.BsvsShape(s, C, degree)
   mech = labeling.build_mechanism(config, plan, shape, len(pair[0][1]))
   inputs = []
   for features, labels in pair:
-    buckets = components.connect(config.connection, features, QUERIES, k).buckets
-    inputs.append(mechanisms.make_bsvs_input(buckets, labels[:, None], num_buckets=S, num_labels=C, k=degree)[0])
+    buckets = components.connect(config.connection, features, queries, k).buckets
+    inputs.append(mechanisms.make_bsvs_input(buckets, labels[:, None], num_buckets=s, num_labels=C, k=degree)[0])
   return mech, inputs
 
 
@@ -238,6 +244,30 @@ def test_knn_labeling_noise_for_the_in_degree_k_is_caught():
   r = audit.audit_privacy(jax.random.key(37), release(wrong, (c0, c1), 1), 0, 1, num_samples=N, alpha=ALPHA,
                           claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
   assert r.alarm and 2 * EPSILON < r.epsilon_lower <= S * EPSILON
+
+
+# --- Appendix C's balanced rules: the nominal noise is not DP ------------------------------------------------------
+#: Two queries on a line and three records. Under D0 the balanced rules send record 0 (at 1) to query 0 and records
+#: 1 and 2 to query 1; D1 moves record 0 alone to 9.5, and the rules re-route records 1 and 2 to query 0 (spec §5,
+#: I8). The counts differ by 6 in L1 against reverse k-NN's 2k = 2.
+BALANCED_QUERIES = np.array([[0.0], [10.0]], np.float32)
+BALANCED_D0 = (np.array([[1.0], [2.0], [3.0]], np.float32), np.array([0, 1, 1]))
+BALANCED_D1 = (np.array([[9.5], [2.0], [3.0]], np.float32), np.array([0, 1, 1]))
+
+
+@pytest.mark.parametrize("rule, seed", [("balanced-max-min", 38), ("balanced-harmonic", 39)])
+def test_balanced_rules_nominal_noise_is_not_dp_as_their_statement_says(rule, seed):
+  assert not components.connection_privacy(rule, 1, 2).dp_valid  # the statement: no guarantee (epsilon = inf)
+  mech, inputs = pipeline_pieces("discrete-laplace", 1, connection=rule, pair=(BALANCED_D0, BALANCED_D1), k=1,
+                                 queries=BALANCED_QUERIES)
+  assert mech.sensitivity == 2  # the nominal calibration, for reverse k-NN's 2k
+  c0, c1 = counts_of(mech, inputs)
+  np.testing.assert_array_equal(c1 - c0, [[-1, 2], [1, -2]])  # record 0's own edge, and two re-routed ones
+  # True epsilon of the pair: a = eps / 2 per unit of L1, 6 units: 3 eps.
+  r = audit.audit_privacy(jax.random.key(seed), release(mech, (c0, c1), 1), 0, 1, num_samples=N, alpha=ALPHA,
+                          claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
+  assert r.alarm and 2 * EPSILON < r.epsilon_lower <= 3 * EPSILON
+
 
 # --- local mechanisms: what record 0's client sends -------------------------------------------------------------
 #: Client 0's flattened entries (bucket * |Y| + label) in D0 and D1: {(q0, 0), (q1, 0)} and {(q2, 1), (q0, 1)}.
