@@ -85,6 +85,15 @@ OTHER_LABELS = np.array([1, 1, 0, 1, 0])
 D0 = (np.concatenate([[[1.0, 0.0]], OTHERS]).astype(np.float32), np.concatenate([[0], OTHER_LABELS]))
 D1 = (np.concatenate([[[0.0, 9.0]], OTHERS]).astype(np.float32), np.concatenate([[1], OTHER_LABELS]))
 NUM_PRIVATE = 6
+#: k-NN labeling (each query takes its k = 1 nearest record): record 0 (label 0) at (3, 3) is the nearest of all three
+#: queries (distances 4.2, 7.6, 7.6); D1 moves it far away, and each query's next-nearest record, all label 1, takes
+#: its place: (-6, -6) for query 0 (8.5), (18, 0) for query 1 (8.0), (0, 18) for query 2 (8.0). Every row of the
+#: counts loses a vote for label 0 and gains one for label 1: L1 distance 2s = 6, where reverse k-NN's is 2k.
+KNN_OTHERS = np.array([[-6.0, -6.0], [18.0, 0.0], [0.0, 18.0], [30.0, 30.0], [-30.0, 30.0]], np.float32)
+KNN_OTHER_LABELS = np.array([1, 1, 1, 0, 0])
+KNN_D0 = (np.concatenate([[[3.0, 3.0]], KNN_OTHERS]).astype(np.float32), np.concatenate([[0], KNN_OTHER_LABELS]))
+KNN_D1 = (np.concatenate([[[100.0, 100.0]], KNN_OTHERS]).astype(np.float32),
+          np.concatenate([[1], KNN_OTHER_LABELS]))
 
 
 def pipeline_pieces(noise, iterations, mechanism="central", connection="reverse-knn", pair=(D0, D1), k=K,
@@ -102,6 +111,13 @@ def pipeline_pieces(noise, iterations, mechanism="central", connection="reverse-
     buckets = components.connect(config.connection, features, queries, k).buckets
     inputs.append(mechanisms.make_bsvs_input(buckets, labels[:, None], num_buckets=s, num_labels=C, k=degree)[0])
   return mech, inputs
+
+
+def central_pieces(connection, iterations, noise="discrete-laplace"):
+  """``pipeline_pieces`` at the rule's worst pair: reverse k-NN's (k = 2) or k-NN labeling's (k = 1)."""
+  if connection == "reverse-knn":
+    return pipeline_pieces(noise, iterations)
+  return pipeline_pieces(noise, iterations, connection="knn-labeling", pair=(KNN_D0, KNN_D1), k=1)
 
 
 def counts_of(mech, inputs):
@@ -155,10 +171,14 @@ def test_the_worst_pair_differs_by_2k_in_every_edge_label_cell():
   np.testing.assert_array_equal(got, np.asarray(simulate(jax.random.fold_in(key, 1), mech, inputs[0]).estimate))
 
 
-@pytest.mark.parametrize("iterations, num_samples, seed, floor", [(1, N, 31, 0.85), (2, 5 * N, 32, 0.78)])
-def test_no_alarm_and_a_tight_bound_on_the_discrete_laplace_release_chain(iterations, num_samples, seed, floor):
-  mech, inputs = pipeline_pieces("discrete-laplace", iterations)
-  assert mech.parameter == pytest.approx(EPSILON / iterations / (2 * K), rel=1e-12)  # a = eps_t / 2k, by hand
+@pytest.mark.parametrize("connection, sensitivity, iterations, num_samples, seed, floor", [
+    ("reverse-knn", 2 * K, 1, N, 31, 0.85), ("reverse-knn", 2 * K, 2, 5 * N, 32, 0.78),
+    ("knn-labeling", 2 * S, 1, 5 * N, 36, 0.85)])
+def test_no_alarm_and_a_tight_bound_on_the_discrete_laplace_release_chain(connection, sensitivity, iterations,
+                                                                          num_samples, seed, floor):
+  mech, inputs = central_pieces(connection, iterations)
+  # a = eps_t / 2k (k-NN labeling: eps_t / 2s), by hand
+  assert mech.parameter == pytest.approx(EPSILON / iterations / sensitivity, rel=1e-12)
   c0, c1 = counts_of(mech, inputs)
   r = audit.audit_privacy(jax.random.key(seed), release(mech, (c0, c1), iterations), 0, 1,
                           num_samples=num_samples, alpha=ALPHA, claimed_epsilon=EPSILON, statistic=side_code(c0, c1),
@@ -187,63 +207,28 @@ def test_the_laplace_release_chain_is_eps_dp_up_to_the_float_leak_its_statement_
   assert r.alarm and r.epsilon_lower > 1.5 * EPSILON
 
 
-def test_a_chain_calibrated_for_k_1_is_caught():
-  # The bug class the audit exists for: noise for sensitivity 2 (k = 1) on edges of out-degree 2. Its true
-  # epsilon is 2: the same statistic's extreme code has ratio e^{4 a} with a = eps / 2.
-  mech, inputs = pipeline_pieces("discrete-laplace", 1)
-  wrong = mechanisms.CentralDiscreteLaplace(mechanisms.BsvsShape(S, C, 1), EPSILON)
-  assert math.isclose(wrong.parameter, EPSILON / 2)
-  c0, c1 = counts_of(mech, inputs)
-  r = audit.audit_privacy(jax.random.key(34), release(wrong, (c0, c1), 1), 0, 1, num_samples=N, alpha=ALPHA,
-                          claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
-  assert r.alarm and 1.5 * EPSILON < r.epsilon_lower <= 2 * EPSILON
-
-
-
-# --- k-NN labeling: one record in every query's list --------------------------------------------------------------
-#: Each query takes its k = 1 nearest record. D0's record 0 (label 0) at (3, 3) is the nearest record of all three
-#: queries (distances 4.2, 7.6, 7.6); D1 moves it far away, and each query's next-nearest record, all label 1, takes
-#: its place: (-6, -6) for query 0 (8.5), (18, 0) for query 1 (8.0), (0, 18) for query 2 (8.0). Every row of the
-#: counts loses a vote for label 0 and gains one for label 1: L1 distance 2s = 6, where reverse k-NN's is 2k.
-KNN_OTHERS = np.array([[-6.0, -6.0], [18.0, 0.0], [0.0, 18.0], [30.0, 30.0], [-30.0, 30.0]], np.float32)
-KNN_OTHER_LABELS = np.array([1, 1, 1, 0, 0])
-KNN_D0 = (np.concatenate([[[3.0, 3.0]], KNN_OTHERS]).astype(np.float32), np.concatenate([[0], KNN_OTHER_LABELS]))
-KNN_D1 = (np.concatenate([[[100.0, 100.0]], KNN_OTHERS]).astype(np.float32),
-          np.concatenate([[1], KNN_OTHER_LABELS]))
-
-
-def knn_labeling_pieces():
-  return pipeline_pieces("discrete-laplace", 1, connection="knn-labeling", pair=(KNN_D0, KNN_D1), k=1)
-
-
-def test_knn_labeling_worst_pair_moves_a_vote_in_every_row_and_the_noise_covers_2s():
-  mech, inputs = knn_labeling_pieces()
+def test_the_knn_labeling_worst_pair_moves_a_vote_in_every_row():
+  mech, inputs = central_pieces("knn-labeling", 1)
   c0, c1 = counts_of(mech, inputs)
   want = np.zeros((S, C))
   want[:, 0], want[:, 1] = -1, 1
   np.testing.assert_array_equal(c1 - c0, want)
   assert np.abs(c1 - c0).sum() == 2 * S == mech.sensitivity
-  assert mech.parameter == pytest.approx(EPSILON / (2 * S), rel=1e-12)  # a = eps / 2s, by hand
 
 
-def test_no_alarm_and_a_tight_bound_on_the_knn_labeling_release_chain():
-  mech, inputs = knn_labeling_pieces()
-  c0, c1 = counts_of(mech, inputs)
-  r = audit.audit_privacy(jax.random.key(36), release(mech, (c0, c1), 1), 0, 1, num_samples=5 * N, alpha=ALPHA,
-                          claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
-  assert not r.alarm and r.kind == "bins"
-  assert 0.85 < r.epsilon_lower <= EPSILON
-
-
-def test_knn_labeling_noise_for_the_in_degree_k_is_caught():
-  # Noise for sensitivity 2k = 2, as if k-NN labeling were reverse k-NN: true epsilon s * eps = 3 (extreme code
-  # 6 a with a = eps / 2).
-  mech, inputs = knn_labeling_pieces()
+@pytest.mark.parametrize("connection, seed, true_epsilon, floor", [("reverse-knn", 34, 2, 1.5),
+                                                                  ("knn-labeling", 37, 3, 2.0)])
+def test_a_chain_calibrated_for_k_1_is_caught(connection, seed, true_epsilon, floor):
+  # The bug class the audit exists for: noise for sensitivity 2 (k = 1) on counts that move further. Reverse
+  # k-NN's edges of out-degree 2 move 4 (true epsilon 2: the statistic's extreme code has ratio e^{4 a} with
+  # a = eps / 2); k-NN labeling calibrated as if it were reverse k-NN, 2s = 6 (true epsilon 3).
+  mech, inputs = central_pieces(connection, 1)
   wrong = mechanisms.CentralDiscreteLaplace(mechanisms.BsvsShape(S, C, 1), EPSILON)
+  assert math.isclose(wrong.parameter, EPSILON / 2)
   c0, c1 = counts_of(mech, inputs)
-  r = audit.audit_privacy(jax.random.key(37), release(wrong, (c0, c1), 1), 0, 1, num_samples=N, alpha=ALPHA,
+  r = audit.audit_privacy(jax.random.key(seed), release(wrong, (c0, c1), 1), 0, 1, num_samples=N, alpha=ALPHA,
                           claimed_epsilon=EPSILON, statistic=side_code(c0, c1), batched=True, batch_size=50_000)
-  assert r.alarm and 2 * EPSILON < r.epsilon_lower <= S * EPSILON
+  assert r.alarm and floor * EPSILON < r.epsilon_lower <= true_epsilon * EPSILON
 
 
 # --- Appendix C's balanced rules: the nominal noise is not DP ------------------------------------------------------
