@@ -10,15 +10,16 @@ the three sides of that statement: the paper's pair, and (0, p), hold with delta
 times the paper's, buys a delta below p; and at a delta below p the epsilon bound is large (the truth is
 infinite). A run that resamples in each of R = 2 rounds breaks the paper's one-sample pair.
 
-FedMD-LDP. Each round a party releases its Q public-sample logits rows, clipped to L2 norm ``clip``
-(``fedmd.clip_rows``), plus N(0, sigma^2) per entry, keyed per round; sigma comes from
-``calibrate_ldp_sigma`` for the Q x R releases at sensitivity ``release_sensitivity`` (the range's diameter,
-2 clip). The pair sits at the diameter's two ends; the sum of all released first coordinates is sufficient.
-The true delta(eps) is the Gaussian's, written out (Balle & Wang 2018, Thm. 8) with mu = sqrt(QR) 2 clip /
-sigma; the planted bug calibrates sigma for R releases, forgetting the Q rows per round.
+FedMD-LDP. Each round a party releases its Q public-sample rows (``fedmd.release``: logits clipped to L2 norm
+``clip`` by ``fedmd.clip_rows``, or argmax votes), plus N(0, sigma^2) per entry, keyed per round; sigma comes
+from ``calibrate_ldp_sigma`` for the Q x R releases at sensitivity ``release_sensitivity`` (the range's
+diameter: 2 clip, or sqrt 2 for votes). The pair sits at the diameter's two ends; the sum of all releases
+projected on the direction between them is sufficient. The true delta(eps) is the Gaussian's, written out
+(Balle & Wang 2018, Thm. 8) with mu = sqrt(QR) diameter / sigma; the planted bug calibrates sigma for R
+releases, forgetting the Q rows per round.
 
 Rates. Each audit runs at alpha = 1e-4 (Clopper-Pearson + Bonferroni), so its bounds exceed the truth with
-probability <= 1e-4. Twelve audits: family-wise <= 1.2e-3. The floors are separate events; their spread,
+probability <= 1e-4. Thirteen audits: family-wise <= 1.3e-3. The floors are separate events; their spread,
 measured at seeds 0-9 (the tests use others):
 
 ================================================  ================  ===============================
@@ -30,7 +31,8 @@ NFDP WR, delta_lower at (0, p = 0.1855)           0.1814 (0.0010)   0.94 p = 0.1
 NFDP WR, delta_lower at (3, 0.9 p)                0.1801 (0.0010)   0.1744, 5.9
 NFDP WOR, R = 2 resampled, at (0, 0.36)           0.3539 (0.0009)   0.94 x 0.36 = 0.338, 16.9
 NFDP WOR / WR, epsilon_lower at delta = p / 2     7.23 / 7.16       5, > 190 (the truth is infinite)
-FedMD-LDP, epsilon_lower at delta = 0.01          0.877 (0.014)     0.75, 9.1
+FedMD-LDP logits, epsilon_lower at delta = 0.01   0.877 (0.014)     0.75, 9.1
+FedMD-LDP argmax, epsilon_lower at delta = 0.01   0.887 (0.015)     0.75, 9.2
 FedMD-LDP with sigma for R releases (planted)     1.431 (0.032)     1.2, 7.2 (an alarm)
 ================================================  ================  ===============================
 
@@ -115,22 +117,27 @@ def test_nfdp_resampled_each_round_is_flat_at_one_minus_one_minus_p_to_the_r():
 # --- FedMD-LDP: clipped logits plus Gaussian noise ----------------------------------------------------------------
 Q, R, C, CLIP = 2, 2, 3, 1.0
 EPSILON, DELTA = 1.0, 0.01
-#: A party's logits on the Q public samples of a round, under D0 and D1: far outside the clip ball, at opposite
-#: ends of a diameter, so the clipped releases differ by 2 clip in every row.
-LOGITS_0 = jnp.asarray(np.tile(50.0 * np.eye(C, dtype=np.float32)[0], (Q, 1)))
-LOGITS_1 = -LOGITS_0
+E = np.eye(C, dtype=np.float32)
+#: Per release mode: a party's logits row on each of the round's Q public samples under D0 and D1, the unit vector
+#: along which their releases differ, and that distance written out. Logits: far outside the clip ball at opposite
+#: ends of a diameter (2 clip apart). Argmax: votes for different classes (sqrt 2 apart).
+PAIRS = {"logits": (50 * E[0], -50 * E[0], E[0], 2 * CLIP),
+         "argmax": (50 * E[0], 50 * E[1], (E[0] - E[1]) / math.sqrt(2), math.sqrt(2))}
 
 
-def ldp_release(sigma):
-  """``(key, logits [Q, C]) -> [R, Q, C]``: the party's R rounds of clipped logits plus N(0, sigma^2) noise."""
+def ldp_release(mode, sigma):
+  """``(key, logits [Q, C]) -> [R, Q, C]``: the party's R rounds of releases plus N(0, sigma^2) noise."""
   def run(key, logits):
-    rel = fedmd.clip_rows(fedmd.release(logits[None], "logits"), CLIP)[0]
+    rel = fedmd.release(logits[None], mode)[0]
+    if mode == "logits":  # as the runner: only logits are clipped
+      rel = fedmd.clip_rows(rel, CLIP)
     return jnp.stack([rel + sigma * jax.random.normal(jax.random.fold_in(key, r), rel.shape) for r in range(R)])
   return run
 
 
-def first_coordinates(released):
-  return jnp.sum(released[..., 0])
+def projection(mode):
+  direction = jnp.asarray(PAIRS[mode][2])
+  return lambda released: jnp.sum(released @ direction)
 
 
 def gaussian_delta(epsilon, mu):
@@ -138,28 +145,30 @@ def gaussian_delta(epsilon, mu):
   return stats.norm.cdf(mu / 2 - epsilon / mu) - math.exp(epsilon) * stats.norm.cdf(-mu / 2 - epsilon / mu)
 
 
-def true_epsilon(sigma):
-  mu = math.sqrt(Q * R) * 2 * CLIP / sigma  # QR releases, each moved by the diameter 2 clip
+def true_epsilon(mode, sigma):
+  mu = math.sqrt(Q * R) * PAIRS[mode][3] / sigma  # QR releases, each moved by the range's diameter
   return optimize.brentq(lambda e: gaussian_delta(e, mu) - DELTA, 0.0, 50.0)
 
 
-def audit_ldp(sigma, seed):
-  return audit.audit_privacy(jax.random.key(seed), ldp_release(sigma), LOGITS_0, LOGITS_1, num_samples=N,
-                             alpha=ALPHA, claimed_epsilon=EPSILON, claimed_delta=DELTA, statistic=first_coordinates)
+def audit_ldp(mode, sigma, seed):
+  x0, x1 = (jnp.asarray(np.tile(row, (Q, 1))) for row in PAIRS[mode][:2])
+  return audit.audit_privacy(jax.random.key(seed), ldp_release(mode, sigma), x0, x1, num_samples=N, alpha=ALPHA,
+                             claimed_epsilon=EPSILON, claimed_delta=DELTA, statistic=projection(mode))
 
 
-def test_fedmd_ldp_release_meets_its_calibrated_epsilon():
-  sensitivity = fedmd.release_sensitivity("logits", CLIP)
-  assert sensitivity == 2 * CLIP
+@pytest.mark.parametrize("mode, seed", [("logits", 15), ("argmax", 17)])
+def test_fedmd_ldp_release_meets_its_calibrated_epsilon(mode, seed):
+  sensitivity = fedmd.release_sensitivity(mode, CLIP)
+  assert sensitivity == pytest.approx(PAIRS[mode][3], rel=1e-15)
   sigma = fedmd.calibrate_ldp_sigma(EPSILON, DELTA, sensitivity=sensitivity, count=Q * R)
-  assert 0.999 * EPSILON < true_epsilon(sigma) <= EPSILON  # calibrated, and tight
-  r = audit_ldp(sigma, 15)
+  assert 0.999 * EPSILON < true_epsilon(mode, sigma) <= EPSILON  # calibrated, and tight
+  r = audit_ldp(mode, sigma, seed)
   assert not r.alarm and r.kind == "thresholds"
-  assert 0.75 < r.epsilon_lower <= true_epsilon(sigma)
+  assert 0.75 < r.epsilon_lower <= true_epsilon(mode, sigma)
 
 
 def test_fedmd_ldp_noise_for_r_releases_instead_of_q_times_r_is_caught():
   sigma = fedmd.calibrate_ldp_sigma(EPSILON, DELTA, sensitivity=2 * CLIP, count=R)
-  assert true_epsilon(sigma) > 1.5 * EPSILON
-  r = audit_ldp(sigma, 16)
-  assert r.alarm and 1.2 < r.epsilon_lower <= true_epsilon(sigma)
+  assert true_epsilon("logits", sigma) > 1.5 * EPSILON
+  r = audit_ldp("logits", sigma, 16)
+  assert r.alarm and 1.2 < r.epsilon_lower <= true_epsilon("logits", sigma)
