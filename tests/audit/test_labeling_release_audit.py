@@ -71,7 +71,7 @@ from jaxdistill.labeling import _components as components
 from jaxdistill.mechanisms._collision import hash_table
 from jaxdistill.simulation import simulate
 from tests.audit._mechanisms import _hits_and_collisions
-from tests.audit.test_privacy_audit import collision_statistic_pmf
+from tests.audit.test_privacy_audit import collision_statistic_pmf, rr_true_epsilon
 
 ALPHA = 1e-4
 N = 200_000
@@ -325,8 +325,7 @@ def test_the_local_chain_splits_epsilon_over_iterations_and_sends_what_simulate_
 def local_true_epsilon(mech, iterations):
   """The pair's exact epsilon over T messages, from the definitions: T times one message's largest ratio."""
   if isinstance(mech, mechanisms.RandomizedResponse):  # 4 differing bits, each p / q at most
-    p = mech.keep_probability
-    return iterations * 4 * math.log(p / (1 - p))
+    return iterations * rr_true_epsilon(mech)
   return iterations * accounting.epsilon_for_delta(*collision_pmfs(mech), 0.0)
 
 
