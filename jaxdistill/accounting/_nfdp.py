@@ -352,8 +352,11 @@ def nfdp_privacy(n: int, k: int, *, with_replacement: bool = False,
     warnings.append(PrivacyWarning(
         code="resampled_each_round",
         message=(f"A fresh sample every round composes: delta grows from {p:.4g} to "
-                 f"1-(1-p)^{rounds}={flat:.4g}."),
-        details={"per_round_delta": p, "rounds": rounds, "delta": flat}))
+                 f"1-(1-p)^{rounds}={flat:.4g}"
+                 + (f", so the paper's one-sample pair (eps={paper_eps:.4g}, delta={paper_delta:.4g}) does not "
+                    f"hold for these {rounds} rounds." if flat > paper_delta * (1 + 1e-12) else ".")),
+        details={"per_round_delta": p, "rounds": rounds, "delta": flat,
+                 "paper_epsilon": paper_eps, "paper_delta": paper_delta}))
   return NfdpPrivacy(
       n=n, k=k, with_replacement=with_replacement, relation=rel, rounds=rounds,
       resample_each_round=resample_each_round, paper_epsilon=paper_eps,

@@ -94,7 +94,7 @@ def measure_subprocess(argv: Sequence[str], *, env: Mapping[str, str] | None = N
       (``None``: no limit).
 
   Raises:
-    ValueError: an empty ``argv``, a ``str``/``bytes`` (one command line would be split into
+    ValueError: an empty ``argv`` or program name ``argv[0]``, a ``str``/``bytes`` (one command line would be split into
       characters: pass a list of arguments), an argument that is not a ``str`` or holds a NUL
       character, an ``env`` that is not a mapping of ``str`` to ``str``, or a ``timeout``
       that is not a finite number > 0 (0 or -1 killed the child at once, ``"5"`` was a
@@ -112,6 +112,8 @@ def measure_subprocess(argv: Sequence[str], *, env: Mapping[str, str] | None = N
     if not isinstance(arg, (str, os.PathLike)) or not isinstance(os.fspath(arg), str) or "\0" in os.fspath(arg):
       raise ValueError(f"Expected argv[{i}] to be a str without NUL characters; got {type(arg).__name__} "
                        f"{_validate.shown(arg)}.")
+  if not os.fspath(argv[0]):  # posix_spawnp refused it inside the child: returncode 1 and a traceback in stderr
+    raise ValueError("Expected argv[0] to name a program; got the empty string ''.")
   if env is not None and (not isinstance(env, Mapping) or not all(
       isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
     raise ValueError(f"Expected env to be a mapping of str to str (or None); got {type(env).__name__} "

@@ -67,7 +67,10 @@ def test_composition_across_rounds():
   assert reused.flat_delta == pytest.approx(k / n)
   assert fresh.flat_delta == pytest.approx(1 - (1 - k / n)**20, rel=1e-12)
   assert fresh.flat_delta == pytest.approx(0.0206, rel=1e-2)  # spec §1.2: 0.0206 at p ~ 1.04e-3
-  assert "resampled_each_round" in {w.code for w in fresh.warnings}
+  warning, = (w for w in fresh.warnings if w.code == "resampled_each_round")
+  assert "does not hold for these 20 rounds" in warning.message
+  assert warning.details["paper_delta"] == fresh.paper_delta == pytest.approx(k / n)
+  assert fresh.flat_delta > 6 * fresh.paper_delta  # 0.0206 against 1.04e-3: the warning's claim is true
   assert not fresh.paper_pair_holds()
   # dp-accounting's PLD composition of R flat profiles agrees.
   pld = reused.to_pld()

@@ -376,6 +376,8 @@ def test_measure_subprocess_refuses_a_command_string(argv):
     (["true", None], r"^Expected argv\[1\] to be a str .*got NoneType None\.$"),
     (["true", b"x"], r"^Expected argv\[1\] to be a str .*got bytes b'x'\.$"),
     (["tr\0ue"], r"^Expected argv\[0\] to be a str without NUL characters"),  # "embedded null byte"
+    ([""], r"^Expected argv\[0\] to name a program; got the empty string ''\.$"),  # a child's traceback
+    (["", "-c", "1"], r"^Expected argv\[0\] to name a program"),
 ])
 def test_measure_subprocess_names_an_argv_that_is_not_a_sequence_of_str(argv, needle):
   with pytest.raises(ValueError, match=needle):
