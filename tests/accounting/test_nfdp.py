@@ -78,6 +78,17 @@ def test_composition_across_rounds():
   assert composed.get_delta_for_epsilon(0.5) == pytest.approx(fresh.flat_delta, rel=1e-9)
 
 
+def test_resampling_warning_claims_the_paper_pair_fails_only_when_it_does():
+  # Add-one with k = n: the paper's delta is 1, which 2 fresh samples (delta 0.972) cannot break.
+  trivial = accounting.nfdp_privacy(5, 5, rounds=2, resample_each_round=True, relation="add-one")
+  broken = accounting.nfdp_privacy(5, 4, rounds=2, resample_each_round=True, relation="add-one")
+  for rep, holds in ((trivial, True), (broken, False)):
+    warning, = (w for w in rep.warnings if w.code == "resampled_each_round")
+    assert rep.paper_pair_holds() is holds
+    assert (rep.flat_delta > rep.paper_delta) is not holds
+    assert ("does not hold" in warning.message) is not holds
+
+
 @pytest.mark.parametrize("eps", [0.0, 0.3, 1.0, 3.0])
 def test_composition_with_gaussian_through_pld(eps):
   # Exact: delta(eps) = p + (1 - p) delta_G(eps) (mass p reveals everything).
