@@ -221,7 +221,7 @@ class NfdpPrivacy:
 
   def paper_pair_holds(self) -> bool:
     """Whether the paper's (epsilon, delta) is implied by the exact profile."""
-    return self.delta_for_epsilon(self.paper_epsilon) <= self.paper_delta * (1 + 1e-12)
+    return _covers(self.paper_delta, self.delta_for_epsilon(self.paper_epsilon))
 
   def statement(self, epsilon: Any = None) -> PrivacyStatement:
     """A :class:`PrivacyStatement` at ``epsilon`` (default: the paper's)."""
@@ -277,6 +277,11 @@ class NfdpPrivacy:
         "paper_pair_holds": self.paper_pair_holds(),
         "warnings": [w.to_dict() for w in self.warnings],
     }
+
+
+def _covers(paper_delta: float, delta: float) -> bool:
+  """Whether the paper's delta is at least the exact ``delta`` (to 1e-12 relative: float round-off)."""
+  return delta <= paper_delta * (1 + 1e-12)
 
 
 def nfdp_privacy(n: int, k: int, *, with_replacement: bool = False,
@@ -354,7 +359,7 @@ def nfdp_privacy(n: int, k: int, *, with_replacement: bool = False,
         message=(f"A fresh sample every round composes: delta grows from {p:.4g} to "
                  f"1-(1-p)^{rounds}={flat:.4g}"
                  + (f", so the paper's one-sample pair (eps={paper_eps:.4g}, delta={paper_delta:.4g}) does not "
-                    f"hold for these {rounds} rounds." if flat > paper_delta * (1 + 1e-12) else ".")),
+                    f"hold for these {rounds} rounds." if not _covers(paper_delta, flat) else ".")),
         details={"per_round_delta": p, "rounds": rounds, "delta": flat,
                  "paper_epsilon": paper_eps, "paper_delta": paper_delta}))
   return NfdpPrivacy(
