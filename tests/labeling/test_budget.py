@@ -1,5 +1,6 @@
 """Splitting the total budget over T iterations, checked against independent exact computations."""
 
+import fractions
 import math
 
 import numpy as np
@@ -44,6 +45,26 @@ def test_central_pure_split_adds_up_exactly(t, k):
   # The pure epsilon of T releases, each shifting 2k entries by one under DLap(a): T * 2k * a.
   assert t * 2 * k * plan.noise_parameter == pytest.approx(0.3, rel=1e-12)
   assert plan.composed_epsilon == pytest.approx(0.3, rel=1e-12) and plan.composed_delta == 0.0
+
+
+# eps/T rounds up for the first three (1/44 by 2.8e-17 after multiplying back), not for the last two.
+@pytest.mark.parametrize("eps,t", [(1.0, 44), (2.0, 20), (0.3, 7), (0.1, 3), (0.4, 4)])
+@pytest.mark.parametrize("mech", ["central", "local-rr", "local-collision"])
+def test_pure_split_never_composes_past_the_total_and_wastes_no_ulp(mech, eps, t):
+  # T * (eps / T) exceeded eps in exact arithmetic for about a third of the splits.
+  plan = labeling.plan_budget(mech, eps, 0.0, t, k=1)
+  share, total = fractions.Fraction(plan.epsilon_per_iteration), fractions.Fraction(eps)
+  assert share * t <= total
+  assert fractions.Fraction(math.nextafter(plan.epsilon_per_iteration, math.inf)) * t > total  # the largest such
+  assert plan.composed_epsilon <= eps and plan.composed_epsilon == float(share * t)
+
+
+@pytest.mark.parametrize("eps,t", [(1.0, 44), (2.0, 20)])
+def test_shuffle_split_starts_from_a_share_basic_composition_covers(eps, t):
+  plan = labeling.plan_budget("shuffle-multi", eps, 1e-6, t, k=1)
+  assert fractions.Fraction(plan.epsilon_per_iteration) * t > fractions.Fraction(eps)  # beats basic composition
+  assert plan.composed_epsilon <= eps
+  assert exact_pairs_delta(plan.epsilon_per_iteration, plan.delta_per_iteration, t, eps) <= 1e-6 * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("t,k", [(3, 1), (10, 5)])
