@@ -22,6 +22,10 @@ shuffle-*           T = 1: the target itself. T > 1: delta_t = delta/(2T)
                     (eps_t, delta_t)-DP mechanisms
                     (``from_privacy_parameters``; optimal composition of
                     Kairouz, Oh, Viswanath) is (eps, delta)-DP.
+                    Safe but loose: on the audit's worst pair (k = 2, n = 6) at
+                    (1, 0.01), T = 2, the two multi-message releases
+                    compose exactly to epsilon 0.46 at delta = 0.01
+                    (tests/audit/test_shuffle_release_audit.py).
 none                no privacy (eps = inf).
 ==================  =========================================================
 

@@ -97,13 +97,13 @@ KNN_D1 = (np.concatenate([[[100.0, 100.0]], KNN_OTHERS]).astype(np.float32),
 
 
 def pipeline_pieces(noise, iterations, mechanism="central", connection="reverse-knn", pair=(D0, D1), k=K,
-                    queries=QUERIES):
+                    queries=QUERIES, delta=0.0):
   """The mechanism and both data sets' BSVS inputs, built as ``run_labeling`` builds them."""
   s = len(queries)
-  config = labeling.LabelingConfig(mechanism=mechanism, central_noise=noise, epsilon=EPSILON,
+  config = labeling.LabelingConfig(mechanism=mechanism, central_noise=noise, epsilon=EPSILON, delta=delta,
                                    iterations=iterations, num_queries=s, k=k, connection=connection)
   degree = components.connection_privacy(config.connection, k, s).shape_k
-  plan = labeling.plan_budget(mechanism, EPSILON, 0.0, iterations, k=degree, central_noise=noise)
+  plan = labeling.plan_budget(mechanism, EPSILON, delta, iterations, k=degree, central_noise=noise)
   shape = mechanisms.BsvsShape(s, C, degree)
   mech = labeling.build_mechanism(config, plan, shape, len(pair[0][1]))
   inputs = []
