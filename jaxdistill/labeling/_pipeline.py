@@ -61,7 +61,7 @@ from jaxdistill.data._overlap import shared_images
 from jaxdistill import mechanisms as mech_lib
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
 from jaxdistill.labeling import _components as components
-from jaxdistill.labeling._budget import BudgetPlan, plan_budget
+from jaxdistill.labeling._budget import MULTI_MESSAGE_TV_RESERVE, BudgetPlan, multi_message_plan_noise, plan_budget
 from jaxdistill.labeling._config import LabelingConfig
 from jaxdistill.labeling._ledger import ReleaseLedger, StoredRelease, data_fingerprint
 from jaxdistill.labeling._plots import PLOT_FILES
@@ -217,8 +217,28 @@ def _mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.BsvsSha
   if m == "local-collision":
     return mech_lib.Collision(shape, eps)
   if m == "shuffle-multi":
-    return mech_lib.ShuffleMultiMessage(shape, eps, delta, num_private)
+    mech = mech_lib.ShuffleMultiMessage(shape, eps, delta, num_private)
+    if plan.method == "pld-multi-message":
+      _check_composed_noise(plan, mech)
+    return mech
   return mech_lib.ShuffleSingleMessage(shape, eps, delta, num_private, local=config.shuffle_local)
+
+
+def _check_composed_noise(plan: BudgetPlan, mech: mech_lib.ShuffleMultiMessage) -> None:
+  """A ``pld-multi-message`` plan composed the PLD of the noise calibrated at its share: the mechanism must carry
+  that noise (more flooding, a post-processing, is fine), and its sampler's total-variation term over the T
+  releases, (1 + e^eps) T tv, must fit in the share of delta the plan kept for it."""
+  planned = multi_message_plan_noise(plan.epsilon_per_iteration, plan.delta_per_iteration, mech.shape.k, mech.shape.r)
+  noise = mech.noise
+  if (noise.p, noise.p_flood) != (planned.p, planned.p_flood) or noise.rho < planned.rho:
+    raise ValueError(f"Expected the mechanism's noise {noise} to be the planned {planned} (or more flooding): the "
+                     f"plan composed that noise's PLD.")
+  tv = (1.0 + math.exp(plan.composed_epsilon)) * plan.iterations * mech.sampler_tv_bound()
+  room = plan.total_delta * MULTI_MESSAGE_TV_RESERVE
+  if tv > room:
+    raise ValueError(f"Expected the sampler's total-variation term (1 + e^eps) T tv = {tv:.3g} <= delta * "
+                     f"{MULTI_MESSAGE_TV_RESERVE:g} = {room:.3g}, the share the plan kept for it; with num_clients="
+                     f"{mech.num_clients} use a larger delta or fewer iterations.")
 
 
 def _release_statement(config: LabelingConfig, mech: mech_lib.BsvsMechanism | None) -> PrivacyStatement | None:

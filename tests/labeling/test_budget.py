@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxdistill import labeling
+from jaxdistill import labeling, mechanisms
+from tests.audit import test_shuffle_release_audit as shuffle_audit
 
 
 def exact_dlap_delta(a: float, shifts: int, eps: float) -> float:
@@ -61,7 +62,7 @@ def test_pure_split_never_composes_past_the_total_and_wastes_no_ulp(mech, eps, t
 
 @pytest.mark.parametrize("eps,t", [(1.0, 44), (2.0, 20)])
 def test_shuffle_split_starts_from_a_share_basic_composition_covers(eps, t):
-  plan = labeling.plan_budget("shuffle-multi", eps, 1e-6, t, k=1)
+  plan = labeling.plan_budget("shuffle-single", eps, 1e-6, t, k=1)
   assert fractions.Fraction(plan.epsilon_per_iteration) * t > fractions.Fraction(eps)  # beats basic composition
   assert plan.composed_epsilon <= eps
   assert exact_pairs_delta(plan.epsilon_per_iteration, plan.delta_per_iteration, t, eps) <= 1e-6 * (1 + 1e-9)
@@ -131,11 +132,10 @@ def test_central_laplace_with_delta_is_private_and_tight():
   assert plan.epsilon_per_iteration == pytest.approx(2 * k / b, rel=1e-12)
 
 
-@pytest.mark.parametrize("mech", ["shuffle-single", "shuffle-multi"])
 @pytest.mark.parametrize("t", [2, 4])
-def test_shuffle_pairs_composition_matches_optimal_composition(mech, t):
+def test_shuffle_pairs_composition_matches_optimal_composition(t):
   eps, delta = 1.0, 1e-6
-  plan = labeling.plan_budget(mech, eps, delta, t, k=1)
+  plan = labeling.plan_budget("shuffle-single", eps, delta, t, k=1)
   assert plan.method == "pld-of-pairs"
   assert plan.delta_per_iteration == pytest.approx(delta / (2 * t))
   e = plan.epsilon_per_iteration
@@ -143,6 +143,33 @@ def test_shuffle_pairs_composition_matches_optimal_composition(mech, t):
   assert exact_pairs_delta(e * 1.02, plan.delta_per_iteration, t, eps) > delta  # tight
   assert e >= eps / t  # never worse than basic composition
   assert labeling.compose_pairs_epsilon(e, plan.delta_per_iteration, t, delta) <= eps
+
+
+@pytest.mark.parametrize("eps, delta, t, k, gain", [(1.0, 1e-6, 2, 1, 1.35)])  # T = 2, k = 2: the audit's pair
+def test_shuffle_multi_composes_its_own_noise_exactly_and_tightly(eps, delta, t, k, gain):
+  # The reference is independent of the library's accounting: SciPy's pmfs of one entry's view, a dp-accounting PLD
+  # per shifted entry (k entries gain the record's message and k lose it), composed over T (see
+  # tests/audit/test_shuffle_release_audit.py). The noise is the one the pipeline's mechanism calibrates.
+  plan = labeling.plan_budget("shuffle-multi", eps, delta, t, k=k)
+  pairs = labeling.plan_budget("shuffle-single", eps, delta, t, k=k)  # the worst-case pairs' split
+  assert plan.method == "pld-multi-message" and plan.composed_delta == delta
+  assert plan.delta_per_iteration == pairs.delta_per_iteration == delta / (2 * t)
+  assert plan.composed_epsilon <= eps
+  assert plan.epsilon_per_iteration > gain * pairs.epsilon_per_iteration  # 0.694 against 0.500 at T = 2, k = 1
+
+  def reference_delta(eps_t):
+    noise = mechanisms.ShuffleMultiMessage(mechanisms.BsvsShape(4, 2, k), eps_t, plan.delta_per_iteration, 100).noise
+    pld, tail = shuffle_audit.reference_pld((noise.p, 1.0, noise.rho, noise.p_flood), t, k, k)
+    return pld.get_delta_for_epsilon(eps) + tail
+
+  assert reference_delta(plan.epsilon_per_iteration) <= delta * (1 - labeling.MULTI_MESSAGE_TV_RESERVE)
+  assert reference_delta(plan.epsilon_per_iteration * 1.01) > delta  # tight: 1% more is too much
+
+
+def test_shuffle_multi_falls_back_to_pairs_beyond_its_iteration_cap():
+  plan = labeling.plan_budget("shuffle-multi", 1.0, 1e-6, labeling.MAX_EXACT_MULTI_MESSAGE_T + 1, k=1)
+  assert plan.method == "pld-of-pairs"
+  assert labeling.plan_budget("shuffle-multi", 1.0, 1e-6, 1, k=1).method == "pld-of-pairs"  # T = 1: the target
 
 
 def test_shuffle_single_iteration_is_the_target():
@@ -260,7 +287,7 @@ def test_compose_pairs_with_delta_near_one(delta, t, target):
     assert math.isfinite(e) and exact_pairs_delta(0.5, delta, t, e) <= target + 1e-12
 
 
-@pytest.mark.parametrize("mechanism", ["central", "shuffle-single", "shuffle-multi"])
+@pytest.mark.parametrize("mechanism", ["central", "shuffle-single"])  # shuffle-multi: the exact test above
 @pytest.mark.parametrize("eps,t", [(1.0, 3), (0.5, 3), (2.0, 3), (1.0, 6), (0.3, 7)])
 def test_every_split_is_found_and_meets_the_total(mechanism, eps, t):
   # dp-accounting's pessimistic grid rounds losses up; before the pure / basic-composition caps,

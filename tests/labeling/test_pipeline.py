@@ -1237,6 +1237,34 @@ def test_each_iteration_mechanism_is_built_with_its_share_of_the_budget():
       assert mech.local == local
 
 
+def test_a_multi_message_plan_composed_exactly_checks_the_mechanism_it_composed(monkeypatch):
+  # A pld-multi-message plan composed the PLD of the noise calibrated at its share and kept delta * 1e-3 for the
+  # sampler's total-variation term, which needs n: build_mechanism checks the noise and the term.
+  from jaxdistill import accounting, mechanisms  # pylint: disable=import-outside-toplevel
+  eps, delta, t, n, k = 1.0, 0.01, 2, 6, 2
+  shape = mechanisms.BsvsShape(3, 2, k)
+  cfg = labeling.LabelingConfig(mechanism="shuffle-multi", epsilon=eps, delta=delta, iterations=t, num_queries=3, k=k)
+  plan = labeling.plan_budget("shuffle-multi", eps, delta, t, k=k)
+  assert plan.method == "pld-multi-message"
+  mech = _pipeline.build_mechanism(cfg, plan, shape, n)
+  assert mech.noise == accounting.calibrate_multi_message(plan.epsilon_per_iteration, delta / 4, k=k)
+  room = delta * labeling.MULTI_MESSAGE_TV_RESERVE / (t * (1 + math.exp(plan.composed_epsilon)))
+  for factor, fails in ((0.99, False), (1.01, True)):
+    monkeypatch.setattr(mechanisms.ShuffleMultiMessage, "sampler_tv_bound", lambda self, tv=factor * room: tv)
+    if fails:
+      with pytest.raises(ValueError, match=r"total-variation term .* <= delta \* 0.001 = 1e-05, the share the plan "
+                                           r"kept for it; with num_clients=6"):
+        _pipeline.build_mechanism(cfg, plan, shape, n)
+    else:
+      assert _pipeline.build_mechanism(cfg, plan, shape, n).noise.rho >= mech.noise.rho
+  monkeypatch.undo()
+  # Noise other than the one composed (here: a plan whose noise had more DLap noise) is refused.
+  less = dataclasses.replace(mech.noise, p=mech.noise.p ** 0.5)
+  monkeypatch.setattr(_pipeline, "multi_message_plan_noise", lambda *args: less)
+  with pytest.raises(ValueError, match="to be the planned"):
+    _pipeline.build_mechanism(cfg, plan, shape, n)
+
+
 def test_query_labels_break_ties_to_the_smallest_label_and_acc_pl_counts_all_of_d_pub(splits, monkeypatch):
   # Every row of the released votes is given a tie for its maximum between a smaller and a larger label:
   # the query's label is the smallest one (module docstring), every public sample inherits the label of its
