@@ -40,6 +40,7 @@ from jaxdistill.accounting._relation import PrivacyWarning
 from jaxdistill.accounting._relation import Relation
 from jaxdistill.accounting._shuffle import ShuffleAmplification
 from jaxdistill.accounting._shuffle import clone_delta
+from jaxdistill.accounting._shuffle import clone_pld
 from jaxdistill.accounting._shuffle import fmt_closed_form_epsilon
 from jaxdistill.accounting._shuffle import fmt_closed_form_valid
 from jaxdistill.accounting._shuffle import shuffle_epsilon
@@ -52,7 +53,7 @@ __all__ = [
     "discrete_laplace", "gaussian", "laplace", "randomized_response", "NfdpPrivacy",
     "nfdp_inclusion_probability", "nfdp_paper_guarantee", "nfdp_paper_rows", "nfdp_privacy",
     "PrivacyStatement", "PrivacyWarning", "Relation", "ShuffleAmplification",
-    "clone_delta", "fmt_closed_form_epsilon", "fmt_closed_form_valid", "shuffle_epsilon",
+    "clone_delta", "clone_pld", "fmt_closed_form_epsilon", "fmt_closed_form_valid", "shuffle_epsilon",
     "shuffle_local_epsilon",
     "MultiMessageNoise", "calibrate_multi_message", "multi_message_delta", "multi_message_epsilon",
     "multi_message_expected_messages", "multi_message_pld", "min_calibration_epsilon",

@@ -12,7 +12,7 @@
   re-run, never paid for twice.
 """
 
-from jaxdistill.labeling._budget import MAX_EXACT_MULTI_MESSAGE_T
+from jaxdistill.labeling._budget import MAX_EXACT_SHUFFLE_T
 from jaxdistill.labeling._budget import MULTI_MESSAGE_TV_RESERVE
 from jaxdistill.labeling._budget import BudgetPlan
 from jaxdistill.labeling._budget import compose_pairs_epsilon
@@ -41,7 +41,7 @@ from jaxdistill.labeling._student import train_student
 from jaxdistill.labeling._student import vote_shares
 
 __all__ = [
-    "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "MAX_EXACT_MULTI_MESSAGE_T", "MULTI_MESSAGE_TV_RESERVE",
+    "BudgetPlan", "compose_pairs_epsilon", "plan_budget", "MAX_EXACT_SHUFFLE_T", "MULTI_MESSAGE_TV_RESERVE",
     "CONNECTIONS", "DEFAULT_EPSILON", "MECHANISMS",
     "REPRESENTATIONS",
     "LabelingConfig", "StudentConfig", "ReleaseLedger", "StoredRelease", "data_fingerprint",

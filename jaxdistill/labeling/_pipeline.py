@@ -61,7 +61,8 @@ from jaxdistill.data._overlap import shared_images
 from jaxdistill import mechanisms as mech_lib
 from jaxdistill.accounting import PrivacyStatement, PrivacyWarning, Relation
 from jaxdistill.labeling import _components as components
-from jaxdistill.labeling._budget import MULTI_MESSAGE_TV_RESERVE, BudgetPlan, multi_message_plan_noise, plan_budget
+from jaxdistill.labeling._budget import (MULTI_MESSAGE_TV_RESERVE, BudgetPlan, clone_composed_epsilon,
+                                        multi_message_plan_noise, plan_budget)
 from jaxdistill.labeling._config import LabelingConfig
 from jaxdistill.labeling._ledger import ReleaseLedger, StoredRelease, data_fingerprint
 from jaxdistill.labeling._plots import PLOT_FILES
@@ -185,12 +186,15 @@ def build_mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.Bs
   Raises:
     ValueError: the mechanism refuses the per-iteration budget; with T > 1
       the message names the total epsilon (and delta) the caller set and
-      the per-iteration share the plan gave the mechanism.
+      the per-iteration share the plan gave the mechanism. A ``pld-clone``
+      plan (shuffle-single over T > 1) made for another ``num_clients``
+      whose composition at ``num_private`` exceeds the plan's epsilon is
+      refused too.
   """
   if config.mechanism == "none":
     return None
   try:
-    return _mechanism(config, plan, shape, num_private)
+    mech = _mechanism(config, plan, shape, num_private)
   except ValueError as err:
     if plan.iterations == 1:  # the per-iteration budget is the caller's own
       raise
@@ -202,6 +206,9 @@ def build_mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.Bs
     raise ValueError(f"Expected {total} (the total over iterations={plan.iterations}) to leave each iteration a "
                      f"budget mechanism={config.mechanism} accepts; its per-iteration share {share} is refused: "
                      f"{err}") from None
+  if plan.method == "pld-clone":  # the share was accepted; the question is whether the plan was made for this n
+    _check_composed_clones(plan, mech)
+  return mech
 
 
 def _mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.BsvsShape,
@@ -222,6 +229,16 @@ def _mechanism(config: LabelingConfig, plan: BudgetPlan, shape: mech_lib.BsvsSha
       _check_composed_noise(plan, mech)
     return mech
   return mech_lib.ShuffleSingleMessage(shape, eps, delta, num_private, local=config.shuffle_local)
+
+
+def _check_composed_clones(plan: BudgetPlan, mech: mech_lib.ShuffleSingleMessage) -> None:
+  """A ``pld-clone`` plan composed the clone pair's PLD at the n it was given: the mechanism's eps0 and n must
+  compose to the plan's epsilon (the same calculation, cached), else the plan was made for another n."""
+  composed = clone_composed_epsilon(mech.eps0, mech.num_clients, plan.iterations, plan.total_delta)
+  if not composed <= plan.composed_epsilon:
+    raise ValueError(f"Expected the plan's num_clients to be the mechanism's num_clients={mech.num_clients}: at "
+                     f"that n, T={plan.iterations} releases at eps0={mech.eps0:.6g} compose to epsilon="
+                     f"{composed:.6g} > the planned {plan.composed_epsilon:.6g}.")
 
 
 def _check_composed_noise(plan: BudgetPlan, mech: mech_lib.ShuffleMultiMessage) -> None:
@@ -804,7 +821,7 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   delta = config.resolved_delta(n)
   degree = components.connection_privacy(config.connection, config.k, config.num_queries).shape_k
   plan = plan_budget(config.mechanism, config.epsilon, delta, config.iterations, k=degree,
-                     central_noise=config.central_noise)
+                     central_noise=config.central_noise, num_clients=n)
   # Built here, before any fitting: a mechanism's own bounds (local-collision's epsilon, say) fail at once.
   mech = build_mechanism(config, plan, mech_lib.BsvsShape(config.num_queries, num_classes, degree), n)
   source = "caller" if representation is not None else "fitted on D_pub"

@@ -335,3 +335,102 @@ def test_finest_tolerance_terminates_and_meets_the_target(method):
   assert amp.epsilon <= 0.5 and amp.eps0 == pytest.approx(coarse.eps0, rel=2e-4)
   assert accounting.shuffle_epsilon(4.0, 10**5, 1e-6, tol=1e-15).epsilon == pytest.approx(
       accounting.shuffle_epsilon(4.0, 10**5, 1e-6).epsilon, rel=2e-4)
+
+
+# ---- clone_pld: the clone pair's PLD, for composing T shuffled releases ----
+
+def clone_joint_direct(n, eps0):
+  """The clone pair's joint pmfs over (c, a'), c = 0..n-1, flattened (no windows, no cutoffs)."""
+  weights = stats.binom.pmf(np.arange(n), n - 1, math.exp(-eps0))
+  pairs = [clone_pair_direct(c, eps0) for c in range(n)]
+  return (np.concatenate([w * p for w, (p, _) in zip(weights, pairs)]),
+          np.concatenate([w * q for w, (_, q) in zip(weights, pairs)]))
+
+
+def two_sided_profile(p, q, eps):
+  """max(H(P||Q), H(Q||P)) at e^eps, eps of any sign (privacy_profile takes eps >= 0 only)."""
+  g = math.exp(eps)
+  return max(float(np.sum(np.clip(p - g * q, 0.0, None))), float(np.sum(np.clip(q - g * p, 0.0, None))))
+
+
+def product(pmf, t):
+  out = pmf
+  for _ in range(t - 1):
+    out = np.outer(out, pmf).ravel()
+  return out
+
+
+@pytest.mark.parametrize("n,eps0", [(6, 0.5), (6, 2.0), (12, 1.0)])
+@pytest.mark.parametrize("t", [1, 2, 3])
+def test_clone_pld_composed_brackets_the_exact_profile_of_the_product_pair(n, eps0, t):
+  # The exact T-fold profile of the clone pair, from its product pmfs (up to 36^3 outcomes). The PLD rounds each
+  # loss up by less than one grid step (1e-4), so exact(eps) <= pld(eps) <= exact(eps - T * 1e-4), up to round-off.
+  p, q = clone_joint_direct(n, eps0)
+  pt, qt = product(p, t), product(q, t)
+  pld = accounting.clone_pld(eps0, n)
+  pld = pld if t == 1 else pld.self_compose(t)
+  for eps in (0.0, 0.1, 0.3, 0.6, 0.9 * eps0 * t):
+    got = pld.get_delta_for_epsilon(eps)
+    assert accounting.privacy_profile(pt, qt, eps) <= got + 1e-12, eps
+    assert got <= two_sided_profile(pt, qt, eps - t * 1e-4) + 1e-11, eps
+
+
+@pytest.mark.parametrize("k,n", [(2, 5), (3, 4)])
+@pytest.mark.parametrize("eps0", [1.0, 3.0])
+def test_composed_clone_pld_dominates_two_exact_shuffled_rr_releases(k, n, eps0):
+  # Two releases of n shuffled k-ary RR messages, exact (the histograms' product pmf), for every multiset of the
+  # other clients' inputs: the profile must stay below the clone pair's PLD composed twice.
+  pld = accounting.clone_pld(eps0, n).self_compose(2)
+  for others in itertools.combinations_with_replacement(range(k), n - 1):
+    p = shuffled_rr_count_pmf(eps0, k, (0,) + others)
+    q = shuffled_rr_count_pmf(eps0, k, (1,) + others)
+    keys = sorted(set(p) | set(q))
+    pa, qa = (np.array([d.get(h, 0.0) for h in keys]) for d in (p, q))
+    for eps in (0.0, 0.5 * eps0, eps0, 1.5 * eps0):
+      assert accounting.privacy_profile(product(pa, 2), product(qa, 2), eps) <= pld.get_delta_for_epsilon(eps) + 1e-12
+
+
+@pytest.mark.parametrize("n,eps0", [(1_000, 0.5), (10**5, 2.0), (10**6, 4.0), (60_000, 6.5)])
+def test_clone_pld_agrees_with_clone_delta_within_one_grid_step(n, eps0):
+  # One release: clone_delta sums the same pair exactly (same window of C), the PLD rounds losses up by < 1e-4
+  # and adds the mass of A' beyond 9 standard deviations (about 1e-19) as an infinite loss.
+  pld = accounting.clone_pld(eps0, n)
+  for eps in (0.0, 0.02, 0.1, 0.3):
+    if eps >= eps0:
+      continue
+    got = pld.get_delta_for_epsilon(eps)
+    assert accounting.clone_delta(eps, eps0, n) <= got + 1e-15
+    if eps > 0:  # clone_delta takes eps >= 0
+      assert got <= accounting.clone_delta(eps - 1e-4, eps0, n) + 1e-15
+
+
+def test_merged_clone_bins_stay_an_upper_bound_close_to_the_full_window(monkeypatch):
+  # Past MAX_CLONE_PLD_POINTS outcomes, consecutive values of C are merged into bins evaluated at their smallest c:
+  # the PLD must stay above the full window's, and close to it.
+  from jaxdistill.accounting import _shuffle  # pylint: disable=import-outside-toplevel
+  n, eps0 = 10**5, 1.0
+  full = accounting.clone_pld(eps0, n)
+  monkeypatch.setattr(_shuffle, "MAX_CLONE_PLD_POINTS", 2**17)
+  _shuffle._clone_pld.cache_clear()  # pylint: disable=protected-access
+  try:
+    merged = accounting.clone_pld(eps0, n)
+  finally:
+    _shuffle._clone_pld.cache_clear()  # pylint: disable=protected-access
+  assert merged is not full
+  for eps in (0.005, 0.01, 0.02):
+    a, b = full.get_delta_for_epsilon(eps), merged.get_delta_for_epsilon(eps)
+    assert 1e-12 < a <= b <= 1.05 * a, eps
+  assert merged.get_delta_for_epsilon(0.02) > full.get_delta_for_epsilon(0.02) * (1 + 1e-9)  # bins were merged
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"eps0": 0.0, "n": 100}, "eps0"),
+    ({"eps0": 61.0, "n": 100}, r"eps0=61.0 <= 60"),
+    ({"eps0": 1.0, "n": 0}, "n"),
+    ({"eps0": 1.0, "n": 10**13}, r"n=10000000000000 <= 1e\+12"),
+    ({"eps0": 1.0, "n": 100, "value_discretization_interval": 0.0}, "value_discretization_interval"),
+    ({"eps0": 1.0, "n": 100, "value_discretization_interval": float("nan")}, "value_discretization_interval"),
+])
+def test_clone_pld_bad_input(kwargs, needle):
+  with pytest.raises(ValueError, match=needle):
+    accounting.clone_pld(**kwargs)

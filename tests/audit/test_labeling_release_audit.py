@@ -103,9 +103,10 @@ def pipeline_pieces(noise, iterations, mechanism="central", connection="reverse-
   config = labeling.LabelingConfig(mechanism=mechanism, central_noise=noise, epsilon=EPSILON, delta=delta,
                                    iterations=iterations, num_queries=s, k=k, connection=connection)
   degree = components.connection_privacy(config.connection, k, s).shape_k
-  plan = labeling.plan_budget(mechanism, EPSILON, delta, iterations, k=degree, central_noise=noise)
+  n = len(pair[0][1])
+  plan = labeling.plan_budget(mechanism, EPSILON, delta, iterations, k=degree, central_noise=noise, num_clients=n)
   shape = mechanisms.BsvsShape(s, C, degree)
-  mech = labeling.build_mechanism(config, plan, shape, len(pair[0][1]))
+  mech = labeling.build_mechanism(config, plan, shape, n)
   inputs = []
   for features, labels in pair:
     buckets = components.connect(config.connection, features, queries, k).buckets

@@ -22,8 +22,8 @@ What it shows, at the target (eps, delta) = (1, 0.01):
 
 * T = 1: the pair's exact delta at eps = 1 is 0.0099967 (the calibration is tight); no alarm.
 * T = 2: eps_t = 0.991 and the pair's exact delta at eps = 1 is 0.0099670; no alarm. The split by worst-case
-  (eps_t, delta_t) pairs (shuffle-single's, and shuffle-multi's before) gave eps_t = 0.507, and its pair's exact
-  epsilon at delta = 0.01 is 0.462: more than half the budget unused.
+  (eps_t, delta_t) pairs (shuffle-single's without n, and shuffle-multi's before) gave eps_t = 0.507, and its
+  pair's exact epsilon at delta = 0.01 is 0.462: more than half the budget unused.
 * A mechanism built for 60 clients while the 6 records' clients are all that send (n miscounted, or clients that
   dropped out) has a tenth of the noise: its exact delta at eps = 1 is 0.945, and the audit alarms.
 
@@ -192,7 +192,7 @@ def test_the_reference_finds_the_claims_tight_at_t1_and_t2():
   mech, inputs = shuffle_pieces(2)
   pld, slack = reference(mech, inputs, 2)
   assert 0.99 * DELTA < pld.get_delta_for_epsilon(EPSILON) + slack <= DELTA
-  # The split by worst-case pairs (shuffle-single's; shuffle-multi's before) uses less than half the budget.
+  # The split by worst-case pairs (shuffle-single's without n; shuffle-multi's before) uses less than half the budget.
   pairs = labeling.plan_budget("shuffle-single", EPSILON, DELTA, 2, k=2)
   loose = mechanisms.ShuffleMultiMessage(mech.shape, pairs.epsilon_per_iteration, pairs.delta_per_iteration,
                                          NUM_CLIENTS)

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
 from jaxdistill import labeling, mechanisms
 from tests.audit import test_shuffle_release_audit as shuffle_audit
 
@@ -166,8 +168,60 @@ def test_shuffle_multi_composes_its_own_noise_exactly_and_tightly(eps, delta, t,
   assert reference_delta(plan.epsilon_per_iteration * 1.01) > delta  # tight: 1% more is too much
 
 
+def reference_clone_delta(eps0: float, n: int, t: int, eps: float) -> float:
+  """delta(eps) of T composed clone pairs at (eps0, n), independent of ``accounting.clone_pld``.
+
+  The pair's joint pmfs over (c, a') are built outcome by outcome from SciPy's binomials (every c with
+  Pr[C = c] > 1e-30; the rest, at most n * 1e-30 per release, is added to delta) and handed to dp-accounting's
+  ``from_two_probability_mass_functions`` (pessimistic), then self-composed.
+  """
+  weights = stats.binom.pmf(np.arange(n), n - 1, math.exp(-eps0))
+  alpha = 1.0 / (1.0 + math.exp(-eps0))
+  lower, upper, kept = {}, {}, 0.0
+  for c in np.flatnonzero(weights > 1e-30):
+    b = stats.binom.pmf(np.arange(c + 1), c, 0.5)
+    base, shifted = np.append(b, 0.0), np.insert(b, 0, 0.0)
+    for a, (p, q) in enumerate(zip(alpha * base + (1 - alpha) * shifted, (1 - alpha) * base + alpha * shifted)):
+      upper[(c, a)], lower[(c, a)] = math.log(weights[c] * p), math.log(weights[c] * q)
+    kept += weights[c]
+  pld = pld_lib.from_two_probability_mass_functions(lower, upper)
+  return pld.self_compose(t).get_delta_for_epsilon(eps) + t * max(0.0, 1.0 - kept)
+
+
+@pytest.mark.parametrize("eps, delta, t, n", [(1.0, 1e-5, 2, 5_000), (1.0, 1e-6, 3, 20_000)])
+def test_shuffle_single_composes_the_clone_pair_exactly_and_tightly(eps, delta, t, n):
+  # Given n, the plan composes the clone pair's PLD at the eps0 the pipeline's mechanism calibrates from its share;
+  # the reference builds that pair independently. The pairs' split (no n) is the baseline it must beat.
+  plan = labeling.plan_budget("shuffle-single", eps, delta, t, k=1, num_clients=n)
+  pairs = labeling.plan_budget("shuffle-single", eps, delta, t, k=1)
+  assert plan.method == "pld-clone" and pairs.method == "pld-of-pairs"
+  assert plan.delta_per_iteration == pairs.delta_per_iteration == delta / (2 * t)
+  assert eps * (1 - 1e-3) <= plan.composed_epsilon <= eps and plan.composed_delta == delta
+
+  def eps0_of(eps_t):
+    return mechanisms.ShuffleSingleMessage(mechanisms.BsvsShape(4, 2, 1), eps_t, plan.delta_per_iteration, n).eps0
+
+  eps0 = eps0_of(plan.epsilon_per_iteration)
+  assert eps0 > 1.15 * eps0_of(pairs.epsilon_per_iteration)  # 3.84 against 3.18 at n = 5,000, T = 2
+  assert reference_clone_delta(eps0, n, t, eps) <= delta
+  assert reference_clone_delta(eps0_of(plan.epsilon_per_iteration * 1.01), n, t, eps) > delta  # tight
+
+
+def test_shuffle_single_keeps_the_pairs_without_n_and_beyond_the_iteration_cap():
+  assert labeling.plan_budget("shuffle-single", 1.0, 1e-6, 2, k=1).method == "pld-of-pairs"
+  assert labeling.plan_budget("shuffle-single", 1.0, 1e-6, labeling.MAX_EXACT_SHUFFLE_T + 1, k=1,
+                              num_clients=1000).method == "pld-of-pairs"
+  one = labeling.plan_budget("shuffle-single", 0.7, 1e-7, 1, k=1, num_clients=1000)
+  assert one.method == "pld-of-pairs" and (one.epsilon_per_iteration, one.delta_per_iteration) == (0.7, 1e-7)
+  # Other mechanisms ignore n.
+  for mech in ("central", "shuffle-multi", "local-rr"):
+    d = 0.0 if mech == "local-rr" else 1e-6
+    assert (labeling.plan_budget(mech, 1.0, d, 2, k=1, num_clients=1000)
+            == labeling.plan_budget(mech, 1.0, d, 2, k=1))
+
+
 def test_shuffle_multi_falls_back_to_pairs_beyond_its_iteration_cap():
-  plan = labeling.plan_budget("shuffle-multi", 1.0, 1e-6, labeling.MAX_EXACT_MULTI_MESSAGE_T + 1, k=1)
+  plan = labeling.plan_budget("shuffle-multi", 1.0, 1e-6, labeling.MAX_EXACT_SHUFFLE_T + 1, k=1)
   assert plan.method == "pld-of-pairs"
   assert labeling.plan_budget("shuffle-multi", 1.0, 1e-6, 1, k=1).method == "pld-of-pairs"  # T = 1: the target
 
@@ -211,6 +265,13 @@ def test_none_checks_its_budget_arguments_like_every_mechanism(eps, delta, match
 def test_bad_budget_arguments(args, match):
   with pytest.raises(ValueError, match=match):
     labeling.plan_budget(*args, k=1)
+
+
+@pytest.mark.parametrize("n,match", [(0, r"num_clients=0 >= 1"), (2.5, "num_clients"), (10**13, r"num_clients=\d+ <= "),
+                                     ("100", "num_clients")])
+def test_bad_num_clients_is_refused_by_name(n, match):
+  with pytest.raises(ValueError, match=match):
+    labeling.plan_budget("shuffle-single", 1.0, 1e-6, 2, k=1, num_clients=n)
 
 
 def test_compose_pairs_count_is_bounded():

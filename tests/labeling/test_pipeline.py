@@ -1265,6 +1265,44 @@ def test_a_multi_message_plan_composed_exactly_checks_the_mechanism_it_composed(
     _pipeline.build_mechanism(cfg, plan, shape, n)
 
 
+def test_a_clone_plan_is_refused_for_an_n_at_which_its_composition_does_not_hold():
+  # A pld-clone plan composed the clone pair at the n it was given; the mechanism calibrates eps0 from the share
+  # and its own n. The same n gives the same eps0 (the same calculation), so the plan's epsilon holds.
+  from jaxdistill import accounting, mechanisms  # pylint: disable=import-outside-toplevel
+  eps, delta, t = 1.0, 1e-6, 2
+  shape = mechanisms.BsvsShape(3, 2, 1)
+  cfg = labeling.LabelingConfig(mechanism="shuffle-single", epsilon=eps, delta=delta, iterations=t, num_queries=3,
+                                k=1)
+  plan = labeling.plan_budget("shuffle-single", eps, delta, t, k=1, num_clients=1000)
+  assert plan.method == "pld-clone"
+  mech = _pipeline.build_mechanism(cfg, plan, shape, 1000)
+  assert mech.eps0 == accounting.shuffle_local_epsilon(plan.epsilon_per_iteration, 1000, delta / 4).eps0
+  # At n = 500 the share calibrates eps0 = 1.84, whose two releases compose to 1.0002 > the planned 0.9995.
+  with pytest.raises(ValueError, match=r"Expected the plan's num_clients to be the mechanism's num_clients=500: at "
+                                       r"that n, T=2 releases at eps0=1.84\d* compose to epsilon=1.000\d* > the "
+                                       r"planned 0.999"):
+    _pipeline.build_mechanism(cfg, plan, shape, 500)
+
+
+def test_shuffle_single_over_two_iterations_composes_the_clone_pair_at_the_run_s_n(splits):
+  # run_labeling gives plan_budget its n (|D_priv|), so shuffle-single over T = 2 composes the clone pair's PLD;
+  # the report states the composed total and each release's eps0 at that n.
+  from jaxdistill import accounting  # pylint: disable=import-outside-toplevel
+  res = labeling.run_labeling(tiny(mechanism="shuffle-single", epsilon=4.0, delta=1e-5, iterations=2),
+                              splits=splits)
+  privacy = res.report["privacy"]
+  budget, n = privacy["budget"], len(splits.private)
+  assert budget["method"] == "pld-clone" and "clone reduction's pair PLD" in privacy["composition"]
+  assert 4.0 * (1 - 1e-3) <= budget["composed_epsilon"] <= 4.0 and budget["composed_delta"] == 1e-5
+  assert (privacy["statement"]["epsilon"], privacy["statement"]["delta"]) == (budget["composed_epsilon"], 1e-5)
+  assert budget["epsilon_per_iteration"] > 4.0  # each release alone at delta / 4: 4.08 here (3.79 composed at 4.0)
+  eps0 = accounting.shuffle_local_epsilon(budget["epsilon_per_iteration"], n, 1e-5 / 4).eps0
+  for per in privacy["per_iteration"]:
+    assert per["parameters"]["n"] == n and per["parameters"]["eps0"] == eps0
+  composed = accounting.clone_pld(eps0, n).self_compose(2)
+  assert composed.get_delta_for_epsilon(budget["composed_epsilon"]) <= 1e-5
+
+
 def test_query_labels_break_ties_to_the_smallest_label_and_acc_pl_counts_all_of_d_pub(splits, monkeypatch):
   # Every row of the released votes is given a tie for its maximum between a smaller and a larger label:
   # the query's label is the smallest one (module docstring), every public sample inherits the label of its

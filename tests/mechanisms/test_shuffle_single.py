@@ -65,6 +65,33 @@ def test_shuffled_output_meets_the_claim_exactly_at_tiny_n():
   assert accounting.privacy_profile(ordered_p, ordered_q, claim.epsilon) > delta
 
 
+def test_two_shuffled_releases_meet_the_composed_claim_exactly_at_tiny_n():
+  # Over T = 2 iterations, given n, plan_budget composes the clone pair's PLD (pld-clone) and each release runs RR
+  # at the eps0 its share calibrates. The setting of the test above (n = 4, d = 2 bits): for every neighbouring
+  # pair, the exact profile of the two releases (the product of the shuffled multisets' pmfs) at the composed
+  # epsilon is <= delta. The clone bound's slack at n = 4 makes this a check of the plumbing (plan -> mechanism
+  # -> composed claim) on the real randomizer; the composition's tightness is tested in tests/labeling/test_budget.py.
+  from jaxdistill import labeling  # pylint: disable=import-outside-toplevel
+  n, eps, delta, t = 4, 0.5, 0.1, 2
+  plan = labeling.plan_budget("shuffle-single", eps, delta, t, k=1, num_clients=n)
+  pairs = labeling.plan_budget("shuffle-single", eps, delta, t, k=1)
+  assert plan.method == "pld-clone" and plan.composed_epsilon <= eps
+  mech = M.ShuffleSingleMessage(M.BsvsShape(2, 1, 1), plan.epsilon_per_iteration, plan.delta_per_iteration, n)
+  assert mech.eps0 > M.ShuffleSingleMessage(M.BsvsShape(2, 1, 1), pairs.epsilon_per_iteration,
+                                            pairs.delta_per_iteration, n).eps0
+  inputs = [(1, 0), (0, 1), (0, 0)]
+  worst = 0.0
+  for others in itertools.combinations_with_replacement(inputs, n - 1):
+    for x, y in itertools.permutations(inputs, 2):
+      p = shuffled_pmf([rr_message_pmf(mech.eps0, v) for v in (x,) + others])
+      q = shuffled_pmf([rr_message_pmf(mech.eps0, v) for v in (y,) + others])
+      keys = sorted(set(p) | set(q))
+      pa, qa = (np.array([d.get(m, 0.0) for m in keys]) for d in (p, q))
+      worst = max(worst, accounting.privacy_profile(np.outer(pa, pa).ravel(), np.outer(qa, qa).ravel(),
+                                                    plan.composed_epsilon))
+  assert worst <= delta
+
+
 def test_eps0_is_the_inverse_amplification():
   n, eps, delta = 10**4, 1.0, 1e-6
   mech = M.ShuffleSingleMessage(M.BsvsShape(40, 10, 1), eps, delta, n)
