@@ -39,6 +39,18 @@ def shuffled_pmf(client_pmfs):
   return dist
 
 
+def neighbouring_shuffled_pmfs(eps0, n):
+  """(p, q) aligned arrays: the shuffled multisets' pmfs of every neighbouring pair of the tiny setting below
+  (n RR clients on d = 2 bits, each holding entry 0, entry 1 or nothing; one client's input replaced)."""
+  inputs = [(1, 0), (0, 1), (0, 0)]
+  for others in itertools.combinations_with_replacement(inputs, n - 1):
+    for x, y in itertools.permutations(inputs, 2):
+      p = shuffled_pmf([rr_message_pmf(eps0, v) for v in (x,) + others])
+      q = shuffled_pmf([rr_message_pmf(eps0, v) for v in (y,) + others])
+      keys = sorted(set(p) | set(q))
+      yield tuple(np.array([d.get(m, 0.0) for m in keys]) for d in (p, q))
+
+
 def test_shuffled_output_meets_the_claim_exactly_at_tiny_n():
   # n = 4 clients, d = 2 bits; every client holds entry 0, entry 1 or nothing.
   # Every neighbouring pair (one client's input replaced): the exact privacy profile
@@ -52,13 +64,7 @@ def test_shuffled_output_meets_the_claim_exactly_at_tiny_n():
   mech = M.ShuffleSingleMessage(M.BsvsShape(2, 1, 1), eps, delta, n)
   claim = mech.privacy()
   assert claim.epsilon <= eps and mech.eps0 > 1.5 * eps
-  inputs = [(1, 0), (0, 1), (0, 0)]
-  worst = 0.0
-  for others in itertools.combinations_with_replacement(inputs, n - 1):
-    for x, y in itertools.permutations(inputs, 2):
-      p = shuffled_pmf([rr_message_pmf(mech.eps0, t) for t in (x,) + others])
-      q = shuffled_pmf([rr_message_pmf(mech.eps0, t) for t in (y,) + others])
-      worst = max(worst, accounting.privacy_profile(p, q, claim.epsilon))
+  worst = max(accounting.privacy_profile(p, q, claim.epsilon) for p, q in neighbouring_shuffled_pmfs(mech.eps0, n))
   assert worst <= delta
   ordered_p = rr_message_pmf(mech.eps0, (1, 0))
   ordered_q = rr_message_pmf(mech.eps0, (0, 1))
@@ -79,16 +85,8 @@ def test_two_shuffled_releases_meet_the_composed_claim_exactly_at_tiny_n():
   mech = M.ShuffleSingleMessage(M.BsvsShape(2, 1, 1), plan.epsilon_per_iteration, plan.delta_per_iteration, n)
   assert mech.eps0 > M.ShuffleSingleMessage(M.BsvsShape(2, 1, 1), pairs.epsilon_per_iteration,
                                             pairs.delta_per_iteration, n).eps0
-  inputs = [(1, 0), (0, 1), (0, 0)]
-  worst = 0.0
-  for others in itertools.combinations_with_replacement(inputs, n - 1):
-    for x, y in itertools.permutations(inputs, 2):
-      p = shuffled_pmf([rr_message_pmf(mech.eps0, v) for v in (x,) + others])
-      q = shuffled_pmf([rr_message_pmf(mech.eps0, v) for v in (y,) + others])
-      keys = sorted(set(p) | set(q))
-      pa, qa = (np.array([d.get(m, 0.0) for m in keys]) for d in (p, q))
-      worst = max(worst, accounting.privacy_profile(np.outer(pa, pa).ravel(), np.outer(qa, qa).ravel(),
-                                                    plan.composed_epsilon))
+  worst = max(accounting.privacy_profile(np.outer(p, p).ravel(), np.outer(q, q).ravel(), plan.composed_epsilon)
+              for p, q in neighbouring_shuffled_pmfs(mech.eps0, n))
   assert worst <= delta
 
 
