@@ -192,8 +192,12 @@ def reference_clone_delta(eps0: float, n: int, t: int, eps: float) -> float:
   return pld.self_compose(t).get_delta_for_epsilon(eps) + t * max(0.0, 1.0 - kept)
 
 
-@pytest.mark.parametrize("eps, delta, t, n", [(1.0, 1e-5, 2, 5_000), (1.0, 1e-6, 3, 20_000)])
-def test_shuffle_single_composes_the_clone_pair_exactly_and_tightly(eps, delta, t, n):
+@pytest.mark.parametrize("eps, delta, t, n, gain", [
+    (1.0, 1e-5, 2, 5_000, 1.15),  # eps0 3.84 against 3.18
+    (1.0, 1e-6, 3, 20_000, 1.15),
+    (1.0, 1e-6, 5, 60_000, 1.4),  # the docs' figure: eps0 5.14 against 3.59
+])
+def test_shuffle_single_composes_the_clone_pair_exactly_and_tightly(eps, delta, t, n, gain):
   # Given n, the plan composes the clone pair's PLD at the eps0 the pipeline's mechanism calibrates from its share;
   # the reference builds that pair independently. The pairs' split (no n) is the baseline it must beat.
   plan = labeling.plan_budget("shuffle-single", eps, delta, t, k=1, num_clients=n)
@@ -206,7 +210,7 @@ def test_shuffle_single_composes_the_clone_pair_exactly_and_tightly(eps, delta, 
     return mechanisms.ShuffleSingleMessage(mechanisms.BsvsShape(4, 2, 1), eps_t, plan.delta_per_iteration, n).eps0
 
   eps0 = eps0_of(plan.epsilon_per_iteration)
-  assert eps0 > 1.15 * eps0_of(pairs.epsilon_per_iteration)  # 3.84 against 3.18 at n = 5,000, T = 2
+  assert eps0 > gain * eps0_of(pairs.epsilon_per_iteration)
   assert reference_clone_delta(eps0, n, t, eps) <= delta
   assert reference_clone_delta(eps0_of(plan.epsilon_per_iteration * 1.01), n, t, eps) > delta  # tight
 
