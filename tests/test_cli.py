@@ -65,7 +65,25 @@ def test_shuffle_json_both_directions(capsys):
   assert fmt_closed_form(inv["eps0"], 1e5, 1e-6) <= 0.5
 
 
+def test_shuffle_releases_both_directions(capsys):
+  # Ten releases stated together: the clone pair's PLD composed (the library's figure, which its tests check).
+  from jaxdistill import accounting  # pylint: disable=import-outside-toplevel
+  fwd = run_json(capsys, ["privacy", "shuffle", "--n", "1e5", "--delta", "1e-6", "--eps0", "4", "--releases", "10",
+                          "--json"])
+  assert (fwd["method"], fwd["releases"]) == ("pld-clone", 10) and 0.57 < fwd["epsilon"] < 0.59
+  assert fwd["epsilon"] == accounting.shuffle_epsilon(4.0, 10**5, 1e-6, releases=10).epsilon
+  inv = run_json(capsys, ["privacy", "shuffle", "--n", "1e5", "--delta", "1e-6", "--target-epsilon",
+                          str(fwd["epsilon"]), "--releases", "10", "--json"])
+  assert inv["eps0"] == pytest.approx(4.0, rel=1e-3) and inv["epsilon"] <= fwd["epsilon"]
+  assert main(["privacy", "shuffle", "--n", "1e5", "--delta", "1e-6", "--eps0", "4", "--releases", "10"]) == 0
+  out = capsys.readouterr().out
+  assert "method=pld-clone" in out and "central epsilon (all releases)" in out and "0.5804" in out
+
+
 @pytest.mark.parametrize("argv,needle", [
+    (["privacy", "shuffle", "--n", "1e5", "--delta", "1e-6", "--eps0", "4", "--releases", "2", "--method",
+      "closed-form"], "method='numeric' for releases=2"),
+    (["privacy", "shuffle", "--n", "1e5", "--delta", "1e-6", "--eps0", "4", "--releases", "0"], "releases=0"),
     (["privacy", "nfdp", "--n", "300", "--k", "301"], "k=301"),
     (["privacy", "nfdp", "--n", "0", "--k", "1"], "n=0"),
     (["privacy", "nfdp", "--n", "x", "--k", "1"], "--n"),

@@ -38,6 +38,7 @@ from jaxdistill.accounting._nfdp import nfdp_privacy
 from jaxdistill.accounting._relation import PrivacyStatement
 from jaxdistill.accounting._relation import PrivacyWarning
 from jaxdistill.accounting._relation import Relation
+from jaxdistill.accounting._shuffle import MAX_SHUFFLE_RELEASES
 from jaxdistill.accounting._shuffle import ShuffleAmplification
 from jaxdistill.accounting._shuffle import clone_delta
 from jaxdistill.accounting._shuffle import clone_pld
@@ -52,7 +53,7 @@ __all__ = [
     "MAX_LATTICE_INDEX", "MAX_LATTICE_LOSS", "MAX_RR_EPSILON0", "MechanismAccount", "calibrate",
     "discrete_laplace", "gaussian", "laplace", "randomized_response", "NfdpPrivacy",
     "nfdp_inclusion_probability", "nfdp_paper_guarantee", "nfdp_paper_rows", "nfdp_privacy",
-    "PrivacyStatement", "PrivacyWarning", "Relation", "ShuffleAmplification",
+    "PrivacyStatement", "PrivacyWarning", "Relation", "MAX_SHUFFLE_RELEASES", "ShuffleAmplification",
     "clone_delta", "clone_pld", "fmt_closed_form_epsilon", "fmt_closed_form_valid", "shuffle_epsilon",
     "shuffle_local_epsilon",
     "MultiMessageNoise", "calibrate_multi_message", "multi_message_delta", "multi_message_epsilon",

@@ -34,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   g.add_argument("--eps0", type=float, help="local epsilon -> central epsilon")
   g.add_argument("--target-epsilon", type=float, help="central epsilon -> largest local eps0")
   s.add_argument("--method", default="numeric", choices=["closed-form", "numeric"])
+  s.add_argument("--releases", type=count, default=1,
+                 help=f"T shuffled releases stated together (numeric; clone pair's PLD composed; "
+                      f"at most {accounting.MAX_SHUFFLE_RELEASES})")
   s.add_argument("--json", action="store_true")
   s.set_defaults(func=run_shuffle)
 
@@ -81,14 +84,21 @@ def run_nfdp_paper(args: argparse.Namespace) -> int:
 
 def run_shuffle(args: argparse.Namespace) -> int:
   if args.eps0 is not None:
-    res = accounting.shuffle_epsilon(args.eps0, args.n, args.delta, method=args.method)
+    res = accounting.shuffle_epsilon(args.eps0, args.n, args.delta, method=args.method, releases=args.releases)
     out = {"direction": "local-to-central", **res.to_dict()}
   else:
-    res = accounting.shuffle_local_epsilon(args.target_epsilon, args.n, args.delta, method=args.method)
+    res = accounting.shuffle_local_epsilon(args.target_epsilon, args.n, args.delta, method=args.method,
+                                           releases=args.releases)
     out = {"direction": "central-to-local", "target_epsilon": args.target_epsilon, **res.to_dict()}
   if args.json:
     print_json(out)
     return 0
   print(f"Shuffle amplification (single message, replace-one), method={res.method}")
-  print_table(["n", "local eps0", "central epsilon", "delta"], [[res.n, res.eps0, res.epsilon, res.delta]])
+  if res.releases == 1:
+    print_table(["n", "local eps0", "central epsilon", "delta"], [[res.n, res.eps0, res.epsilon, res.delta]])
+    return 0
+  print(f"{res.releases} releases of n fresh messages each, stated together (adaptive ones included): the clone "
+        "pair's PLD composed")
+  print_table(["n", "releases", "local eps0", "central epsilon (all releases)", "delta"],
+              [[res.n, res.releases, res.eps0, res.epsilon, res.delta]])
   return 0

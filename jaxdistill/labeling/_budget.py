@@ -72,11 +72,12 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill import accounting
 from jaxdistill.accounting import Relation
-from jaxdistill.accounting._mechanisms import _lattice_pld, _self_compose
+from jaxdistill.accounting._mechanisms import _lattice_pld
 from jaxdistill.accounting._multi_message import (MAX_CALIBRATION_EPSILON, MultiMessageNoise, calibrate_multi_message,
                                                   min_calibration_epsilon, multi_message_pld)
 from jaxdistill.accounting._shuffle import _MAX_EPS0 as SHUFFLE_MAX_EPSILON
 from jaxdistill.accounting._shuffle import MAX_NUMERIC_N
+from jaxdistill.accounting._shuffle import _composed_epsilon as _clone_composed
 from jaxdistill.mechanisms import bsvs_sensitivity
 from jaxdistill.mechanisms._shuffle_single import _amplification as shuffle_single_amplification
 
@@ -304,8 +305,7 @@ def clone_composed_epsilon(eps0: float, n: int, t: int, target_delta: float) -> 
   ``pld-clone`` plan and ``build_mechanism``'s check of it ask the same question.
   """
   try:
-    composed = _self_compose(accounting.clone_pld(eps0, n), t)
-    return float(composed.get_epsilon_for_delta(target_delta - t * accounting.FFT_ROUNDOFF_PER_RELEASE))
+    return _clone_composed(eps0, n, target_delta, t)
   except (ValueError, OverflowError, MemoryError):  # a candidate the accounting cannot evaluate is not taken
     return math.inf
 

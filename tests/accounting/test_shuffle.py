@@ -434,3 +434,85 @@ def test_merged_clone_bins_stay_an_upper_bound_close_to_the_full_window(monkeypa
 def test_clone_pld_bad_input(kwargs, needle):
   with pytest.raises(ValueError, match=needle):
     accounting.clone_pld(**kwargs)
+
+
+# ---- releases: T shuffled releases stated together (shuffle_epsilon / shuffle_local_epsilon) ----
+
+@pytest.mark.parametrize("n,eps0", [(6, 2.0), (12, 1.0)])
+@pytest.mark.parametrize("t,delta", [(2, 0.05), (3, 0.01)])
+def test_releases_epsilon_is_valid_and_tight_for_the_exact_product_pair(n, eps0, t, delta):
+  # The exact T-fold pair (product pmfs) meets (eps, delta) at the stated eps, and misses delta a grid step per
+  # release (plus one for the search) below it: the composed statement is the clone pair's own, not a loose one.
+  amp = accounting.shuffle_epsilon(eps0, n, delta, releases=t)
+  assert amp.method == "pld-clone" and amp.releases == t and 0 < amp.epsilon < t * eps0
+  p, q = clone_joint_direct(n, eps0)
+  pt, qt = product(p, t), product(q, t)
+  assert two_sided_profile(pt, qt, amp.epsilon) <= delta
+  assert two_sided_profile(pt, qt, amp.epsilon - (t + 1) * 1e-4 - 1e-9) > delta
+  statement = amp.statement()
+  assert (statement.count, statement.epsilon, statement.delta) == (t, amp.epsilon, delta)
+
+
+@pytest.mark.parametrize("k,n", [(2, 5), (3, 4)])
+def test_releases_epsilon_covers_two_exact_shuffled_rr_releases(k, n):
+  # Real shuffled k-ary randomized response, two releases, every multiset of the other inputs.
+  eps0, delta = 2.0, 0.02
+  eps = accounting.shuffle_epsilon(eps0, n, delta, releases=2).epsilon
+  assert eps < accounting.shuffle_epsilon(eps0, n, delta / 2).epsilon * 2  # tighter than two (eps, delta/2) pairs
+  for others in itertools.combinations_with_replacement(range(k), n - 1):
+    p = shuffled_rr_count_pmf(eps0, k, (0,) + others)
+    q = shuffled_rr_count_pmf(eps0, k, (1,) + others)
+    keys = sorted(set(p) | set(q))
+    pa, qa = (np.array([d.get(h, 0.0) for h in keys]) for d in (p, q))
+    assert accounting.privacy_profile(product(pa, 2), product(qa, 2), eps) <= delta
+
+
+@pytest.mark.parametrize("target,n,delta,t", [(1.0, 5_000, 1e-5, 2), (1.0, 60_000, 1e-6, 5)])
+def test_releases_local_epsilon_is_exact_and_tight_against_an_independent_reference(target, n, delta, t):
+  # The reference builds the clone pair outcome by outcome (SciPy) and composes it with dp-accounting's generic
+  # PMF route; the largest eps0 must meet the target there, and 1% more must not.
+  from tests.labeling.test_budget import reference_clone_delta  # pylint: disable=import-outside-toplevel
+  amp = accounting.shuffle_local_epsilon(target, n, delta, releases=t)
+  assert amp.method == "pld-clone" and amp.releases == t and target * (1 - 1e-3) < amp.epsilon <= target
+  assert reference_clone_delta(amp.eps0, n, t, target) <= delta
+  assert reference_clone_delta(amp.eps0 * 1.01, n, t, target) > delta
+  # The forward direction at the answer states the same epsilon.
+  assert accounting.shuffle_epsilon(amp.eps0, n, delta, releases=t).epsilon == amp.epsilon
+
+
+def test_releases_local_epsilon_agrees_with_the_labeling_plan():
+  # Two routes to the same eps0: the labeling plan searches the per-release (eps_t, delta_t) whose calibrated eps0
+  # composes within 0.1% of the total; this bisects on eps0 directly (to 1e-4). The docs quote 5.14 (n = 60,000).
+  from jaxdistill import labeling, mechanisms  # pylint: disable=import-outside-toplevel
+  n, t = 60_000, 5
+  plan = labeling.plan_budget("shuffle-single", 1.0, 1e-6, t, k=1, num_clients=n)
+  planned = mechanisms.ShuffleSingleMessage(mechanisms.BsvsShape(4, 2, 1), plan.epsilon_per_iteration,
+                                            plan.delta_per_iteration, n).eps0
+  direct = accounting.shuffle_local_epsilon(1.0, n, 1e-6, releases=t).eps0
+  assert direct * (1 - 5e-3) <= planned <= direct * (1 + 2e-4)
+  assert 5.13 < direct < 5.15
+
+
+def test_one_release_keeps_the_single_release_bound():
+  one = accounting.shuffle_epsilon(4.0, 10**5, 1e-6, releases=1)
+  assert one == accounting.shuffle_epsilon(4.0, 10**5, 1e-6) and one.method == "numeric" and one.releases == 1
+  assert one.statement().count == 1 and one.to_dict()["releases"] == 1
+  assert accounting.shuffle_local_epsilon(0.5, 10**5, 1e-6, releases=1) == accounting.shuffle_local_epsilon(
+      0.5, 10**5, 1e-6)
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda: accounting.shuffle_epsilon(1.0, 100, 1e-6, releases=0), "releases=0 >= 1"),
+    (lambda: accounting.shuffle_epsilon(1.0, 100, 1e-6, releases=1001), "releases=1001 <= 1000"),
+    (lambda: accounting.shuffle_epsilon(1.0, 100, 1e-6, releases=2.5), "releases"),
+    (lambda: accounting.shuffle_epsilon(1.0, 100, 1e-6, releases=True), "releases"),
+    (lambda: accounting.shuffle_epsilon(1.0, 10**5, 1e-6, releases=2, method="closed-form"),
+     "method='numeric' for releases=2"),
+    (lambda: accounting.shuffle_local_epsilon(1.0, 10**5, 1e-6, releases=2, method="closed-form"),
+     "method='numeric' for releases=2"),
+    (lambda: accounting.shuffle_epsilon(1.0, 100, 1e-12, releases=1000), r"delta=1e-12 > 1.4\d*e-11"),
+    (lambda: accounting.shuffle_local_epsilon(1.0, 10**13, 1e-6, releases=2), r"n=10000000000000 <= 1e\+12"),
+])
+def test_releases_bad_input(call, needle):
+  with pytest.raises(ValueError, match=needle):
+    call()
