@@ -453,6 +453,24 @@ def test_releases_epsilon_is_valid_and_tight_for_the_exact_product_pair(n, eps0,
   assert (statement.count, statement.epsilon, statement.delta) == (t, amp.epsilon, delta)
 
 
+@pytest.mark.parametrize("target", [0.05, 1e-3])
+def test_releases_small_targets_use_a_finer_grid_and_stay_exact(target):
+  # With a fixed 1e-4 loss grid, targets below about T * 1e-4 could not be met at all (every positive loss rounded
+  # up to 1e-4); below eps0 = 0.1 the grid is eps0 / 1000. Checked against the exact product pair at n = 6.
+  n, t, delta = 6, 2, 1e-6
+  amp = accounting.shuffle_local_epsilon(target, n, delta, releases=t)
+  assert 0 < amp.epsilon <= target
+  p, q = clone_joint_direct(n, amp.eps0)
+  assert two_sided_profile(product(p, t), product(q, t), target) <= delta
+  p, q = clone_joint_direct(n, amp.eps0 * 1.01)
+  assert two_sided_profile(product(p, t), product(q, t), target) > delta
+  # Forward, at eps0 = 0.01: valid, and within (T + 1) grid steps of 1e-5 of the exact epsilon.
+  fwd = accounting.shuffle_epsilon(0.01, n, delta, releases=t)
+  p, q = clone_joint_direct(n, 0.01)
+  pt, qt = product(p, t), product(q, t)
+  assert two_sided_profile(pt, qt, fwd.epsilon) <= delta < two_sided_profile(pt, qt, fwd.epsilon - (t + 1) * 1e-5)
+
+
 @pytest.mark.parametrize("k,n", [(2, 5), (3, 4)])
 def test_releases_epsilon_covers_two_exact_shuffled_rr_releases(k, n):
   # Real shuffled k-ary randomized response, two releases, every multiset of the other inputs.
@@ -540,3 +558,15 @@ def test_tiny_clone_probability_gives_no_quantile_warning(eps0):
     amp = accounting.shuffle_epsilon(eps0, 10**5, 1e-6)
   # One message's replacement is seen through at most 1e5 * e^-eps0 < 1e-8 clones: no amplification to speak of.
   assert eps0 - 1e-3 < amp.epsilon <= eps0
+
+
+def test_releases_inverse_reports_a_delta_below_the_left_out_mass(monkeypatch):
+  # Every eps0 down to the floor gives an infinite composed epsilon (delta below the mass the PLD counts as an
+  # infinite loss, ~2e-15 a release): a clear error after the halvings, not a loop or eps0 = 0.
+  from jaxdistill.accounting import _shuffle  # pylint: disable=import-outside-toplevel
+  calls = []
+  monkeypatch.setattr(_shuffle, "_composed_epsilon", lambda *args: calls.append(args[0]) or math.inf)
+  with pytest.raises(ValueError, match=r"No eps0 >= 1e-09 meets target_epsilon=1.0 over releases=2 .* delta does "
+                                       "not cover the composition's left-out mass"):
+    accounting.shuffle_local_epsilon(1.0, 10**5, 1e-6, releases=2)
+  assert calls[0] == 0.5 and 1e-9 <= calls[-1] < 2e-9 and len(calls) == 29  # 0.5 / 2^28 ~ 1.9e-9
