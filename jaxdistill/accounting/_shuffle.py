@@ -61,8 +61,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
@@ -657,14 +658,7 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
       lo, hi = hi, 2 * hi
       if hi > _MAX_EPS0:
         return ShuffleAmplification(lo, n, delta, min(forward(lo), target), method)
-    while hi - lo > tol * lo:
-      mid = 0.5 * (lo + hi)
-      if mid in (lo, hi):  # adjacent floats: no finer bracket exists
-        break
-      if meets(mid):
-        lo = mid
-      else:
-        hi = mid
+    lo = _largest_meeting(meets, lo, hi, tol)
     # clone_delta(target; lo) <= delta was verified, so (target, delta) holds;
     # the forward value is only reported, so a coarser bisection suffices.
     achieved = _numeric_epsilon(lo, n, delta, 1e-3)
@@ -704,6 +698,13 @@ def _composed_local_epsilon(target: float, n: int, delta: float, releases: int, 
       lo = hi
       break
     lo, hi = hi, min(2 * hi, _MAX_EPS0)
+  lo = _largest_meeting(meets, lo, hi, tol)
+  return ShuffleAmplification(lo, n, delta, _composed_epsilon(lo, n, delta, releases), "pld-clone",
+                              releases=releases)
+
+
+def _largest_meeting(meets: Callable[[float], bool], lo: float, hi: float, tol: float) -> float:
+  """Bisect a bracket (``meets(lo)``, not ``meets(hi)``) to a relative width ``tol``; the largest point that met."""
   while hi - lo > tol * lo:
     mid = 0.5 * (lo + hi)
     if mid in (lo, hi):  # adjacent floats: no finer bracket exists
@@ -712,5 +713,4 @@ def _composed_local_epsilon(target: float, n: int, delta: float, releases: int, 
       lo = mid
     else:
       hi = mid
-  return ShuffleAmplification(lo, n, delta, _composed_epsilon(lo, n, delta, releases), "pld-clone",
-                              releases=releases)
+  return lo
