@@ -683,8 +683,11 @@ def _composed_local_epsilon(target: float, n: int, delta: float, releases: int, 
   search starts there (or at the smallest eps0 the accounting takes), halving while it does not; every answer
   returned has been evaluated and meets the target.
   """
+  evaluated: dict[float, float] = {}  # eps0 -> composed epsilon, so the answer's figure is not composed again
+
   def meets(e0: float) -> bool:
-    return _composed_epsilon(e0, n, delta, releases) <= target
+    evaluated[e0] = _composed_epsilon(e0, n, delta, releases)
+    return evaluated[e0] <= target
 
   lo = max(target / releases, _MIN_EPS0)
   while not meets(lo):
@@ -699,8 +702,7 @@ def _composed_local_epsilon(target: float, n: int, delta: float, releases: int, 
       break
     lo, hi = hi, min(2 * hi, _MAX_EPS0)
   lo = _largest_meeting(meets, lo, hi, tol)
-  return ShuffleAmplification(lo, n, delta, _composed_epsilon(lo, n, delta, releases), "pld-clone",
-                              releases=releases)
+  return ShuffleAmplification(lo, n, delta, evaluated[lo], "pld-clone", releases=releases)
 
 
 def _largest_meeting(meets: Callable[[float], bool], lo: float, hi: float, tol: float) -> float:
