@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import linalg, stats
 
 from jaxdistill import audit, labeling, mechanisms
 from jaxdistill.simulation import simulate
@@ -94,13 +94,16 @@ def noise_shapes(mech, clients=NUM_CLIENTS):
 
 @functools.lru_cache(maxsize=None)
 def entry_pmf(p, g_shape, rho, p_flood, size=SIZE):
-  """Pr[(G1 + F, G2 + F) = (u, v)] on [0, size]^2 with G1, G2 ~ NB(g_shape, p), F ~ NB(rho, p'), and the tail."""
+  """Pr[(G1 + F, G2 + F) = (u, v)] on [0, size]^2 with G1, G2 ~ NB(g_shape, p), F ~ NB(rho, p'), and the tail.
+
+  q[u, v] = sum_w Pr[F = w] Pr[G1 = u - w] Pr[G2 = v - w] is the product A diag(f) A^T with A[u, w] = Pr[G = u - w]
+  (lower triangular): a sum of non-negative terms, so each entry, however small, keeps its relative precision.
+  """
   grid = np.arange(size + 1)
   g = stats.nbinom.pmf(grid, g_shape, 1 - p)
   f = stats.nbinom.pmf(grid, rho, 1 - p_flood)
-  q = np.zeros((size + 1, size + 1))
-  for fv in range(size + 1):
-    q[fv:, fv:] += f[fv] * np.outer(g[:size + 1 - fv], g[:size + 1 - fv])
+  a = linalg.toeplitz(g, np.zeros_like(g))
+  q = (a * f) @ a.T
   return q, max(0.0, 1.0 - q.sum())
 
 
@@ -109,6 +112,23 @@ def law(mech, analysed=True):
   nz = mech.noise
   g_shape, f_shape = (1.0, nz.rho) if analysed else noise_shapes(mech)
   return nz.p, g_shape, f_shape, nz.p_flood
+
+
+def rounded_pld(lower, upper):
+  """dp-accounting's pessimistic PLD of the loss ln(upper / lower) under ``upper``, grid VDI.
+
+  What ``from_two_probability_mass_functions`` builds from the two pmfs' outcomes above 1e-300, vectorized (that
+  constructor loops over the grid's millions of outcomes in Python): each outcome's loss rounded up to a multiple of
+  VDI, its upper mass summed per multiple; an outcome that only ``upper`` shows is infinite loss.
+  """
+  seen_lower, seen_upper = lower > 1e-300, upper > 1e-300
+  both = seen_lower & seen_upper
+  steps = np.ceil((np.log(upper[both]) - np.log(lower[both])) / VDI).astype(np.int64)
+  values, where = np.unique(steps, return_inverse=True)
+  mass = np.bincount(where.ravel(), weights=upper[both])
+  return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
+      dict(zip(values.tolist(), mass.tolist())), float(upper[seen_upper & ~seen_lower].sum()), VDI,
+      pessimistic_estimate=True)
 
 
 @functools.lru_cache(maxsize=None)
@@ -123,12 +143,7 @@ def reference_pld(params, iterations, moves_0, moves_1):
   assert 2 * iterations * (moves_0 + moves_1) * tail < 1e-8, f"size={size} truncates {tail:.3g} per entry"
   shifted = np.zeros_like(q)
   shifted[1:] = q[:-1]  # one more (j, +) message
-  logs = [{(u, v): math.log(m[u, v]) for u, v in zip(*np.nonzero(m > 1e-300))} for m in (q, shifted)]
-  # dp-accounting: the loss ln(upper / lower), under upper.
-  gain_0 = pld_lib.from_two_probability_mass_functions(logs[0], logs[1], pessimistic_estimate=True,
-                                                       value_discretization_interval=VDI)
-  gain_1 = pld_lib.from_two_probability_mass_functions(logs[1], logs[0], pessimistic_estimate=True,
-                                                       value_discretization_interval=VDI)
+  gain_0, gain_1 = rounded_pld(q, shifted), rounded_pld(shifted, q)
   one = gain_0.self_compose(moves_0).compose(gain_1.self_compose(moves_1))
   return one.self_compose(iterations) if iterations > 1 else one, 2 * iterations * (moves_0 + moves_1) * tail
 
@@ -178,6 +193,24 @@ def test_the_audited_view_is_what_simulate_sums():
   # (j, +) messages than votes.
   c0, _ = counts_of(mech, inputs)
   assert np.all(view[..., 0] >= c0.ravel())
+
+
+def test_the_vectorized_reference_pld_is_dp_accountings_own():
+  # rounded_pld against dp-accounting's from_two_probability_mass_functions on a small grid: the same PLD, infinite
+  # mass included (under q, the outcomes of row 0, which the shifted pmf never shows).
+  mech, _ = shuffle_pieces(1)
+  q, _ = entry_pmf(*law(mech), 60)
+  shifted = np.zeros_like(q)
+  shifted[1:] = q[:-1]
+  for lower, upper in ((q, shifted), (shifted, q)):
+    logs = [{(u, v): math.log(m[u, v]) for u, v in zip(*np.nonzero(m > 1e-300))} for m in (lower, upper)]
+    theirs = pld_lib.from_two_probability_mass_functions(*logs, pessimistic_estimate=True,
+                                                         value_discretization_interval=VDI)
+    ours = rounded_pld(lower, upper)
+    for eps in (0.0, 0.1, 0.5, 1.0, 3.0):
+      assert ours.get_delta_for_epsilon(eps) == pytest.approx(theirs.get_delta_for_epsilon(eps), rel=1e-9, abs=1e-300)
+    assert ours.get_delta_for_epsilon(math.inf) == pytest.approx(theirs.get_delta_for_epsilon(math.inf), rel=1e-12)
+  assert ours.get_delta_for_epsilon(math.inf) == pytest.approx(q[0].sum(), rel=1e-12) and q[0].sum() > 1e-3
 
 
 def test_the_reference_finds_the_claims_tight_at_t1_and_t2():

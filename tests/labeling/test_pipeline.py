@@ -1210,7 +1210,9 @@ def test_each_iteration_mechanism_is_built_with_its_share_of_the_budget():
   # shuffle mechanism, so its delta (the total, not delta/(2T)) and its n went unchecked, and so did the
   # Laplace plan's epsilon_per_iteration (only its noise_parameter was checked private).
   from jaxdistill import mechanisms  # pylint: disable=import-outside-toplevel
-  eps, delta, t, n, s, k = 1.0, 1e-6, 2, 1500, 20, 2  # eps_t != 1: b = 2k/eps_t is no fixed point of 2k -> 4k^2/b
+  # eps_t != 1: b = 2k/eps_t is no fixed point of 2k -> 4k^2/b. delta = 0.01: the multi-message plan calibrates
+  # in 10 s (20 s at 1e-6), and the shuffle audits plan the same budget.
+  eps, delta, t, n, s, k = 1.0, 0.01, 2, 1500, 20, 2
   shape = mechanisms.BsvsShape(s, 10, k)
   for noise in ("discrete-laplace", "laplace"):
     cfg = labeling.LabelingConfig(mechanism="central", central_noise=noise, epsilon=eps, delta=delta, iterations=t,
