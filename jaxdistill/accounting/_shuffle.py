@@ -479,7 +479,8 @@ def _clone_pld(eps0: float, n: int, unit: float) -> pld_lib.PrivacyLossDistribut
     # a' = c + 1, and free of the log-pmfs' cancellation (gammaln(c + 1) is 1.8e7 at c = 1.35e6, so each log-pmf
     # carries an absolute error near 1e-8, enough to move a loss across a grid point).
     b = a[:, 1:]
-    loss = np.log(alpha * (cc[:, None] + 1.0 - b) + beta * b) - np.log(beta * (cc[:, None] + 1.0 - b) + alpha * b)
+    rest = cc[:, None] + 1.0 - b  # c + 1 - a'
+    loss = np.log(alpha * rest + beta * b) - np.log(beta * rest + alpha * b)
     index = np.clip(np.ceil(loss / unit), -top, top).astype(np.int64)  # rounded up: pessimistic
     probs += np.bincount((index + top)[valid], weights=mass[valid], minlength=probs.size)
     # P's mass of A' outside [lo, hi]: alpha B_c + (1 - alpha) B_c shifted by one, from the CDF and survival.
