@@ -38,6 +38,12 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
   split (the embedded 5,000 digits), all three are disjoint random parts of
   ``train``.
 
+  SVHN and CIFAR-10 (tfds) get the same protocol (their test splits hold
+  26,032 and 10,000 images). The paper's own splits for them are not
+  reproduced: they do not add up (spec §5 I9: CIFAR-10's 30,000 public plus
+  29,000 private images from a 50,000-image training set; SVHN's 26k + 1k
+  from a 26,032-image test set).
+
   Raises:
     ValueError: ``train`` or ``test`` not an :class:`ImageData` (a bare
       array's ``take`` flattened it), an empty ``train``, a ``test`` whose
