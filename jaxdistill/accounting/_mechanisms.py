@@ -354,7 +354,9 @@ class MechanismAccount:
     every loss up by up to one step, so near the pure epsilon the PLD alone
     would report more than the exact bound. Past a composed loss of about 745
     (where e^-loss underflows) dp-accounting returns the lattice point above
-    the exact epsilon: still an upper bound.
+    the exact epsilon: still an upper bound. Between about 709 and 745 its
+    evaluation overflows (:func:`_pld_epsilon`); the Gaussian then returns its
+    exact closed form, the others their pure epsilon.
     """
     d = _validate.probability("delta", delta)
     if d == 0.0:
@@ -362,11 +364,12 @@ class MechanismAccount:
     if self.mechanism == "gaussian":
       # Never below the exact closed form: FFT round-off made the composed PLD's epsilon too small at tiny
       # deltas (T = 10^5, delta = 1e-11: 25.515 against 25.671). Elsewhere the pessimistic PLD is the larger.
-      return max(_gaussian_epsilon(d, self._gaussian_mu()), float(self.pld().get_epsilon_for_delta(d)))
+      exact = _gaussian_epsilon(d, self._gaussian_mu())
+      return max(exact, _pld_epsilon(self.pld(), d, exact))
     allowance = self._roundoff()
     if d <= allowance:  # below the round-off allowance the PLD certifies nothing: the pure epsilon
       return self.pure_epsilon()
-    return min(float(self.pld().get_epsilon_for_delta(d - allowance)), self.pure_epsilon())
+    return min(_pld_epsilon(self.pld(), d - allowance, math.inf), self.pure_epsilon())
 
   def delta(self, epsilon: Any) -> float:
     """delta (upper bound) of the T-fold release at ``epsilon`` (0 from the pure epsilon on)."""
@@ -425,6 +428,22 @@ def _rr_noise(epsilon0: float, num_buckets: int | None) -> float:
 
 #: Relative slack on the closed-form Gaussian delta (float64 log-space evaluation; far below any PLD step).
 _GAUSSIAN_SLACK = 1e-9
+
+
+def _pld_epsilon(pld: pld_lib.PrivacyLossDistribution, delta: float, overflow: float) -> float:
+  """``pld.get_epsilon_for_delta(delta)``, or ``overflow`` where dp-accounting's evaluation overflows.
+
+  It accumulates mass_lower = sum of p e^-loss from the largest loss down and stops where
+  ln((mass_upper - delta) / mass_lower) >= loss. Where mass_lower is subnormal (a loss between about 709 and 745)
+  the ratio overflows: it returned inf with NumPy's "overflow encountered in scalar divide" (a Gaussian of
+  sigma 7.45e-3, sensitivity 0.04, 48 releases: inf at delta = 1/6 where the exact epsilon is 727, and 745 and
+  709 at sigma 1.3% either side).
+  """
+  try:
+    with np.errstate(over="raise"):
+      return float(pld.get_epsilon_for_delta(delta))
+  except FloatingPointError:
+    return overflow
 
 
 def _gaussian_delta(epsilon: float, mu: float) -> float:
@@ -803,7 +822,9 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
     safe = eps / (count * sens)
   elif mech == "gaussian":
     try:
-      safe = 1.05 * math.sqrt(count) * sens * dp_accounting.get_sigma_gaussian(eps, delta)
+      # At huge eps it fails (caught here) or gives a sigma that start() refuses: NumPy's warnings on the way are noise.
+      with np.errstate(all="ignore"):
+        safe = 1.05 * math.sqrt(count) * sens * dp_accounting.get_sigma_gaussian(eps, delta)
     except _DP_ACCOUNTING_ERRORS as err:
       raise ValueError(f"Could not calibrate the Gaussian at target_epsilon={eps!r}, target_delta={delta!r}: "
                        f"dp-accounting's analytic sigma fails ({_validate.describe_error(err, limit=80)}).") from None
