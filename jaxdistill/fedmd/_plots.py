@@ -185,7 +185,9 @@ def plot_accuracy_vs_k(results: Iterable[Any], path: Any, *, baselines: dict | N
     # a negative bar length, which matplotlib refuses.
     lo = np.maximum(mean - np.array([np.min(r.final_accuracy) for r in rs]), 0.0)
     hi = np.maximum(np.array([np.max(r.final_accuracy) for r in rs]) - mean, 0.0)
-    ax.errorbar(ks, mean, yerr=[lo, hi], marker="s" if key[2] else "o", capsize=3, label=_line_label(key, varies))
+    # yerr as one (2, n) array: a list of two arrays made matplotlib 3.9 call math.isfinite on a 1-element array.
+    ax.errorbar(ks, mean, yerr=np.stack([lo, hi]), marker="s" if key[2] else "o", capsize=3,
+                label=_line_label(key, varies))
   for j, (label, value) in enumerate(baselines.items()):
     ax.axhline(value, ls="--", lw=1, color=f"C{len(lines) + j}", label=label)  # colours after the lines
   ks = sorted({r.config.k for r in results})

@@ -307,6 +307,22 @@ def test_plot_accuracy_vs_k_draws_one_line_per_method_n_and_sampling(tmp_path, m
   assert "\n" not in str(err.value) and not (tmp_path / "k3.png").exists()
 
 
+def test_plot_accuracy_vs_k_bars_span_each_points_parties_min_to_max(tmp_path, monkeypatch):
+  import matplotlib.axes  # pylint: disable=import-outside-toplevel
+  bars = []
+  original = matplotlib.axes.Axes.errorbar
+  def spy(self, x, y, *args, **kwargs):
+    bars.append(np.asarray(kwargs["yerr"], dtype=np.float64))
+    return original(self, x, y, *args, **kwargs)
+  monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", spy)
+  acc = np.array([0.2, 0.5, 0.5])  # mean 0.4: 0.2 below, 0.1 above
+  res = types.SimpleNamespace(**{**vars(_fake_result(method="nfdp", k=3)), "accuracy": np.tile(acc, (2, 1)),
+                                 "final_accuracy": acc})
+  fedmd.plot_accuracy_vs_k([res], tmp_path / "k.png")
+  assert len(bars) == 1 and bars[0].shape == (2, 1)
+  np.testing.assert_allclose(bars[0][:, 0], [0.2, 0.1], atol=1e-12)
+
+
 def test_plot_accuracy_vs_k_titles_the_methods_it_draws(tmp_path, monkeypatch):
   # Every plot was titled "FedMD-NFDP", local-sample results (no collaboration) included.
   import matplotlib.axes  # pylint: disable=import-outside-toplevel
