@@ -436,7 +436,7 @@ def _pld_epsilon(pld: pld_lib.PrivacyLossDistribution, delta: float, overflow: f
   It accumulates mass_lower = sum of p e^-loss from the largest loss down and stops where
   ln((mass_upper - delta) / mass_lower) >= loss. Where mass_lower is subnormal (a loss between about 709 and 745)
   the ratio overflows: it returned inf with NumPy's "overflow encountered in scalar divide" (a Gaussian of
-  sigma 7.45e-3, sensitivity 0.04, 48 releases: inf at delta = 1/6 where the exact epsilon is 727, and 745 and
+  sigma 7.45e-3, sensitivity 0.04, 48 releases: inf at delta = 1/6 where the exact epsilon is 726, and 745 and
   709 at sigma 1.3% either side).
   """
   try:

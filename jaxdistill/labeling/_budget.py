@@ -72,7 +72,7 @@ import numpy as np
 from jaxdistill import _validate
 from jaxdistill import accounting
 from jaxdistill.accounting import Relation
-from jaxdistill.accounting._mechanisms import _lattice_pld
+from jaxdistill.accounting._mechanisms import _lattice_pld, _pld_epsilon
 from jaxdistill.accounting._multi_message import (MAX_CALIBRATION_EPSILON, MultiMessageNoise, calibrate_multi_message,
                                                   min_calibration_epsilon, multi_message_pld)
 from jaxdistill.accounting._shuffle import _MAX_EPS0 as SHUFFLE_MAX_EPSILON
@@ -220,7 +220,8 @@ def compose_pairs_epsilon(epsilon: Any, delta: Any, count: Any, target_delta: An
   allowance = 0.0 if t == 1 else t * accounting.FFT_ROUNDOFF_PER_RELEASE
   if td <= allowance:
     return basic
-  return min(float(_pairs_pld(eps, d, t).get_epsilon_for_delta(td - allowance)), basic)
+  # Near a composed 709 to 745 dp-accounting's epsilon overflows (inf and a NumPy warning): basic composition then.
+  return min(_pld_epsilon(_pairs_pld(eps, d, t), td - allowance, math.inf), basic)
 
 
 def _equal_share(total: float, parts: int) -> float:

@@ -2,6 +2,7 @@
 
 import fractions
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -38,6 +39,27 @@ def exact_pairs_delta(eps: float, delta: float, count: int, eps_total: float) ->
   s = sum(math.comb(t, l) * max(0.0, math.exp((t - l) * eps) - math.exp(eps_total + l * eps))
           for l in range(t + 1)) / (1.0 + math.exp(eps)) ** t
   return 1.0 - (1.0 - delta) ** t * (1.0 - s)
+
+
+def mp_pairs_delta(eps: float, delta: float, count: int, eps_total: float) -> float:
+  """:func:`exact_pairs_delta` at 50 digits, for totals past float64's e^709."""
+  import mpmath  # pylint: disable=import-outside-toplevel  (a dependency of dp-accounting)
+  ctx = mpmath.mp.clone()
+  ctx.dps = 50
+  e, et, t = ctx.mpf(eps), ctx.mpf(eps_total), count
+  s = sum(ctx.binomial(t, l) * max(0, ctx.exp((t - l) * e) - ctx.exp(et + l * e)) for l in range(t + 1))
+  return float(1 - (1 - ctx.mpf(delta)) ** t * (1 - s / (1 + ctx.exp(e)) ** t))
+
+
+def test_pairs_composition_where_dp_accountings_epsilon_overflows_is_quiet_and_private():
+  # 100 (7.3, 1e-9) pairs at target 1e-3: the answer is near 730, where dp-accounting's epsilon overflowed
+  # ("overflow encountered in scalar divide") to inf, which the cap by basic composition made finite. Quiet now,
+  # and private by the optimal composition theorem at 50 digits (and not at 0.01 less).
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    got = labeling.compose_pairs_epsilon(7.3, 1e-9, 100, 1e-3)
+  assert 729.99 < got <= 100 * 7.3
+  assert mp_pairs_delta(7.3, 1e-9, 100, got) <= 1e-3 < mp_pairs_delta(7.3, 1e-9, 100, got - 0.01)
 
 
 @pytest.mark.parametrize("t,k", [(1, 1), (3, 2), (5, 1)])
