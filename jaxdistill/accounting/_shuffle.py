@@ -71,7 +71,8 @@ import numpy as np
 from scipy import special, stats
 
 from jaxdistill import _validate
-from jaxdistill.accounting._mechanisms import FFT_ROUNDOFF_PER_RELEASE, _check_vdi, _lattice_step, _self_compose
+from jaxdistill.accounting._mechanisms import (FFT_ROUNDOFF_PER_RELEASE, _check_vdi, _lattice_step, _pld_epsilon,
+                                              _self_compose)
 from jaxdistill.accounting._relation import PrivacyStatement, Relation
 
 __all__ = [
@@ -547,11 +548,14 @@ def _composed_epsilon(eps0: float, n: int, delta: float, releases: int) -> float
   """Epsilon at ``delta`` of ``releases`` shuffled releases: :func:`clone_pld` composed, less the FFT allowance.
 
   The loss grid is 1e-4, finer for eps0 < 0.1 (eps0 / 1000: a 1e-4 step per release would swamp the small
-  epsilons those give). ``inf`` when delta is below the composition's infinite-loss mass. Raises ValueError
-  when the FFT would exceed ``MAX_FFT_POINTS``.
+  epsilons those give). Never above ``releases * eps0``: each shuffled release is a post-processing of n
+  eps0-LDP messages, so eps0-DP, and pure epsilons add up. That bound is taken where delta is below the
+  composition's infinite-loss mass, and where dp-accounting's evaluation overflows (:func:`_pld_epsilon`; a
+  composed loss of 709-745: eps0 = 5, n = 1, 145 releases gave inf with NumPy's overflow warning). Raises
+  ValueError when the FFT would exceed ``MAX_FFT_POINTS``.
   """
   composed = _self_compose(clone_pld(eps0, n, value_discretization_interval=min(1e-4, eps0 / 1000)), releases)
-  return float(composed.get_epsilon_for_delta(delta - releases * FFT_ROUNDOFF_PER_RELEASE))
+  return min(_pld_epsilon(composed, delta - releases * FFT_ROUNDOFF_PER_RELEASE, math.inf), releases * eps0)
 
 
 def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
@@ -691,9 +695,9 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
 def _composed_local_epsilon(target: float, n: int, delta: float, releases: int, tol: float) -> ShuffleAmplification:
   """Largest eps0 (to ``tol``) whose ``releases`` composed clone pairs meet (target, delta), by bisection.
 
-  eps0 = target / releases meets it up to the loss grid (each release's losses lie in [-eps0, eps0]), so the
-  search starts there (or at the smallest eps0 the accounting takes), halving while it does not; every answer
-  returned has been evaluated and meets the target.
+  eps0 = target / releases meets it (:func:`_composed_epsilon` never exceeds releases * eps0) but for float
+  rounding, so the search starts there (or at the smallest eps0 the accounting takes), halving while it does not;
+  every answer returned has been evaluated and meets the target.
   """
   evaluated: dict[float, float] = {}  # eps0 -> composed epsilon, so the answer's figure is not composed again
 
@@ -705,7 +709,7 @@ def _composed_local_epsilon(target: float, n: int, delta: float, releases: int, 
   while not meets(lo):
     if lo / 2 < _MIN_EPS0:
       raise ValueError(f"No eps0 >= {_MIN_EPS0:g} meets target_epsilon={target} over releases={releases} with "
-                       f"n={n}, delta={delta}: delta does not cover the composition's left-out mass.")
+                       f"n={n}, delta={delta}: eps0={lo:g} composes to epsilon={evaluated[lo]:g}.")
     lo /= 2
   hi = min(2 * lo, _MAX_EPS0)
   while meets(hi):
