@@ -293,7 +293,7 @@ def _multi_message_composed(eps_t: float, delta_t: float, t: int, k: int, r: int
     noise = multi_message_plan_noise(eps_t, delta_t, k, r)
     composed = multi_message_pld(noise, k=k, r=r).self_compose(t)
     # The FFT composition's round-off allowance comes off the target, as in compose_pairs_epsilon.
-    return float(composed.get_epsilon_for_delta(target_delta - t * accounting.FFT_ROUNDOFF_PER_RELEASE))
+    return _pld_epsilon(composed, target_delta - t * accounting.FFT_ROUNDOFF_PER_RELEASE, math.inf)
   except (ValueError, OverflowError, MemoryError):  # a candidate the accounting cannot evaluate is not taken
     return math.inf
 
