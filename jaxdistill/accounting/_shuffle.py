@@ -573,9 +573,10 @@ def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
     releases: T in [1, ``MAX_SHUFFLE_RELEASES``]: T shuffled releases (n fresh
       messages each, adaptive choices allowed) stated together at ``delta``.
       Above 1 it needs ``numeric`` and composes :func:`clone_pld` T times
-      (method ``pld-clone``; ``tol`` is then unused): far tighter than
-      composing T single-release (eps, delta / T) pairs (at n = 10^5,
-      eps0 = 4, delta = 10^-6, ten releases: 0.58 against 2.0).
+      (method ``pld-clone``; ``tol`` is then unused; never above T eps0,
+      each release being eps0-DP): far tighter than composing T
+      single-release (eps, delta / T) pairs (at n = 10^5, eps0 = 4,
+      delta = 10^-6, ten releases: 0.58 against 2.0).
 
   Returns:
     A :class:`ShuffleAmplification`. Its ``epsilon`` is 0.0 under
