@@ -73,7 +73,7 @@ def _kmeans_pp(key: jax.Array, x: jax.Array, num_clusters: int, num_trials: int)
   m = x.shape[0]
   x2 = jnp.sum(x * x, axis=1)
   k_first, k_rest = jax.random.split(key)
-  first = jax.random.randint(k_first, (), 0, m)
+  first = jax.random.randint(k_first, (), 0, m, dtype=jnp.int32)  # int32 with x64 on too, as ``chosen``
   mind = squared_distances(x, x[first][None, :], x2)[:, 0]
   chosen = jnp.zeros(num_clusters, jnp.int32).at[0].set(first)
 

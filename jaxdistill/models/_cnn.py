@@ -277,12 +277,16 @@ class FedMDCNN(nnx.Module):
     """Logits ``[B, C]`` of images ``x: [B, H, W, channels] float32``.
 
     Args:
-      x: images.
+      x: images, cast to float32 (the parameters' dtype): with x64 on, a
+        float64 batch would otherwise run in float64 and write float64
+        batch statistics into the float32 running averages (JAX warns that
+        this will become an error).
       train: batch statistics and dropout on (needs ``key`` when dropout > 0).
       key: dropout key.
       mask: ``[B] bool``; rows with False are padding and are left out of
         the batch statistics.
     """
+    x = jnp.asarray(x, jnp.float32)
     bn_mask = None if mask is None else mask[:, None, None, None]
     keys = [None] * len(self.layout)
     if train and self.spec.dropout > 0:
@@ -296,7 +300,9 @@ class FedMDCNN(nnx.Module):
       if k is not None:
         x = _dropout(k, x, self.spec.dropout)
       if pool == "same1":
-        x = nnx.avg_pool(x, (2, 2), strides=(1, 1), padding="SAME", count_include_pad=False)
+        # flax divides by the window counts in the default float dtype: float64 with x64 on, which the next
+        # block's batch statistics would then write into their float32 running averages.
+        x = nnx.avg_pool(x, (2, 2), strides=(1, 1), padding="SAME", count_include_pad=False).astype(jnp.float32)
       elif pool == "valid2":
         x = nnx.avg_pool(x, (2, 2), strides=(2, 2), padding="VALID")
     return self.head(x.reshape(x.shape[0], -1))

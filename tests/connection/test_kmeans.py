@@ -1,5 +1,7 @@
 """k-means++ and query selection: objective, consistency, reproducibility, queries."""
 
+import warnings
+
 import jax
 import numpy as np
 import pytest
@@ -205,6 +207,18 @@ def test_select_queries_do_not_depend_on_the_block_size(data):
     np.testing.assert_array_equal(got.query_indices, want.query_indices)
     np.testing.assert_array_equal(got.assignment, want.assignment)
     np.testing.assert_array_equal(got.kmeans.centres, want.kmeans.centres)
+
+
+def test_select_queries_under_x64_are_the_same_and_quiet(data):
+  # With jax_enable_x64 on, k-means++ set its int32 seed list from an int64 draw: JAX's FutureWarning "scatter
+  # inputs have incompatible types" (a future error). The draw is int32 now, and x64 changes nothing.
+  want = connection.select_queries(jax.random.key(4), data, 8)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    with jax.enable_x64(True):
+      got = connection.select_queries(jax.random.key(4), data, 8)
+  np.testing.assert_array_equal(got.query_indices, want.query_indices)
+  np.testing.assert_array_equal(got.assignment, want.assignment)
 
 
 def test_lloyd_reseeds_each_empty_cluster_at_a_different_farthest_point():

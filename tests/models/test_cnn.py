@@ -1,6 +1,7 @@
 """FedMD's CNN family: shapes, FLOPs by hand, dropout law, masked batch statistics."""
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -141,6 +142,31 @@ def test_masked_rows_do_not_touch_batch_statistics():
   for na, nb in zip(a.norms, b.norms):
     np.testing.assert_allclose(na.mean[...], nb.mean[...], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(na.var[...], nb.var[...], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("widths", [(4, 8), (3, 4, 5)])
+def test_x64_mode_trains_in_float32_quietly_and_as_without_it(widths):
+  # With jax_enable_x64 on (as accounting notebooks often set it), flax's count_include_pad=False average pool
+  # divided by float64 window counts, and the next block's batch statistics wrote float64 into the float32
+  # running averages: JAX's FutureWarning "scatter inputs have incompatible types" (a future error); a float64
+  # batch did the same from the first block. The model now runs in float32 either way, as with x64 off.
+  spec = M.CNNSpec(widths, 0.2)
+  x = np.random.default_rng(0).random((6, 28, 28, 1))  # float64
+  mask = np.arange(6) < 5
+
+  def train_step():
+    m = M.FedMDCNN(spec, 10, rngs=nnx.Rngs(params=1))
+    logits = m(jnp.asarray(x), train=True, key=jax.random.key(2), mask=jnp.asarray(mask))
+    return [np.asarray(a) for a in [logits] + jax.tree.leaves(nnx.state(m, nnx.BatchStat))]
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    with jax.enable_x64(True):
+      got = train_step()
+  want = train_step()
+  assert len(got) == 1 + 2 * len(widths) and all(a.dtype == np.float32 for a in got)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
 
 
 def _np_conv(x, kernel, bias, stride, same):
