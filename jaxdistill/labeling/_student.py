@@ -109,7 +109,7 @@ def _pca_components(key: jax.Array, x: np.ndarray, dim: int, power_iterations: i
   """float32 ``[F, dim]`` top principal directions of the centred ``x: [n, F]``."""
   x = np.asarray(x, np.float64)
   width = min(dim + 10, *x.shape)
-  q = np.asarray(jax.random.normal(key, (x.shape[1], width)), np.float64)
+  q = np.asarray(jax.random.normal(key, (x.shape[1], width), jnp.float32), np.float64)  # float32: x64 on or off
   q, _ = np.linalg.qr(x @ q)
   for _ in range(power_iterations):
     q, _ = np.linalg.qr(x.T @ q)
@@ -153,7 +153,7 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
   if np.ndim(images) != 4:
     raise ValueError(f"Expected images of shape [n, H, W, C]; got shape {np.shape(images)}.")
   init_key, fit_key = jax.random.split(key)
-  seed = int(jax.random.randint(init_key, (), 0, 2**31 - 1))
+  seed = int(jax.random.randint(init_key, (), 0, 2**31 - 1, jnp.int32))  # int32: the same seed with x64 on
   spec = models.CNNSpec(config.widths, config.dropout)
   model = models.FedMDCNN(spec, num_classes, input_shape=tuple(images.shape[1:]), rngs=nnx.Rngs(params=seed))
   clf, state = models.create(model, optax.adam(config.learning_rate))

@@ -436,7 +436,7 @@ class SyntheticWorkload:
     k_pop, k_dom = jax.random.split(jax.random.fold_in(self.key, 0))
     ranks = jax.random.permutation(k_pop, self.shape.num_buckets) + 1
     logits = -self.zipf * jnp.log(ranks.astype(jnp.float32))
-    dominant = jax.random.randint(k_dom, (self.shape.num_buckets,), 0, self.shape.num_labels)
+    dominant = jax.random.randint(k_dom, (self.shape.num_buckets,), 0, self.shape.num_labels, jnp.int32)
     return logits, dominant
 
   def client(self, index: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -444,15 +444,16 @@ class SyntheticWorkload:
     logits, dominant = self._tables()
     k_pick, k_lab, k_noise, k_extra = jax.random.split(
         jax.random.fold_in(jax.random.fold_in(self.key, 1), index), 4)
-    gumbel = jax.random.gumbel(k_pick, (self.shape.num_buckets,))
+    # Explicit 32-bit dtypes: the defaults are 64-bit with x64 on, which drew a different workload.
+    gumbel = jax.random.gumbel(k_pick, (self.shape.num_buckets,), jnp.float32)
     _, buckets = jax.lax.top_k(logits + gumbel, self.shape.k)
-    other = jax.random.randint(k_noise, (), 0, self.shape.num_labels)
-    keep = jax.random.uniform(k_lab) < self.purity
+    other = jax.random.randint(k_noise, (), 0, self.shape.num_labels, jnp.int32)
+    keep = jax.random.uniform(k_lab, (), jnp.float32) < self.purity
     y0 = jnp.where(keep, dominant[buckets[0]], other)
     if self.shape.r == 1:
       labels = y0[None]
     else:
-      extra = jax.random.gumbel(k_extra, (self.shape.num_labels,)).at[y0].set(jnp.inf)
+      extra = jax.random.gumbel(k_extra, (self.shape.num_labels,), jnp.float32).at[y0].set(jnp.inf)
       _, labels = jax.lax.top_k(extra, self.shape.r)
     return buckets.astype(jnp.int32), labels.astype(jnp.int32)
 

@@ -40,8 +40,9 @@ def _hog(x: jax.Array, cell_size: int, block_size: int, num_bins: int) -> jax.Ar
   frac = pos - lo
   lo_bin = jnp.mod(lo, num_bins).astype(jnp.int32)
   hi_bin = jnp.mod(lo_bin + 1, num_bins)
-  votes = (jax.nn.one_hot(lo_bin, num_bins) * (mag * (1.0 - frac))[..., None]
-           + jax.nn.one_hot(hi_bin, num_bins) * (mag * frac)[..., None])
+  # one_hot in the images' dtype: its default is float64 with x64 on, which ran float32 images in float64.
+  votes = (jax.nn.one_hot(lo_bin, num_bins, dtype=mag.dtype) * (mag * (1.0 - frac))[..., None]
+           + jax.nn.one_hot(hi_bin, num_bins, dtype=mag.dtype) * (mag * frac)[..., None])
   b, h, w = mag.shape
   ch_, cw_ = h // cell_size, w // cell_size
   cells = votes[:, :ch_ * cell_size, :cw_ * cell_size].reshape(

@@ -109,8 +109,11 @@ class ContrastiveConfig:
 
 
 def backbone(layers: nnx.Module, x: jax.Array) -> jax.Array:
-  """The encoder's backbone features, from any module holding its ``conv1``, ``conv2`` and ``dense`` layers."""
-  x = jax.nn.relu(layers.conv1(x))
+  """The encoder's backbone features, from any module holding its ``conv1``, ``conv2`` and ``dense`` layers.
+
+  Images are cast to float32, the parameters' dtype: with x64 on, float64 views ran the whole network in float64.
+  """
+  x = jax.nn.relu(layers.conv1(jnp.asarray(x, jnp.float32)))
   x = jax.nn.relu(layers.conv2(x))
   return layers.dense(x.reshape(x.shape[0], -1))
 
@@ -175,12 +178,14 @@ def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: floa
   y = image
   if max_shift > 0:
     padded = jnp.pad(image, ((max_shift, max_shift), (max_shift, max_shift), (0, 0)))
-    off = jax.random.randint(k_shift, (2,), 0, 2 * max_shift + 1)
-    y = jax.lax.dynamic_slice(padded, (off[0], off[1], 0), (h, w, c))
+    off = jax.random.randint(k_shift, (2,), 0, 2 * max_shift + 1, jnp.int32)
+    y = jax.lax.dynamic_slice(padded, (off[0], off[1], jnp.int32(0)), (h, w, c))
   if flip:
-    y = jnp.where(jax.random.bernoulli(k_flip), y[:, ::-1], y)
+    y = jnp.where(jax.random.bernoulli(k_flip, jnp.float32(0.5)), y[:, ::-1], y)
   if noise > 0:
-    y = y + noise * jax.random.normal(k_noise, y.shape)
+    # In the image's float dtype (float32 for integer images): the default is float64 with x64 on.
+    dtype = y.dtype if jnp.issubdtype(y.dtype, jnp.floating) else jnp.float32
+    y = y + noise * jax.random.normal(k_noise, y.shape, dtype)
   return jnp.clip(y, 0.0, 1.0)
 
 
@@ -188,7 +193,7 @@ def _nt_xent(z: jax.Array, temperature: float) -> jax.Array:
   """NT-Xent loss of 2B embeddings, where rows i and i + B are positives."""
   z = unit_rows(z)
   b = z.shape[0] // 2
-  logits = jnp.matmul(z, z.T) / temperature - 1e9 * jnp.eye(2 * b)
+  logits = jnp.matmul(z, z.T) / temperature - 1e9 * jnp.eye(2 * b, dtype=z.dtype)
   target = jnp.concatenate([jnp.arange(b, 2 * b), jnp.arange(b)])
   return optax.softmax_cross_entropy_with_integer_labels(logits, target).mean()
 
@@ -265,8 +270,9 @@ def _train_step(params, opt_state, step_key, data, neighbours, learning_rate, *,
   m = data.shape[0]
   k_batch, k_nbr, k_pick, k_views = jax.random.split(step_key, 4)
   anchors = jax.random.choice(k_batch, m, (cfg.batch_size,), replace=False)
-  nbr = neighbours[anchors, jax.random.randint(k_nbr, (cfg.batch_size,), 0, neighbours.shape[1])]
-  use_nbr = jax.random.bernoulli(k_pick, cfg.neighbour_fraction, (cfg.batch_size,))
+  # Explicit 32-bit draws: the default dtypes are 64-bit with x64 on, which trained a different encoder.
+  nbr = neighbours[anchors, jax.random.randint(k_nbr, (cfg.batch_size,), 0, neighbours.shape[1], jnp.int32)]
+  use_nbr = jax.random.bernoulli(k_pick, jnp.float32(cfg.neighbour_fraction), (cfg.batch_size,))
   positives = jnp.where(use_nbr, nbr, anchors)
   view = functools.partial(augment, max_shift=cfg.max_shift, noise=cfg.noise, flip=cfg.flip)
   views = jax.vmap(view)(jax.random.split(k_views, 2 * cfg.batch_size),

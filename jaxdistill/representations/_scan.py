@@ -209,7 +209,7 @@ def _train_step(params, opt_state, step_key, data, neighbours, learning_rate, *,
   m = data.shape[0]
   k_batch, k_nbr, k_views = jax.random.split(step_key, 3)
   anchors = jax.random.choice(k_batch, m, (batch,), replace=False)
-  nbr = neighbours[anchors, jax.random.randint(k_nbr, (batch,), 0, neighbours.shape[1])]
+  nbr = neighbours[anchors, jax.random.randint(k_nbr, (batch,), 0, neighbours.shape[1], jnp.int32)]
   c = cfg.contrastive
   view = functools.partial(augment, max_shift=c.max_shift, noise=c.noise, flip=c.flip)
   views = jax.vmap(view)(jax.random.split(k_views, 2 * batch), data[jnp.concatenate([anchors, nbr])])

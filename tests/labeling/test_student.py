@@ -45,6 +45,21 @@ def _tiny_student(embedding_dim=3):
   return labeling.train_student(jax.random.key(0), cfg, images, labels, 3), images
 
 
+def test_x64_mode_gives_the_same_student_and_embedding():
+  # With x64 on, the student's initialisation seed (randint) and the embedding's PCA sketch (normal) took
+  # JAX's 64-bit defaults: another student and another projection for the same key. Both draws are 32-bit
+  # now. Adam's bias correction is still float64 under x64 (optax), so the trained logits agree to float32
+  # rounding, not bit for bit; the sketch itself is compared exactly.
+  student, images = _tiny_student()
+  x = np.random.default_rng(1).normal(size=(40, 12))
+  want = student.logits(images), _student._pca_components(jax.random.key(5), x, 3)
+  with jax.enable_x64(True):
+    student64, _ = _tiny_student()
+    got = student64.logits(images), _student._pca_components(jax.random.key(5), x, 3)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(got[1], want[1])
+
+
 def test_student_penultimate_feeds_the_dense_head():
   student, images = _tiny_student()
   feats = student.penultimate(images)

@@ -727,3 +727,28 @@ def test_images_that_are_not_real_numbers_are_refused_by_every_entry_point():
 def test_sizes_beyond_their_caps_are_refused_up_front(make, needle):
   with pytest.raises(ValueError, match=needle):
     make()
+
+
+def test_x64_mode_draws_the_same_views_hog_and_first_losses(mnist):
+  # With x64 on, augment's shift, flip and noise, the contrastive and SCAN batches' neighbour picks and HOG's
+  # one-hot votes took JAX's 64-bit defaults: other views and another training run for the same key (features
+  # 0.43 apart after 30 contrastive steps). Those draws are 32-bit now. The optimiser still computes Adam's bias
+  # correction in float64 with x64 on (optax), so trained weights may differ in the last bits: the contrastive
+  # loss before any update is compared exactly, SCAN's (after one contrastive step) to 1e-5.
+  imgs = mnist.images[:64]
+  cfg = R.ContrastiveConfig(width=2, feature_dim=4, projection_dim=4, steps=1, batch_size=16,
+                            neighbour_fraction=0.5)
+  scan_cfg = R.ScanConfig(num_clusters=3, steps=1, batch_size=16, num_neighbours=5, contrastive=cfg)
+
+  def run():
+    views = jax.vmap(R.augment)(jax.random.split(jax.random.key(3), 64), jnp.asarray(imgs))
+    con = R.fit_contrastive(jax.random.key(0), imgs, cfg)
+    scan = R.fit_scan(jax.random.key(0), imgs, scan_cfg)
+    return np.asarray(views), R.hog(imgs), con.loss_history[0], scan.loss_history[0]
+
+  want = run()
+  with jax.enable_x64(True):
+    got = run()
+  for g, w in zip(got[:3], want[:3]):
+    np.testing.assert_array_equal(g, w)
+  np.testing.assert_allclose(got[3], want[3], rtol=1e-5)
