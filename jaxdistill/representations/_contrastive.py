@@ -183,9 +183,8 @@ def augment(key: jax.Array, image: jax.Array, *, max_shift: int = 2, noise: floa
   if flip:
     y = jnp.where(jax.random.bernoulli(k_flip, jnp.float32(0.5)), y[:, ::-1], y)
   if noise > 0:
-    # In the image's float dtype (float32 for integer images): the default is float64 with x64 on.
-    dtype = y.dtype if jnp.issubdtype(y.dtype, jnp.floating) else jnp.float32
-    y = y + noise * jax.random.normal(k_noise, y.shape, dtype)
+    # float32 draws, the default with x64 off (with it on the default is float64: other noise for the same key).
+    y = y + noise * jax.random.normal(k_noise, y.shape, jnp.float32)
   return jnp.clip(y, 0.0, 1.0)
 
 
