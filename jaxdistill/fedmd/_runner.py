@@ -102,6 +102,16 @@ def _phase(root: jax.Array, tag: int, r: int = 0) -> jax.Array:
   return jax.random.fold_in(jax.random.fold_in(root, tag), r)
 
 
+def _ldp_noised(noise_key: jax.Array, rel: jax.Array, sigmas: list[float]) -> jax.Array:
+  """FedMD-LDP's releases: party i's ``rel[i] + sigma_i N(0, I)``, its noise from ``fold_in(noise_key, i)``.
+
+  The noise is drawn in float32 (rel's dtype) whether or not x64 is on: its default dtype would be float64 with
+  x64 on, another draw for the same key.
+  """
+  return jnp.stack([rel[i] + sigmas[i] * jax.random.normal(jax.random.fold_in(noise_key, i), rel.shape[1:],
+                                                           jnp.float32) for i in range(len(sigmas))])
+
+
 def _party_keys(key: jax.Array, parties: list[int]) -> jax.Array:
   return jnp.stack([jax.random.fold_in(key, i) for i in parties])
 
@@ -981,9 +991,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         if config.method == "ldp":
           if config.aggregation == "logits":
             rel = clip_rows(rel, config.ldp_clip)
-          noise_key = _phase(rand_root, _NOISE, r)
-          rel = jnp.stack([rel[i] + ldp_sigmas[i] * jax.random.normal(jax.random.fold_in(noise_key, i),
-                                                                       rel.shape[1:]) for i in range(n_parties)])
+          rel = _ldp_noised(_phase(rand_root, _NOISE, r), rel, ldp_sigmas)
         cons = aggregate(rel, weights)
         if config.method == "ldp" and config.aggregation != "logits":
           cons = project_to_simplex(cons)  # post-processing: valid soft targets

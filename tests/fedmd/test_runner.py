@@ -4,6 +4,7 @@ import dataclasses
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
@@ -566,3 +567,20 @@ def test_bad_table_epsilons_and_callback_fail_before_training(data3, monkeypatch
   assert "\n" not in str(err.value)
   if "secret_seed" in kw:  # a mistyped secret is still a secret: the message never echoes it
     assert str(kw["secret_seed"]) not in str(err.value)
+
+
+def test_ldp_noise_is_float32_and_the_same_with_x64_on():
+  # The noise took jax.random.normal's default dtype: float64 with x64 on, which drew other noise for the same
+  # key and turned the releases into float64. It is float32 now, x64 on or off, and party i's noise is
+  # sigma_i times the standard normal drawn from fold_in(noise_key, i).
+  from jaxdistill.fedmd import _runner  # pylint: disable=import-outside-toplevel
+  rel = jnp.asarray(np.random.default_rng(0).random((3, 5, 4)), jnp.float32)
+  sigmas, key = [0.5, 1.0, 2.0], jax.random.key(1)
+  want = np.asarray(_runner._ldp_noised(key, rel, sigmas))
+  with jax.enable_x64(True):
+    got = np.asarray(_runner._ldp_noised(key, rel, sigmas))
+  assert got.dtype == want.dtype == np.float32
+  np.testing.assert_array_equal(got, want)
+  for i, sigma in enumerate(sigmas):
+    z = np.asarray(jax.random.normal(jax.random.fold_in(key, i), (5, 4)))
+    np.testing.assert_allclose(want[i], np.asarray(rel[i]) + sigma * z, rtol=1e-6, atol=1e-6)
