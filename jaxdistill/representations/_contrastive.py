@@ -109,11 +109,8 @@ class ContrastiveConfig:
 
 
 def backbone(layers: nnx.Module, x: jax.Array) -> jax.Array:
-  """The encoder's backbone features, from any module holding its ``conv1``, ``conv2`` and ``dense`` layers.
-
-  Images are cast to float32, the parameters' dtype: with x64 on, float64 views ran the whole network in float64.
-  """
-  x = jax.nn.relu(layers.conv1(jnp.asarray(x, jnp.float32)))
+  """The encoder's backbone features, from any module holding its ``conv1``, ``conv2`` and ``dense`` layers."""
+  x = jax.nn.relu(layers.conv1(x))
   x = jax.nn.relu(layers.conv2(x))
   return layers.dense(x.reshape(x.shape[0], -1))
 
