@@ -2,6 +2,7 @@
 
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -153,6 +154,19 @@ def test_composition_whose_finite_loss_is_all_truncated_is_a_value_error():
   noise = accounting.MultiMessageNoise(math.exp(-10.0), 1.0, math.exp(-1.0))
   with pytest.raises(ValueError, match=r"k\*r=100 unit shifts.*IndexError"):
     accounting.multi_message_delta(noise, 1.0, k=100)
+
+
+def test_composition_whose_end_probability_is_subnormal_warns_nothing():
+  # p = 1e-300 (G is 0 but with probability 1e-300): dp-accounting's tail bound divided by the PMF's subnormal
+  # end probability, and NumPy printed "overflow encountered in divide" 80 times before the right answer (also
+  # at the default grid step, 1e-4, where the PMF has 10^7 points and the call takes 90 s).
+  noise = accounting.MultiMessageNoise(1e-300, 1e-3, 0.5)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    delta = accounting.multi_message_delta(noise, 1.0, k=2, value_discretization_interval=3e-3)
+    epsilon = accounting.multi_message_epsilon(noise, 1e-6, k=2, value_discretization_interval=3e-3)
+  # F ~ NB(1e-3, 1/2) is 0 with probability 2^-0.001: then an entry shows its votes bare (infinite loss).
+  assert 0.5**1e-3 < delta <= 1.0 and epsilon == math.inf
 
 
 @pytest.mark.parametrize("size", [10**6, 10**12, 4097])  # 4097 = MAX_LATTICE_SIZE + 1
