@@ -239,6 +239,13 @@ def test_public_data_api_refuses_bad_types_in_one_line(tmp_path):
       (lambda: data.partition_clients(np.arange(10) % 2, 3, seed=0, alpha=-1.0), r"alpha=-1\.0"),
       (lambda: data.partition_clients(np.arange(10) % 2, 3, seed=0, scheme="dirichlet", classes_per_client=0),
        r"classes_per_client=0 >= 1"),
+      # A valid value of a parameter the scheme does not use was ignored: alpha=0.1 split iid.
+      (lambda: data.partition_clients(np.arange(10) % 2, 3, seed=0, alpha=0.1),
+       r"alpha=0\.1 only with scheme='dirichlet' \(elsewhere it is ignored\); got scheme='iid'"),
+      (lambda: data.partition_clients(np.arange(10) % 2, 3, seed=0, scheme="dirichlet", classes_per_client=1),
+       r"classes_per_client=1 only with scheme='classes'"),
+      (lambda: data.partition_clients(np.arange(10) % 2, 3, seed=0, scheme="classes", alpha=2.0),
+       r"alpha=2\.0 only with scheme='dirichlet'"),
   ):
     with pytest.raises(ValueError, match=needle) as err:
       call()

@@ -83,8 +83,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     default="0,0.1,0.5,1,2,4,8",
     help="epsilons of the report's FedMD-LDP sigma table at NFDP's delta ('' for none)")
   a("--partition", default="iid", help="iid, dirichlet or classes")
-  a("--alpha", type=float, default=0.5, help="Dirichlet concentration")
-  a("--classes-per-party", type=count, default=2)
+  a("--alpha", type=float, default=0.5, help="Dirichlet concentration (only with --partition dirichlet)")
+  a("--classes-per-party", type=count, default=2, help="classes each party holds (only with --partition classes)")
   a("--public-dataset", default="mnist-embedded")
   a("--private-dataset", default="fashion-mnist")
   a("--data-dir", default=None, help="IDX folder of the private data set")

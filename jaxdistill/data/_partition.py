@@ -98,8 +98,15 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
   return LabelingSplits(train.take(perm[b:b + private_size]), train.take(perm[:a]), train.take(perm[a:b]))
 
 
+#: Defaults of :func:`partition_clients`'s ``alpha`` and ``classes_per_client``: another value is refused with a
+#: scheme that does not use it.
+DEFAULT_ALPHA = 0.5
+DEFAULT_CLASSES_PER_CLIENT = 2
+
+
 def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme: str = "iid",
-                      alpha: float = 0.5, classes_per_client: int = 2) -> list[np.ndarray]:
+                      alpha: float = DEFAULT_ALPHA,
+                      classes_per_client: int = DEFAULT_CLASSES_PER_CLIENT) -> list[np.ndarray]:
   """Indices of each client's records.
 
   Args:
@@ -113,8 +120,10 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
       modulo C, each class split evenly among its holders; with fewer than
       C / classes_per_client clients, each class nobody holds goes whole to
       one random client, which then holds more).
-    alpha: Dirichlet concentration in (0, 1e100].
-    classes_per_client: for ``classes``.
+    alpha: Dirichlet concentration in (0, 1e100]; another value than the
+      default (0.5) only with ``dirichlet``.
+    classes_per_client: for ``classes``; another value than the default (2)
+      only with it.
 
   Returns:
     A list of ``num_clients`` sorted int64 index arrays that partition
@@ -122,7 +131,8 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
 
   Raises:
     ValueError: ``labels`` not a 1-D array of integers >= 0, or a bad count,
-      seed, scheme, alpha or classes_per_client.
+      seed, scheme, alpha or classes_per_client (or one set for a scheme
+      that does not use it).
   """
   try:
     labels = np.asarray(labels)
@@ -142,6 +152,12 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
     raise ValueError(f"Expected alpha={a!r} <= {MAX_ALPHA:g} (beyond it the proportions are equal to float "
                      "precision; use scheme='iid').")
   cpc = _validate.integer("classes_per_client", classes_per_client, minimum=1)
+  # A value the scheme does not use was ignored without a word (alpha=0.1 with scheme="iid" split iid).
+  for name, value, default, uses in (("alpha", a, DEFAULT_ALPHA, "dirichlet"),
+                                     ("classes_per_client", cpc, DEFAULT_CLASSES_PER_CLIENT, "classes")):
+    if value != default and scheme != uses:
+      raise ValueError(f"Expected {name}={value!r} only with scheme={uses!r} (elsewhere it is ignored); "
+                       f"got scheme={scheme!r}.")
   if scheme == "iid":
     return [np.sort(p) for p in np.array_split(rng.permutation(n), m)]
   classes = np.unique(labels)

@@ -27,6 +27,7 @@ from jaxdistill import _validate
 from jaxdistill import data as jdata
 from jaxdistill.data import ImageData
 from jaxdistill.data._overlap import shared_images
+from jaxdistill.data._partition import DEFAULT_ALPHA, DEFAULT_CLASSES_PER_CLIENT
 
 __all__ = ["FedMDData", "load_fedmd_data", "make_fedmd_data", "PARTITIONS"]
 
@@ -119,10 +120,26 @@ def _class_list(private_classes: Any, num_source_classes: int) -> list[int]:
   return classes
 
 
+def _check_partition_settings(partition: str, alpha: Any, classes_per_party: Any) -> None:
+  """alpha and classes_per_party other than their defaults only with the partition that uses them.
+
+  ``--alpha 0.1`` without ``--partition dirichlet`` split the parties iid without a word (the report recorded
+  alpha as None).
+  """
+  for name, value, default, uses in (
+      ("alpha", _validate.positive("alpha", alpha), DEFAULT_ALPHA, "dirichlet"),
+      ("classes_per_party", _validate.integer("classes_per_party", classes_per_party, minimum=1),
+       DEFAULT_CLASSES_PER_CLIENT, "classes")):
+    if value != default and partition != uses:
+      raise ValueError(f"Expected {name}={value!r} only with partition={uses!r} (elsewhere it is ignored); "
+                       f"got partition={partition!r}.")
+
+
 def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: ImageData, *,
                     num_parties: int, seed: int, private_classes: Sequence[int] = (0, 1, 2, 3, 4, 5),
                     private_per_class: int | None = 500, test_per_class: int | None = 500,
-                    partition: str = "iid", alpha: float = 0.5, classes_per_party: int = 2,
+                    partition: str = "iid", alpha: float = DEFAULT_ALPHA,
+                    classes_per_party: int = DEFAULT_CLASSES_PER_CLIENT,
                     public_size: int | None = None) -> FedMDData:
   """Builds :class:`FedMDData` from loaded data sets.
 
@@ -139,12 +156,15 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
       images that are also parties' records (byte-identical) are left out
       first; ``description`` then counts them.
     partition: ``iid``, ``dirichlet`` or ``classes``.
-    alpha: Dirichlet concentration.
-    classes_per_party: for ``classes``.
+    alpha: Dirichlet concentration; another value than the default (0.5)
+      only with ``dirichlet``.
+    classes_per_party: for ``classes``; another value than the default (2)
+      only with it.
     public_size: keep this many public images (None: all).
 
   Raises:
-    ValueError: on data sets that are not :class:`ImageData`, private
+    ValueError: on data sets that are not :class:`ImageData`, alpha or
+      classes_per_party set for a partition that does not use it, private
       classes that are not distinct integer classes of ``private_train``
       (True, 0.7 or "0" included), an unknown partition, N < 1, too few images, a test
       split or public set whose image shape differs from the private
@@ -158,6 +178,7 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
   seed = _validate.integer("seed", seed, minimum=0, maximum=_validate.MAX_SEED)
   num_parties = _validate.integer("num_parties", num_parties, minimum=1)
   partition = _validate.choice("partition", partition, PARTITIONS)
+  _check_partition_settings(partition, alpha, classes_per_party)
   classes = _class_list(private_classes, private_train.num_classes)
   if private_per_class is not None:
     private_per_class = _validate.integer("private_per_class", private_per_class, minimum=1)
@@ -227,7 +248,8 @@ def load_fedmd_data(*, num_parties: int = 10, seed: int = 0, public_dataset: str
                     public_data_dir: Any = None,
                     private_classes: Sequence[int] = (0, 1, 2, 3, 4, 5),
                     private_per_class: int | None = 500, test_per_class: int | None = 500,
-                    partition: str = "iid", alpha: float = 0.5, classes_per_party: int = 2,
+                    partition: str = "iid", alpha: float = DEFAULT_ALPHA,
+                    classes_per_party: int = DEFAULT_CLASSES_PER_CLIENT,
                     public_size: int | None = None) -> FedMDData:
   """Loads the public and private sets by name and builds :class:`FedMDData`.
 
@@ -247,6 +269,7 @@ def load_fedmd_data(*, num_parties: int = 10, seed: int = 0, public_dataset: str
       :func:`make_fedmd_data`.
   """
   partition = _validate.choice("partition", partition, PARTITIONS)
+  _check_partition_settings(partition, alpha, classes_per_party)  # before any data set is read
   public, _ = _load("public", public_dataset, public_data_dir)
   private_train, private_test = _load("private", private_dataset, data_dir)
   if private_test is None:

@@ -155,6 +155,12 @@ def test_test_images_held_by_the_parties_are_left_out():
     # Checked whatever the partition: iid ignored both silently.
     (dict(classes_per_party=0), r"Expected classes_per_party=0 >= 1\."),
     (dict(alpha=float("nan")), r"Expected alpha to be finite, got nan\."),
+    # A valid value the partition does not use was ignored: alpha=0.1 split iid (the report said alpha None).
+    (dict(alpha=0.1), r"Expected alpha=0\.1 only with partition='dirichlet' \(elsewhere it is ignored\); got "
+                      r"partition='iid'\."),
+    (dict(partition="dirichlet", classes_per_party=3),
+     r"Expected classes_per_party=3 only with partition='classes' \(elsewhere it is ignored\); got "
+     r"partition='dirichlet'\."),
     # int(c) truncated 0.7 to 0 and took True as 1; "012" was read as 0, 1, 2; 5 and None were TypeErrors, and
     # public=None an AttributeError.
     (dict(private_classes=(0.7, 1.2, 2.9)), r"Expected private_classes\[0\] to be an integer, got 0\.7\."),
@@ -176,6 +182,14 @@ def test_make_fedmd_data_names_its_parameters(kw, needle):
   with pytest.raises(ValueError, match=needle) as err:
     fedmd.make_fedmd_data(**args)
   assert "\n" not in str(err.value)
+
+
+def test_load_fedmd_data_refuses_an_unused_partition_setting_before_reading_data():
+  # "nosuch" would fail when read: the alpha error comes first.
+  with pytest.raises(ValueError, match=r"Expected alpha=2\.0 only with partition='dirichlet'"):
+    fedmd.load_fedmd_data(private_dataset="nosuch", partition="classes", alpha=2.0)
+  with pytest.raises(ValueError, match=r"private set \(private_dataset='nosuch'"):
+    fedmd.load_fedmd_data(private_dataset="nosuch", partition="dirichlet", alpha=2.0)
 
 
 def test_make_fedmd_data_takes_classes_as_a_list_tuple_range_or_array():

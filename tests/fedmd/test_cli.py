@@ -106,6 +106,9 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
     (["--weighting", "heavy"], "weighting"),
     (["--architectures", "1,2"], "spec"),
     (["--partition", "writers"], "partition"),
+    # Ignored without a word: the parties were split iid.
+    (["--alpha", "0.1"], "alpha=0.1 only with partition='dirichlet' (elsewhere it is ignored); got partition='iid'"),
+    (["--partition", "dirichlet", "--classes-per-party", "3"], "classes_per_party=3 only with partition='classes'"),
     (["--method", "np", "--k", "3,16"], "--k"),
     (["--k", "x"], "--k"),
     (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
