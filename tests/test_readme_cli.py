@@ -56,6 +56,7 @@ def test_readme_command_parses_and_configures(cmd):
     config = _label.config_from_args(args)
     assert config.mechanism == args.mechanism
   elif args.command == "fedmd":
+    args = _fedmd._check_method_flags(args)  # pylint: disable=protected-access
     samplings = {"wor": [False], "wr": [True], "both": [False, True]}[args.sampling]
     configs = [_fedmd._config(args, k, wr) for wr in samplings for k in args.k]  # pylint: disable=protected-access
     assert configs and all(c.method == args.method for c in configs)

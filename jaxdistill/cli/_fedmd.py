@@ -56,8 +56,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a = p.add_argument
   a("--method", default="nfdp", choices=METHODS, help="algorithm or baseline")
   a("--parties", type=count, default=10, help="number of parties N")
-  a("--k", type=_INTS, default="16", help="sample size per party; a comma list runs one NFDP run per value")
-  a("--sampling", default="wor", choices=["wor", "wr", "both"], help="without / with replacement")
+  a("--k", type=_INTS, default=None,
+    help="sample size per party (default: 16); a comma list runs one run per value (only with nfdp and "
+         "local-sample, the methods that sample)")
+  a("--sampling", default=None, choices=["wor", "wr", "both"],
+    help="without / with replacement (default: wor; only with nfdp and local-sample)")
   a("--resample-each-round", action="store_true", help="fresh sample every round (composed privacy)")
   a("--rounds", type=count, default=20, help="collaboration rounds R")
   a("--public-subset", type=count, default=5000, help="public images queried per round")
@@ -75,7 +78,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--width-multiplier", type=float, default=0.125, help="scales FedMD's conv widths (1 = paper)")
   a("--architectures", type=_entries(_spec, "CNN specs", "a CNN spec", sep=";", also=("fedmd",)), default="fedmd",
     help="'fedmd' (the ten FedMD CNNs, cycled) or ';'-separated specs like '128,256:0.2;64,128,256:0.2'")
-  a("--ldp-epsilon", type=float, default=1.0, help="FedMD-LDP target epsilon")
+  a("--ldp-epsilon", type=float, default=None, help="FedMD-LDP target epsilon (only with --method ldp; default: 1)")
   a("--ldp-delta", type=float, default=None,
     help="FedMD-LDP target delta, a public number (required with --method ldp; e.g. NFDP's p at the planned n)")
   a("--ldp-clip", type=float, default=10.0, help="L2 clip of logits releases under LDP")
@@ -183,11 +186,30 @@ def _secret_seed(args: argparse.Namespace, out: pathlib.Path, names: list[str]) 
   return draw_secret_seed() if args.secret_randomness else None
 
 
+#: Defaults of the flags that only some methods use (None in argparse, so that a flag given is told apart).
+_DEFAULT_K, _DEFAULT_SAMPLING, _DEFAULT_LDP_EPSILON = "16", "wor", 1.0
+
+
+def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
+  """Refuses a flag the method ignores (``--method np --k 3`` ran NP without a word); fills in the defaults."""
+  # ldp takes no --k either: under add/remove (the CLI's relation) it needs --ldp-delta, and its sigma table is
+  # then matched to that delta, not to NFDP's k/n.
+  for flags, methods in ((("--k", "--sampling"), ("nfdp", "local-sample")), (("--ldp-epsilon",), ("ldp",))):
+    given = [f for f in flags if getattr(args, f[2:].replace("-", "_")) is not None]
+    if given and args.method not in methods:
+      which = " or ".join([", ".join(methods[:-1]), methods[-1]] if len(methods) > 1 else methods)
+      raise ValueError(f"Expected {' and '.join(given)} only with --method {which} (elsewhere "
+                       f"{'they are' if len(given) > 1 else 'it is'} ignored); got --method {args.method}.")
+  args.k = _INTS(_DEFAULT_K) if args.k is None else args.k
+  args.sampling = _DEFAULT_SAMPLING if args.sampling is None else args.sampling
+  args.ldp_epsilon = _DEFAULT_LDP_EPSILON if args.ldp_epsilon is None else args.ldp_epsilon
+  return args
+
+
 def run(args: argparse.Namespace) -> int:
+  args = _check_method_flags(args)
   ks = list(args.k)  # parsed by argparse (_entries): at least one, every entry an integer
   samplings = {"wor": [False], "wr": [True], "both": [False, True]}[args.sampling]
-  if args.method not in ("nfdp", "local-sample") and (len(ks) > 1 or len(samplings) > 1):
-    raise ValueError(f"Expected one --k and one --sampling for --method {args.method}.")
   if len(set(ks)) != len(ks):  # the second run of a repeated k would find the first one's checkpoint
     raise ValueError(f"Expected distinct --k values; got {','.join(map(str, ks))}.")
   configs = [(k, wr, _config(args, k, wr)) for wr in samplings for k in ks]  # validates all first

@@ -110,6 +110,14 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
     (["--alpha", "0.1"], "alpha=0.1 only with partition='dirichlet' (elsewhere it is ignored); got partition='iid'"),
     (["--partition", "dirichlet", "--classes-per-party", "3"], "classes_per_party=3 only with partition='classes'"),
     (["--method", "np", "--k", "3,16"], "--k"),
+    # Flags the method ignores ran it without a word (NP with --k 3; NFDP with --ldp-epsilon 2).
+    (["--method", "local", "--k", "3", "--sampling", "wr"],
+     "Expected --k and --sampling only with --method nfdp or local-sample (elsewhere they are ignored); got "
+     "--method local."),
+    (["--method", "centralized", "--sampling", "wor"], "Expected --sampling only with --method nfdp or local-sample"),
+    (["--method", "ldp", "--ldp-delta", "1e-3", "--k", "4"], "Expected --k only with --method nfdp or local-sample"),
+    (["--ldp-epsilon", "2"], "Expected --ldp-epsilon only with --method ldp (elsewhere it is ignored); got --method "
+                             "nfdp."),
     (["--k", "x"], "--k"),
     (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
     (["--stop-after-round", "-5"], "--stop-after-round=-5 >= 1"),
@@ -342,7 +350,8 @@ def test_list_flags_parse_every_entry(tmp_path):
                                            "--ldp-table-epsilons", "", "--out", str(tmp_path)])
   assert args.k == (2, 3) and args.private_classes == (4, 5) and args.weighting == (1.0, 2.5)
   assert args.ldp_table_epsilons == () and args.architectures == (models.parse_spec("2,4:0.2"),)
-  defaults = build_parser().parse_args(["fedmd"])
+  defaults = _fedmd._check_method_flags(build_parser().parse_args(["fedmd"]))  # pylint: disable=protected-access
+  assert defaults.sampling == "wor" and defaults.ldp_epsilon == 1.0
   assert defaults.k == (16,) and defaults.private_classes == (0, 1, 2, 3, 4, 5) and defaults.weighting == "equal"
   assert defaults.ldp_table_epsilons == (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0) and defaults.architectures == "fedmd"
 
