@@ -8,9 +8,12 @@ Profiles (select with ``HYPOTHESIS_PROFILE=thorough`` or
 * ``thorough``: many more examples, still reproducible, for release checks.
 """
 
+import gc
 import os
 
 from hypothesis import HealthCheck, settings
+import jax
+import pytest
 
 from tests import _fast_threefry
 
@@ -24,3 +27,34 @@ settings.register_profile(
     "thorough", max_examples=600, derandomize=True, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _mapped_regions() -> int:
+  """Memory mappings of this process (0 where /proc is missing)."""
+  try:
+    with open("/proc/self/maps", "rb") as f:
+      return sum(1 for _ in f)
+  except OSError:
+    return 0
+
+
+def _map_limit() -> int:
+  try:
+    with open("/proc/sys/vm/max_map_count", "rb") as f:
+      return int(f.read())
+  except (OSError, ValueError):
+    return 65530
+
+
+#: Every executable XLA:CPU compiles keeps memory mappings while JAX caches it, and a worker that ran 32 test files
+#: (2026-12-06) passed vm.max_map_count = 65,530: its next compile segfaulted in LLVM (two files alone reach
+#: 27,000). After a test file, a worker past half the limit drops JAX's caches, which frees them.
+MAPS_CLEAR_AT = _map_limit() // 2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _bounded_memory_mappings():
+  yield
+  if _mapped_regions() > MAPS_CLEAR_AT:
+    jax.clear_caches()
+    gc.collect()
