@@ -11,9 +11,9 @@ Profiles (select with ``HYPOTHESIS_PROFILE=thorough`` or
 import gc
 import os
 
-from hypothesis import HealthCheck, settings
 import jax
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests import _fast_threefry
 
