@@ -104,6 +104,20 @@ DEFAULT_ALPHA = 0.5
 DEFAULT_CLASSES_PER_CLIENT = 2
 
 
+def refuse_unused_settings(scheme_name: str, scheme: str, *, alpha: tuple[str, float],
+                           classes: tuple[str, int]) -> None:
+  """Refuses an alpha or a classes-per-client other than its default with a scheme that does not use it.
+
+  Such a value was ignored without a word (``alpha=0.1`` with ``scheme="iid"`` split iid). ``alpha`` and
+  ``classes`` are (parameter name, validated value) pairs, so each caller's error names its own parameters.
+  """
+  for (name, value), default, uses in ((alpha, DEFAULT_ALPHA, "dirichlet"),
+                                       (classes, DEFAULT_CLASSES_PER_CLIENT, "classes")):
+    if value != default and scheme != uses:
+      raise ValueError(f"Expected {name}={value!r} only with {scheme_name}={uses!r} (elsewhere it is ignored); "
+                       f"got {scheme_name}={scheme!r}.")
+
+
 def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme: str = "iid",
                       alpha: float = DEFAULT_ALPHA,
                       classes_per_client: int = DEFAULT_CLASSES_PER_CLIENT) -> list[np.ndarray]:
@@ -152,12 +166,7 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
     raise ValueError(f"Expected alpha={a!r} <= {MAX_ALPHA:g} (beyond it the proportions are equal to float "
                      "precision; use scheme='iid').")
   cpc = _validate.integer("classes_per_client", classes_per_client, minimum=1)
-  # A value the scheme does not use was ignored without a word (alpha=0.1 with scheme="iid" split iid).
-  for name, value, default, uses in (("alpha", a, DEFAULT_ALPHA, "dirichlet"),
-                                     ("classes_per_client", cpc, DEFAULT_CLASSES_PER_CLIENT, "classes")):
-    if value != default and scheme != uses:
-      raise ValueError(f"Expected {name}={value!r} only with scheme={uses!r} (elsewhere it is ignored); "
-                       f"got scheme={scheme!r}.")
+  refuse_unused_settings("scheme", scheme, alpha=("alpha", a), classes=("classes_per_client", cpc))
   if scheme == "iid":
     return [np.sort(p) for p in np.array_split(rng.permutation(n), m)]
   classes = np.unique(labels)

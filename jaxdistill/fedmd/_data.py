@@ -27,7 +27,7 @@ from jaxdistill import _validate
 from jaxdistill import data as jdata
 from jaxdistill.data import ImageData
 from jaxdistill.data._overlap import shared_images
-from jaxdistill.data._partition import DEFAULT_ALPHA, DEFAULT_CLASSES_PER_CLIENT
+from jaxdistill.data._partition import DEFAULT_ALPHA, DEFAULT_CLASSES_PER_CLIENT, refuse_unused_settings
 
 __all__ = ["FedMDData", "load_fedmd_data", "make_fedmd_data", "PARTITIONS"]
 
@@ -121,18 +121,10 @@ def _class_list(private_classes: Any, num_source_classes: int) -> list[int]:
 
 
 def _check_partition_settings(partition: str, alpha: Any, classes_per_party: Any) -> None:
-  """alpha and classes_per_party other than their defaults only with the partition that uses them.
-
-  ``--alpha 0.1`` without ``--partition dirichlet`` split the parties iid without a word (the report recorded
-  alpha as None).
-  """
-  for name, value, default, uses in (
-      ("alpha", _validate.positive("alpha", alpha), DEFAULT_ALPHA, "dirichlet"),
-      ("classes_per_party", _validate.integer("classes_per_party", classes_per_party, minimum=1),
-       DEFAULT_CLASSES_PER_CLIENT, "classes")):
-    if value != default and partition != uses:
-      raise ValueError(f"Expected {name}={value!r} only with partition={uses!r} (elsewhere it is ignored); "
-                       f"got partition={partition!r}.")
+  """alpha and classes_per_party other than their defaults only with the partition that uses them."""
+  refuse_unused_settings(
+      "partition", partition, alpha=("alpha", _validate.positive("alpha", alpha)),
+      classes=("classes_per_party", _validate.integer("classes_per_party", classes_per_party, minimum=1)))
 
 
 def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: ImageData, *,
