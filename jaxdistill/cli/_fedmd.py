@@ -47,6 +47,7 @@ def _spec(text: str):
 
 # List flags: argparse refuses an empty or bad entry (exit 2), naming the flag and the entry.
 _INTS = _entries(count, "integers", "an integer")
+_TABLE = _entries(float, "numbers", "a number", allow_empty=True)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -80,11 +81,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     help="'fedmd' (the ten FedMD CNNs, cycled) or ';'-separated specs like '128,256:0.2;64,128,256:0.2'")
   a("--ldp-epsilon", type=float, default=None, help="FedMD-LDP target epsilon (only with --method ldp; default: 1)")
   a("--ldp-delta", type=float, default=None,
-    help="FedMD-LDP target delta, a public number (required with --method ldp; e.g. NFDP's p at the planned n)")
-  a("--ldp-clip", type=float, default=10.0, help="L2 clip of logits releases under LDP")
-  a("--ldp-table-epsilons", type=_entries(float, "numbers", "a number", allow_empty=True),
-    default="0,0.1,0.5,1,2,4,8",
-    help="epsilons of the report's FedMD-LDP sigma table at NFDP's delta ('' for none)")
+    help="FedMD-LDP target delta, a public number (required with --method ldp; e.g. NFDP's p at the planned n; "
+         "with --method nfdp, the delta its LDP sigma table is matched to)")
+  a("--ldp-clip", type=float, default=None,
+    help="L2 clip of logits releases under LDP (default: 10; only with --aggregation logits and --method nfdp "
+         "or ldp)")
+  a("--ldp-table-epsilons", type=_TABLE, default=None,
+    help="epsilons of the report's FedMD-LDP sigma table at NFDP's delta (default: 0,0.1,0.5,1,2,4,8; '' for "
+         "none; only with --method nfdp or ldp, the methods whose report has the table)")
   a("--partition", default="iid", help="iid, dirichlet or classes")
   a("--alpha", type=float, default=0.5, help="Dirichlet concentration (only with --partition dirichlet)")
   a("--classes-per-party", type=count, default=2, help="classes each party holds (only with --partition classes)")
@@ -187,22 +191,38 @@ def _secret_seed(args: argparse.Namespace, out: pathlib.Path, names: list[str]) 
 
 
 #: Defaults of the flags that only some methods use (None in argparse, so that a flag given is told apart).
-_DEFAULT_K, _DEFAULT_SAMPLING, _DEFAULT_LDP_EPSILON = "16", "wor", 1.0
+_DEFAULT_K, _DEFAULT_SAMPLING, _DEFAULT_LDP_EPSILON, _DEFAULT_LDP_CLIP = "16", "wor", 1.0, 10.0
+_DEFAULT_LDP_TABLE_EPSILONS = "0,0.1,0.5,1,2,4,8"  # fedmd.DEFAULT_LDP_EPSILONS (tests/fedmd/test_cli.py checks)
+
+
+def _which(methods: tuple[str, ...]) -> str:
+  return " or ".join([", ".join(methods[:-1]), methods[-1]] if len(methods) > 1 else methods)
 
 
 def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
   """Refuses a flag the method ignores (``--method np --k 3`` ran NP without a word); fills in the defaults."""
   # ldp takes no --k either: under add/remove (the CLI's relation) it needs --ldp-delta, and its sigma table is
-  # then matched to that delta, not to NFDP's k/n.
-  for flags, methods in ((("--k", "--sampling"), ("nfdp", "local-sample")), (("--ldp-epsilon",), ("ldp",))):
-    given = [f for f in flags if getattr(args, f[2:].replace("-", "_")) is not None]
+  # then matched to that delta, not to NFDP's k/n. The sigma table (and the delta it is matched to) exists only
+  # in nfdp and ldp reports: --ldp-table-epsilons '' (no table) is what the other methods do anyway.
+  table = args.ldp_table_epsilons is not None and len(args.ldp_table_epsilons) > 0
+  for flags, methods in ((("--k", "--sampling"), ("nfdp", "local-sample")), (("--ldp-epsilon",), ("ldp",)),
+                         (("--ldp-delta", "--ldp-table-epsilons"), ("nfdp", "ldp"))):
+    given = [f for f in flags if (table if f == "--ldp-table-epsilons" else
+                                  getattr(args, f[2:].replace("-", "_")) is not None)]
     if given and args.method not in methods:
-      which = " or ".join([", ".join(methods[:-1]), methods[-1]] if len(methods) > 1 else methods)
-      raise ValueError(f"Expected {' and '.join(given)} only with --method {which} (elsewhere "
+      raise ValueError(f"Expected {' and '.join(given)} only with --method {_which(methods)} (elsewhere "
                        f"{'they are' if len(given) > 1 else 'it is'} ignored); got --method {args.method}.")
+  # The clip bounds logits releases: ldp's noise and nfdp's sigma table scale with it; argmax and softmax rows have
+  # a fixed sensitivity (sqrt 2), so the clip changed nothing there.
+  if args.ldp_clip is not None and (args.method not in ("nfdp", "ldp") or args.aggregation != "logits"):
+    raise ValueError("Expected --ldp-clip only with --aggregation logits and --method nfdp or ldp (elsewhere it is "
+                     f"ignored); got --method {args.method} --aggregation {args.aggregation}.")
   args.k = _INTS(_DEFAULT_K) if args.k is None else args.k
   args.sampling = _DEFAULT_SAMPLING if args.sampling is None else args.sampling
   args.ldp_epsilon = _DEFAULT_LDP_EPSILON if args.ldp_epsilon is None else args.ldp_epsilon
+  args.ldp_clip = _DEFAULT_LDP_CLIP if args.ldp_clip is None else args.ldp_clip
+  if args.ldp_table_epsilons is None:
+    args.ldp_table_epsilons = _TABLE(_DEFAULT_LDP_TABLE_EPSILONS) if args.method in ("nfdp", "ldp") else ()
   return args
 
 

@@ -69,7 +69,9 @@ class FedMDConfig:
       is accepted only under ``relation="replace-one"``: under add/remove n_i
       changes with the data, and a sigma calibrated to p(n_i) would make the
       noise scale itself depend on the private data (sigma_i(n) differs from
-      sigma_i(n - 1), which many noisy releases reveal).
+      sigma_i(n - 1), which many noisy releases reveal). With ``nfdp`` it
+      is the delta of the report's FedMD-LDP sigma table; other methods
+      refuse it.
     ldp_clip: L2 clip norm of logits releases under FedMD-LDP.
     relation: neighbouring relation of the privacy reports (default
       ``add-remove``, the paper's). ``add-one`` reports, for a party
@@ -158,6 +160,9 @@ class FedMDConfig:
     s("ldp_epsilon", check_ldp_epsilon("ldp_epsilon", self.ldp_epsilon))
     if self.ldp_delta is not None:
       s("ldp_delta", _validate.open_unit("ldp_delta", self.ldp_delta))
+      if self.method not in ("nfdp", "ldp"):  # ran without a word
+        raise ValueError(f"Expected ldp_delta=None for method={self.method!r}: only 'ldp' (its noise) and 'nfdp' "
+                         f"(its report's FedMD-LDP sigma table) use it; got ldp_delta={self.ldp_delta!r}.")
     s("ldp_clip", check_clip("ldp_clip", self.ldp_clip))
     s("relation", Relation.parse(self.relation).value)
     if self.method == "ldp" and self.ldp_delta is None and self.relation != Relation.REPLACE_ONE.value:

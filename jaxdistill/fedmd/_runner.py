@@ -645,8 +645,11 @@ def _ldp_delta(config: FedMDConfig, n: int) -> float:
 
 
 
-def _table_epsilons(value: Any) -> tuple[float, ...] | None:
-  """``ldp_table_epsilons`` as a tuple of floats in [0, MAX_LDP_EPSILON] (None: the default table)."""
+def _table_epsilons(value: Any, method: str) -> tuple[float, ...] | None:
+  """``ldp_table_epsilons`` as a tuple of floats in [0, MAX_LDP_EPSILON] (None: the default table).
+
+  Only ``nfdp`` and ``ldp`` reports have the table: a non-empty one for another method is refused (it was ignored).
+  """
   if value is None:
     return None
   try:
@@ -655,7 +658,11 @@ def _table_epsilons(value: Any) -> tuple[float, ...] | None:
     items = tuple(value)
   except TypeError:
     raise ValueError(f"Expected ldp_table_epsilons to be a sequence of numbers >= 0; got {value!r}.") from None
-  return tuple(check_ldp_epsilon("ldp_table_epsilons", e, allow_zero=True) for e in items)
+  out = tuple(check_ldp_epsilon("ldp_table_epsilons", e, allow_zero=True) for e in items)
+  if out and method not in ("nfdp", "ldp"):
+    raise ValueError(f"Expected no ldp_table_epsilons for method={method!r}: only nfdp and ldp reports have the "
+                     f"FedMD-LDP sigma table (elsewhere they are ignored); got {out}.")
+  return out
 
 
 def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
@@ -688,7 +695,9 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
     record_releases: keep every party's releases in ``result.releases``
       (and in the checkpoint; a resume must pass the same value).
     ldp_table_epsilons: epsilons of ``result.ldp_sigma_table``, finite and
-      >= 0 (default :data:`~jaxdistill.fedmd.DEFAULT_LDP_EPSILONS`).
+      >= 0 (default :data:`~jaxdistill.fedmd.DEFAULT_LDP_EPSILONS`). Only
+      ``nfdp`` and ``ldp`` runs have the table; other methods refuse a
+      non-empty one.
     on_round_end: ``callback(round, info)`` after each round's checkpoint
       (None or a callable).
     secret_seed: None, or a SECRET integer in [0, 2**64) from which NFDP's
@@ -716,7 +725,8 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       ``resume=True``, a checkpoint from a different run (other settings,
       data or key: the message names them; another ``secret_seed``; another
       ``record_releases``), a ``checkpoint_dir`` held by another run, bad
-      ``ldp_table_epsilons``, a bad ``secret_seed`` or a non-callable
+      ``ldp_table_epsilons`` (or a non-empty one for a method without the
+      table), a bad ``secret_seed`` or a non-callable
       ``on_round_end`` (all checked before any training). Private pixels
       are not checked (range, NaN): for ``nfdp`` even whether the run
       raises must depend on party i's records only through its sample, so
@@ -745,7 +755,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   key = _validate.prng_key("key", key, threefry=True)  # the same samples and batches vmapped or looped
   secret_seed = _keys.check_secret_seed("secret_seed", secret_seed)
   rand_root = key if secret_seed is None else _keys.secret_key(secret_seed)  # samples and LDP noise only
-  table_epsilons = _table_epsilons(ldp_table_epsilons)
+  table_epsilons = _table_epsilons(ldp_table_epsilons, config.method)
   if on_round_end is not None and not callable(on_round_end):
     raise ValueError(f"Expected on_round_end to be None or a callable; got {on_round_end!r}.")
   check_config(config, data, checkpoint_dir=checkpoint_dir, resume=resume)

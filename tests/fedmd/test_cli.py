@@ -118,6 +118,19 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
     (["--method", "ldp", "--ldp-delta", "1e-3", "--k", "4"], "Expected --k only with --method nfdp or local-sample"),
     (["--ldp-epsilon", "2"], "Expected --ldp-epsilon only with --method ldp (elsewhere it is ignored); got --method "
                              "nfdp."),
+    # Only nfdp and ldp reports have the LDP sigma table and its delta (TINY asks for a table).
+    (["--method", "local"], "Expected --ldp-table-epsilons only with --method nfdp or ldp (elsewhere it is "
+                            "ignored); got --method local."),
+    (["--method", "centralized", "--ldp-delta", "1e-3"],
+     "Expected --ldp-delta and --ldp-table-epsilons only with --method nfdp or ldp (elsewhere they are ignored); got "
+     "--method centralized."),
+    (["--method", "np", "--ldp-table-epsilons", "", "--ldp-delta", "1e-3"], "Expected --ldp-delta only with --method "
+                                                                           "nfdp or ldp"),
+    # The clip bounds logits releases only: argmax and softmax rows have a fixed sensitivity.
+    (["--ldp-clip", "4"], "Expected --ldp-clip only with --aggregation logits and --method nfdp or ldp (elsewhere it "
+                          "is ignored); got --method nfdp --aggregation argmax."),
+    (["--method", "local", "--ldp-table-epsilons", "", "--aggregation", "logits", "--ldp-clip", "4"],
+     "got --method local --aggregation logits."),
     (["--k", "x"], "--k"),
     (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
     (["--stop-after-round", "-5"], "--stop-after-round=-5 >= 1"),
@@ -187,7 +200,7 @@ def test_second_run_keeps_the_first_report(tmp_path):
   assert main(args) == 0
   first = (out / "report.json").read_text()
   first_plot = (out / "accuracy_per_round_nfdp-k2-wor.png").read_bytes()
-  args_np = TINY + ["--method", "local", "--out", str(out)]
+  args_np = TINY + ["--method", "local", "--ldp-table-epsilons", "", "--out", str(out)]
   assert main(args_np) == 0
   assert (out / "history" / "report-1.json").read_text() == first
   # Its plots move beside it (they used to be overwritten; the kept report named them).
@@ -353,7 +366,24 @@ def test_list_flags_parse_every_entry(tmp_path):
   defaults = _fedmd._check_method_flags(build_parser().parse_args(["fedmd"]))  # pylint: disable=protected-access
   assert defaults.sampling == "wor" and defaults.ldp_epsilon == 1.0
   assert defaults.k == (16,) and defaults.private_classes == (0, 1, 2, 3, 4, 5) and defaults.weighting == "equal"
-  assert defaults.ldp_table_epsilons == (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0) and defaults.architectures == "fedmd"
+  assert defaults.ldp_table_epsilons == fedmd.DEFAULT_LDP_EPSILONS == (0.0, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0)
+  assert defaults.architectures == "fedmd" and defaults.ldp_clip == fedmd.FedMDConfig().ldp_clip == 10.0
+
+
+@pytest.mark.parametrize("extra,table,clip", [
+    (["--method", "np"], (), 10.0),  # no table for a method without one, and no error
+    (["--method", "local", "--ldp-table-epsilons", ""], (), 10.0),  # '' (none) is what it does anyway
+    (["--method", "ldp", "--ldp-delta", "1e-3", "--aggregation", "logits", "--ldp-clip", "4"],
+     fedmd.DEFAULT_LDP_EPSILONS, 4.0),
+    (["--aggregation", "logits", "--ldp-clip", "4", "--ldp-delta", "1e-3", "--ldp-table-epsilons", "0,2"], (0.0, 2.0),
+     4.0),
+])
+def test_method_flags_are_accepted_where_the_method_uses_them(extra, table, clip):
+  from jaxdistill.cli.main import build_parser  # pylint: disable=import-outside-toplevel
+  args = _fedmd._check_method_flags(build_parser().parse_args(["fedmd"] + extra))  # pylint: disable=protected-access
+  assert args.ldp_table_epsilons == table and args.ldp_clip == clip
+  cfg = _fedmd._config(args, 16, False)  # pylint: disable=protected-access
+  assert cfg.ldp_clip == clip and cfg.ldp_delta == (1e-3 if "--ldp-delta" in extra else None)
 
 
 def test_the_table_states_the_largest_delta_over_the_parties():

@@ -158,3 +158,13 @@ def test_ldp_needs_a_public_delta_where_the_relation_changes_n(relation):
   assert fedmd.FedMDConfig(method="ldp", relation=relation, ldp_delta=0.01).ldp_delta == 0.01
   assert fedmd.FedMDConfig(method="ldp", relation="replace-one").ldp_delta is None  # n_i fixed: p(n_i) is public
   assert fedmd.FedMDConfig(method="nfdp", relation=relation).ldp_delta is None  # its sigma table is a side note
+
+
+@pytest.mark.parametrize("method", ["np", "local", "local-sample", "centralized"])
+def test_ldp_delta_is_refused_where_nothing_uses_it(method):
+  # It was accepted and ignored: NP with ldp_delta=1e-3 added no noise and said nothing.
+  with pytest.raises(ValueError, match=f"Expected ldp_delta=None for method='{method}': only 'ldp' \\(its noise\\) "
+                                       r"and 'nfdp' \(its report's FedMD-LDP sigma table\) use it; got "
+                                       r"ldp_delta=0.001\."):
+    fedmd.FedMDConfig(method=method, ldp_delta=1e-3)
+  assert fedmd.FedMDConfig(method="nfdp", ldp_delta=1e-3).ldp_delta == 1e-3  # the table's delta

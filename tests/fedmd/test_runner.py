@@ -550,6 +550,10 @@ def test_unknown_partition_and_too_few_records():
     (dict(ldp_table_epsilons=[float("nan")]), "ldp_table_epsilons"),
     (dict(ldp_table_epsilons=[float("inf")]), "ldp_table_epsilons"),
     (dict(ldp_table_epsilons=["1"]), "ldp_table_epsilons"),
+    # Only nfdp and ldp reports have the table: NP's run ignored it without a word.
+    (dict(config=dict(method="np"), ldp_table_epsilons=[1.0]),
+     r"Expected no ldp_table_epsilons for method='np': only nfdp and ldp reports have the FedMD-LDP sigma table "
+     r"\(elsewhere they are ignored\); got \(1.0,\)\."),
     (dict(on_round_end=5), "on_round_end"),
     (dict(on_round_end="print"), "on_round_end"),
     (dict(secret_seed=-1), "secret_seed"),
@@ -562,8 +566,9 @@ def test_bad_table_epsilons_and_callback_fail_before_training(data3, monkeypatch
   def no_training(*args, **kwargs):
     raise AssertionError("trained before validating the arguments")
   monkeypatch.setattr(fedmd._runner, "_fit_group", no_training)  # pylint: disable=protected-access
+  kw = dict(kw)
   with pytest.raises(ValueError, match=needle) as err:
-    fedmd.run_fedmd(jax.random.key(0), tiny_config(), data3, **kw)
+    fedmd.run_fedmd(jax.random.key(0), tiny_config(**kw.pop("config", {})), data3, **kw)
   assert "\n" not in str(err.value)
   if "secret_seed" in kw:  # a mistyped secret is still a secret: the message never echoes it
     assert str(kw["secret_seed"]) not in str(err.value)
