@@ -212,6 +212,9 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
     if given and args.method not in methods:
       raise ValueError(f"Expected {' and '.join(given)} only with --method {_which(methods)} (elsewhere "
                        f"{'they are' if len(given) > 1 else 'it is'} ignored); got --method {args.method}.")
+  if args.method == "nfdp" and args.ldp_delta is not None and args.ldp_table_epsilons == ():
+    raise ValueError("Expected --ldp-delta with --method nfdp only beside a sigma table (it is the table's delta); got "
+                     "--ldp-table-epsilons ''.")
   # The clip bounds logits releases: ldp's noise and nfdp's sigma table scale with it; argmax and softmax rows have
   # a fixed sensitivity (sqrt 2), so the clip changed nothing there.
   if args.ldp_clip is not None and (args.method not in ("nfdp", "ldp") or args.aggregation != "logits"):

@@ -726,7 +726,8 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       data or key: the message names them; another ``secret_seed``; another
       ``record_releases``), a ``checkpoint_dir`` held by another run, bad
       ``ldp_table_epsilons`` (or a non-empty one for a method without the
-      table), a bad ``secret_seed`` or a non-callable
+      table, or none for ``nfdp`` with an ``ldp_delta``, the table's only
+      use), a bad ``secret_seed`` or a non-callable
       ``on_round_end`` (all checked before any training). Private pixels
       are not checked (range, NaN): for ``nfdp`` even whether the run
       raises must depend on party i's records only through its sample, so
@@ -756,6 +757,9 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   secret_seed = _keys.check_secret_seed("secret_seed", secret_seed)
   rand_root = key if secret_seed is None else _keys.secret_key(secret_seed)  # samples and LDP noise only
   table_epsilons = _table_epsilons(ldp_table_epsilons, config.method)
+  if config.method == "nfdp" and config.ldp_delta is not None and table_epsilons == ():
+    raise ValueError(f"Expected ldp_table_epsilons other than () for method='nfdp' with ldp_delta="
+                     f"{config.ldp_delta!r}: there ldp_delta is the sigma table's delta, and nothing else uses it.")
   if on_round_end is not None and not callable(on_round_end):
     raise ValueError(f"Expected on_round_end to be None or a callable; got {on_round_end!r}.")
   check_config(config, data, checkpoint_dir=checkpoint_dir, resume=resume)

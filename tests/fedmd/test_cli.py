@@ -126,6 +126,9 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
      "--method centralized."),
     (["--method", "np", "--ldp-table-epsilons", "", "--ldp-delta", "1e-3"], "Expected --ldp-delta only with --method "
                                                                            "nfdp or ldp"),
+    (["--ldp-table-epsilons", "", "--ldp-delta", "1e-3"], "Expected --ldp-delta with --method nfdp only beside a "
+                                                         "sigma table (it is the table's delta); got "
+                                                         "--ldp-table-epsilons ''."),
     # The clip bounds logits releases only: argmax and softmax rows have a fixed sensitivity.
     (["--ldp-clip", "4"], "Expected --ldp-clip only with --aggregation logits and --method nfdp or ldp (elsewhere it "
                           "is ignored); got --method nfdp --aggregation argmax."),

@@ -554,6 +554,9 @@ def test_unknown_partition_and_too_few_records():
     (dict(config=dict(method="np"), ldp_table_epsilons=[1.0]),
      r"Expected no ldp_table_epsilons for method='np': only nfdp and ldp reports have the FedMD-LDP sigma table "
      r"\(elsewhere they are ignored\); got \(1.0,\)\."),
+    (dict(config=dict(ldp_delta=1e-3), ldp_table_epsilons=()),
+     r"Expected ldp_table_epsilons other than \(\) for method='nfdp' with ldp_delta=0.001: there ldp_delta is the "
+     r"sigma table's delta, and nothing else uses it\."),
     (dict(on_round_end=5), "on_round_end"),
     (dict(on_round_end="print"), "on_round_end"),
     (dict(secret_seed=-1), "secret_seed"),
