@@ -157,7 +157,7 @@ def main(argv=None) -> int:
           # `jaxdistill label`; it does not depend on s, k or epsilon).
           with_ceiling = args.ceiling and ceiling is None
           nf, _ = run(cfg.replace(mechanism="none", epsilon=math.inf, delta=None, baselines=with_ceiling,
-                                  ceiling_seeds=args.ceiling_seeds))
+                                  ceiling_seeds=args.ceiling_seeds if with_ceiling else 1))
           noise_free_cache[nf_key] = (nf.private.final.acc_pl, nf.private.final.acc_pc,
                                       float(np.mean(nf.private.final.acc_pc_draws)))
           if with_ceiling:

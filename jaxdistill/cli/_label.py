@@ -77,7 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="skip the noise-free pipeline (not private) and the supervised ceiling")
   p.add_argument("--ceiling-seeds", type=count, default=d.ceiling_seeds, metavar="N",
                  help="train the supervised ceiling with N student seeds and report them all and their mean "
-                      "(the first is the reported ceiling; default: %(default)s)")
+                      "(the first is the reported ceiling; default: %(default)s; not with --no-baselines)")
   p.add_argument("--student-seeds", type=count, default=d.student_seeds, metavar="N",
                  help="train N students (seeds) on the final votes, with and without noise, and report them "
                       "all and their means (the first is the reported Acc_pc; post-processing, no privacy cost; "

@@ -192,7 +192,8 @@ class LabelingConfig:
       key for any value); with more, the report adds every draw and their
       mean, because one student's accuracy moves by about a point with its
       seed. Not a release setting: the ledger ignores it. At most
-      ``MAX_STUDENT_SEEDS`` (1000), like ``student_seeds``.
+      ``MAX_STUDENT_SEEDS`` (1000), like ``student_seeds``; more than 1
+      only with ``baselines``.
     student_seeds: how many students (different seeds) are trained on the
       final iteration's votes, in the private and the noise-free chain.
       The first is the reported Acc_pc (the same key for any value); with
@@ -311,6 +312,9 @@ class LabelingConfig:
     for name in ("ceiling_seeds", "student_seeds"):
       object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1,
                                                        maximum=MAX_STUDENT_SEEDS))
+    if not self.baselines and self.ceiling_seeds != 1:  # no ceiling is trained: it was ignored without a word
+      raise ValueError(f"Expected ceiling_seeds={self.ceiling_seeds} only with baselines=True (the supervised "
+                       "ceiling is one of the baselines; elsewhere it is ignored); got baselines=False.")
 
   # -- derived settings ------------------------------------------------------------
   def sizes(self, has_test_split: bool) -> tuple[int | None, int, int]:

@@ -46,6 +46,10 @@ def run_cli(args, capsys):
     # Ignored there, yet in the release fingerprint (they were accepted):
     (["--representation", "hog", "--pca-dim", "3"], "pca_dim=3 only with representation pca or hog-pca"),
     (["--mechanism", "local-rr", "--central-noise", "laplace"], "central_noise='laplace' only with mechanism=central"),
+    # No ceiling is trained without the baselines (it was accepted and ignored):
+    (["--no-baselines", "--ceiling-seeds", "3"], "Expected ceiling_seeds=3 only with baselines=True (the supervised "
+                                                 "ceiling is one of the baselines; elsewhere it is ignored); got "
+                                                 "baselines=False."),
     # Recorded in the settings beside an (inf, 1) statement (they were accepted and meant nothing):
     (["--mechanism", "none", "--epsilon", "2"], "no delta with mechanism=none: it releases the exact votes"),
     (["--mechanism", "none", "--delta", "1e-6"], "got delta=1e-06"),

@@ -707,6 +707,16 @@ def test_bad_settings(field, value, match):
   assert match in one_line(err)
 
 
+def test_ceiling_seeds_need_the_baselines():
+  # Without the baselines no supervised ceiling is trained: ceiling_seeds=3 was accepted and ignored.
+  with pytest.raises(ValueError) as err:
+    labeling.LabelingConfig(baselines=False, ceiling_seeds=3)
+  assert one_line(err) == ("Expected ceiling_seeds=3 only with baselines=True (the supervised ceiling is one of the "
+                           "baselines; elsewhere it is ignored); got baselines=False.")
+  assert labeling.LabelingConfig(baselines=False).ceiling_seeds == 1
+  assert labeling.LabelingConfig(baselines=True, ceiling_seeds=3).ceiling_seeds == 3
+
+
 def test_an_empty_data_dir_is_not_given():
   # --data-dir "$UNSET" was refused by label ("a folder path; got ''") while fedmd and load_dataset fell back.
   assert labeling.LabelingConfig(dataset="fashion-mnist", data_dir="").data_dir is None
