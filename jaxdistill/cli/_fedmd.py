@@ -204,7 +204,7 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
   # ldp takes no --k either: under add/remove (the CLI's relation) it needs --ldp-delta, and its sigma table is
   # then matched to that delta, not to NFDP's k/n. The sigma table (and the delta it is matched to) exists only
   # in nfdp and ldp reports: --ldp-table-epsilons '' (no table) is what the other methods do anyway.
-  table = args.ldp_table_epsilons is not None and len(args.ldp_table_epsilons) > 0
+  table = bool(args.ldp_table_epsilons)  # None (not given) or () ('') ask for no table
   for flags, methods in ((("--k", "--sampling"), ("nfdp", "local-sample")), (("--ldp-epsilon",), ("ldp",)),
                          (("--ldp-delta", "--ldp-table-epsilons"), ("nfdp", "ldp"))):
     given = [f for f in flags if (table if f == "--ldp-table-epsilons" else
