@@ -121,7 +121,7 @@ def test_student_seeds_keep_the_first_student_and_report_every_draw(splits, tmp_
   assert res["gap_of_means_to_ceiling_pc"] == pytest.approx(np.mean(three.ceiling_draws) - res["acc_pc_mean"])
   assert res["gap_of_means_to_noise_free_pc"] == pytest.approx(res["noise_free_acc_pc_mean"] - res["acc_pc_mean"])
   # Post-processing, not a release setting: one seed reuses both releases and gives the first draw again.
-  one = labeling.run_labeling(cfg.replace(student_seeds=1, baselines=False), splits=splits)
+  one = labeling.run_labeling(cfg.replace(student_seeds=1, baselines=False, ceiling_seeds=1), splits=splits)
   assert all(it.reused for it in one.private.iterations)
   assert one.private.final.acc_pc_draws == (final.acc_pc,)
 
