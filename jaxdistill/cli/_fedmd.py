@@ -193,6 +193,8 @@ def _secret_seed(args: argparse.Namespace, out: pathlib.Path, names: list[str]) 
 #: Defaults of the flags that only some methods use (None in argparse, so that a flag given is told apart).
 _DEFAULT_K, _DEFAULT_SAMPLING, _DEFAULT_LDP_EPSILON, _DEFAULT_LDP_CLIP = "16", "wor", 1.0, 10.0
 _DEFAULT_LDP_TABLE_EPSILONS = "0,0.1,0.5,1,2,4,8"  # fedmd.DEFAULT_LDP_EPSILONS (tests/fedmd/test_cli.py checks)
+#: The methods whose report has the FedMD-LDP sigma table (FedMDConfig.has_ldp_table; the tests check).
+_TABLE_METHODS = ("nfdp", "ldp")
 
 
 def _which(methods: tuple[str, ...]) -> str:
@@ -206,7 +208,7 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
   # in nfdp and ldp reports: --ldp-table-epsilons '' (no table) is what the other methods do anyway.
   table = bool(args.ldp_table_epsilons)  # None (not given) or () ('') ask for no table
   for flags, methods in ((("--k", "--sampling"), ("nfdp", "local-sample")), (("--ldp-epsilon",), ("ldp",)),
-                         (("--ldp-delta", "--ldp-table-epsilons"), ("nfdp", "ldp"))):
+                         (("--ldp-delta", "--ldp-table-epsilons"), _TABLE_METHODS)):
     given = [f for f in flags if (table if f == "--ldp-table-epsilons" else
                                   getattr(args, f[2:].replace("-", "_")) is not None)]
     if given and args.method not in methods:
@@ -217,7 +219,7 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
                      "--ldp-table-epsilons ''.")
   # The clip bounds logits releases: ldp's noise and nfdp's sigma table scale with it; argmax and softmax rows have
   # a fixed sensitivity (sqrt 2), so the clip changed nothing there.
-  if args.ldp_clip is not None and (args.method not in ("nfdp", "ldp") or args.aggregation != "logits"):
+  if args.ldp_clip is not None and (args.method not in _TABLE_METHODS or args.aggregation != "logits"):
     raise ValueError("Expected --ldp-clip only with --aggregation logits and --method nfdp or ldp (elsewhere it is "
                      f"ignored); got --method {args.method} --aggregation {args.aggregation}.")
   args.k = _INTS(_DEFAULT_K) if args.k is None else args.k
@@ -225,7 +227,7 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
   args.ldp_epsilon = _DEFAULT_LDP_EPSILON if args.ldp_epsilon is None else args.ldp_epsilon
   args.ldp_clip = _DEFAULT_LDP_CLIP if args.ldp_clip is None else args.ldp_clip
   if args.ldp_table_epsilons is None:
-    args.ldp_table_epsilons = _TABLE(_DEFAULT_LDP_TABLE_EPSILONS) if args.method in ("nfdp", "ldp") else ()
+    args.ldp_table_epsilons = _TABLE(_DEFAULT_LDP_TABLE_EPSILONS) if args.method in _TABLE_METHODS else ()
   return args
 
 

@@ -160,7 +160,7 @@ class FedMDConfig:
     s("ldp_epsilon", check_ldp_epsilon("ldp_epsilon", self.ldp_epsilon))
     if self.ldp_delta is not None:
       s("ldp_delta", _validate.open_unit("ldp_delta", self.ldp_delta))
-      if self.method not in ("nfdp", "ldp"):  # ran without a word
+      if not self.has_ldp_table:  # ran without a word
         raise ValueError(f"Expected ldp_delta=None for method={self.method!r}: only 'ldp' (its noise) and 'nfdp' "
                          f"(its report's FedMD-LDP sigma table) use it; got ldp_delta={self.ldp_delta!r}.")
     s("ldp_clip", check_clip("ldp_clip", self.ldp_clip))
@@ -184,6 +184,11 @@ class FedMDConfig:
   def uses_sample(self) -> bool:
     """Whether private data is accessed only through NFDP's sample."""
     return self.method in ("nfdp", "local-sample")
+
+  @property
+  def has_ldp_table(self) -> bool:
+    """Whether the report has the FedMD-LDP sigma table (and so reads ``ldp_delta`` and ``ldp_clip``)."""
+    return self.method in ("nfdp", "ldp")
 
   @property
   def collaborates(self) -> bool:

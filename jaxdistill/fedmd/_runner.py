@@ -645,7 +645,7 @@ def _ldp_delta(config: FedMDConfig, n: int) -> float:
 
 
 
-def _table_epsilons(value: Any, method: str) -> tuple[float, ...] | None:
+def _table_epsilons(value: Any, config: FedMDConfig) -> tuple[float, ...] | None:
   """``ldp_table_epsilons`` as a tuple of floats in [0, MAX_LDP_EPSILON] (None: the default table).
 
   Only ``nfdp`` and ``ldp`` reports have the table: a non-empty one for another method is refused (it was ignored).
@@ -659,8 +659,8 @@ def _table_epsilons(value: Any, method: str) -> tuple[float, ...] | None:
   except TypeError:
     raise ValueError(f"Expected ldp_table_epsilons to be a sequence of numbers >= 0; got {value!r}.") from None
   out = tuple(check_ldp_epsilon("ldp_table_epsilons", e, allow_zero=True) for e in items)
-  if out and method not in ("nfdp", "ldp"):
-    raise ValueError(f"Expected no ldp_table_epsilons for method={method!r}: only nfdp and ldp reports have the "
+  if out and not config.has_ldp_table:
+    raise ValueError(f"Expected no ldp_table_epsilons for method={config.method!r}: only nfdp and ldp reports have the "
                      f"FedMD-LDP sigma table (elsewhere they are ignored); got {out}.")
   return out
 
@@ -756,7 +756,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   key = _validate.prng_key("key", key, threefry=True)  # the same samples and batches vmapped or looped
   secret_seed = _keys.check_secret_seed("secret_seed", secret_seed)
   rand_root = key if secret_seed is None else _keys.secret_key(secret_seed)  # samples and LDP noise only
-  table_epsilons = _table_epsilons(ldp_table_epsilons, config.method)
+  table_epsilons = _table_epsilons(ldp_table_epsilons, config)
   if config.method == "nfdp" and config.ldp_delta is not None and table_epsilons == ():
     raise ValueError(f"Expected ldp_table_epsilons other than () for method='nfdp' with ldp_delta="
                      f"{config.ldp_delta!r}: there ldp_delta is the sigma table's delta, and nothing else uses it.")
@@ -845,7 +845,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
 
   # The LDP sigma table of the report, built here so that its errors also come before any release.
   table = None
-  if config.method in ("nfdp", "ldp") and config.rounds > 0:
+  if config.has_ldp_table and config.rounds > 0:
     # The run's own delta, 1 - (1 - p)^R, when resampled: matching LDP to one draw's p overstated its sigma (19.8x
     # at eps = 0 for n = 2880, k = 3, R = 20), flattering NFDP.
     resampled = config.resample_each_round and config.ldp_delta is None

@@ -24,6 +24,8 @@ def test_cli_choices_match_the_library():
   assert _fedmd.METHODS == fedmd.METHODS
   assert _fedmd.RELEASE_MODES == fedmd.RELEASE_MODES
   assert _fedmd.VMAP_MODES == fedmd.VMAP_MODES
+  assert _fedmd._TABLE_METHODS == tuple(  # pylint: disable=protected-access
+      m for m in fedmd.METHODS if fedmd.FedMDConfig(method=m, ldp_delta=None, relation="replace-one").has_ldp_table)
 
 
 @needs_fashion
