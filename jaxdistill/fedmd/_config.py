@@ -24,6 +24,8 @@ __all__ = ["FedMDConfig", "METHODS", "VMAP_MODES"]
 #: ``local-sample``: no collaboration, NFDP's k-sample only; ``centralized``:
 #: every architecture trained on the pooled private data (upper bound).
 METHODS = ("nfdp", "np", "ldp", "local", "local-sample", "centralized")
+#: Defaults of the settings that only some methods read (FedMDConfig refuses another value elsewhere).
+_DEFAULTS = {"k": 16, "with_replacement": False, "ldp_epsilon": 1.0, "ldp_clip": 10.0}
 VMAP_MODES = ("auto", "on", "off")
 
 
@@ -41,8 +43,11 @@ class FedMDConfig:
       (2^31 - 1: the sample's indices are int32). With replacement k may
       exceed a party's n; :func:`~jaxdistill.fedmd.check_config` also
       refuses a k whose samples (k images per party) would not fit in the
-      host's memory.
-    with_replacement: WR (Theorem 2) or WOR (Theorem 1) sampling.
+      host's memory. Another value than the default (16) only where it is
+      read (:attr:`reads_k`): ``nfdp``, ``local-sample``, and ``ldp``
+      without ``ldp_delta`` (its default delta is NFDP's p for k).
+    with_replacement: WR (Theorem 2) or WOR (Theorem 1) sampling; True only
+      where ``k`` is read.
     resample_each_round: draw a fresh sample every round (accounted as R
       compositions) instead of the paper's single reused sample.
     rounds: R collaboration rounds.
@@ -63,7 +68,9 @@ class FedMDConfig:
     private_batch_size: batch size on private data (capped at the data size).
     public_batch_size: batch size on public data.
     ldp_epsilon: FedMD-LDP's target epsilon, at most
-      :data:`~jaxdistill.fedmd.MAX_LDP_EPSILON`.
+      :data:`~jaxdistill.fedmd.MAX_LDP_EPSILON`; another value than the
+      default (1) only with ``ldp`` (the sigma table of ``nfdp`` reports
+      takes its epsilons from ``run_fedmd``'s ``ldp_table_epsilons``).
     ldp_delta: FedMD-LDP's target delta, the same for every party. None
       means each party's NFDP delta p for the same n_i, k and sampling, and
       is accepted only under ``relation="replace-one"``: under add/remove n_i
@@ -72,7 +79,9 @@ class FedMDConfig:
       sigma_i(n - 1), which many noisy releases reveal). With ``nfdp`` it
       is the delta of the report's FedMD-LDP sigma table; other methods
       refuse it.
-    ldp_clip: L2 clip norm of logits releases under FedMD-LDP.
+    ldp_clip: L2 clip norm of logits releases under FedMD-LDP (and of the
+      ``nfdp`` report's sigma table); another value than the default (10)
+      only with ``aggregation="logits"`` and ``nfdp`` or ``ldp``.
     relation: neighbouring relation of the privacy reports (default
       ``add-remove``, the paper's). ``add-one`` reports, for a party
       holding n records, the delta of a record it does *not* hold being
@@ -93,8 +102,8 @@ class FedMDConfig:
   num_parties: int = 10
   specs: tuple[CNNSpec, ...] | None = None
   width_multiplier: float = 0.125
-  k: int = 16
-  with_replacement: bool = False
+  k: int = _DEFAULTS["k"]
+  with_replacement: bool = _DEFAULTS["with_replacement"]
   resample_each_round: bool = False
   rounds: int = 20
   public_subset: int = 5000
@@ -107,9 +116,9 @@ class FedMDConfig:
   learning_rate: float = 1e-3
   private_batch_size: int = 5
   public_batch_size: int = 256
-  ldp_epsilon: float = 1.0
+  ldp_epsilon: float = _DEFAULTS["ldp_epsilon"]
   ldp_delta: float | None = None
-  ldp_clip: float = 10.0
+  ldp_clip: float = _DEFAULTS["ldp_clip"]
   relation: str = "add-remove"
   vmap: str = "auto"
   eval_every: int = 1
@@ -165,6 +174,20 @@ class FedMDConfig:
                          f"(its report's FedMD-LDP sigma table) use it; got ldp_delta={self.ldp_delta!r}.")
     s("ldp_clip", check_clip("ldp_clip", self.ldp_clip))
     s("relation", Relation.parse(self.relation).value)
+    # Settings that only some methods read: another value than the default elsewhere ran without a word
+    # (FedMDConfig(method="np", k=50) trained NP on all the data). Defaults pass, so dataclasses.replace of a
+    # config and the CLI (which passes them) keep working; the CLI refuses such flags too.
+    for name, applies, where in (
+        ("k", self.reads_k, "method 'nfdp' or 'local-sample' (the sample size), or 'ldp' without ldp_delta "
+         "(NFDP's p for k is its default delta)"),
+        ("with_replacement", self.reads_k, "method 'nfdp' or 'local-sample', or 'ldp' without ldp_delta"),
+        ("ldp_epsilon", self.method == "ldp", "method 'ldp' (its noise)"),
+        ("ldp_clip", self.has_ldp_table and self.aggregation == "logits",
+         "aggregation='logits' and method 'nfdp' or 'ldp' (argmax and softmax rows need no clip)")):
+      value = getattr(self, name)
+      if not applies and value != _DEFAULTS[name]:
+        raise ValueError(f"Expected {name}={value!r} only with {where}; elsewhere it is ignored. Got method="
+                         f"{self.method!r}, aggregation={self.aggregation!r}, ldp_delta={self.ldp_delta!r}.")
     if self.method == "ldp" and self.ldp_delta is None and self.relation != Relation.REPLACE_ONE.value:
       raise ValueError(
           f"Expected a public ldp_delta for method='ldp' under relation={self.relation!r}: the default, NFDP's p "
@@ -184,6 +207,11 @@ class FedMDConfig:
   def uses_sample(self) -> bool:
     """Whether private data is accessed only through NFDP's sample."""
     return self.method in ("nfdp", "local-sample")
+
+  @property
+  def reads_k(self) -> bool:
+    """Whether ``k`` and ``with_replacement`` matter: the methods that sample, and ``ldp`` without ``ldp_delta``."""
+    return self.uses_sample or (self.method == "ldp" and self.ldp_delta is None)
 
   @property
   def has_ldp_table(self) -> bool:

@@ -36,6 +36,9 @@ def tiny_config(**kw):
               public_subset=24, pretrain_epochs=1, init_epochs=2, digest_epochs=1, revisit_epochs=1,
               private_batch_size=4, public_batch_size=16, vmap="off")
   base.update(kw)
+  if "k" not in kw and not (base["method"] in ("nfdp", "local-sample")
+                            or (base["method"] == "ldp" and base.get("ldp_delta") is None)):
+    del base["k"]  # the small k only where the method reads it: FedMDConfig refuses it elsewhere
   return fedmd.FedMDConfig(**base)
 
 

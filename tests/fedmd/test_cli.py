@@ -1,5 +1,6 @@
 """``jaxdistill fedmd``: report.json + plots, stop/resume, one-line errors (exit 2)."""
 
+import dataclasses
 import json
 import os
 
@@ -26,6 +27,12 @@ def test_cli_choices_match_the_library():
   assert _fedmd.VMAP_MODES == fedmd.VMAP_MODES
   assert _fedmd._TABLE_METHODS == tuple(  # pylint: disable=protected-access
       m for m in fedmd.METHODS if fedmd.FedMDConfig(method=m, ldp_delta=None, relation="replace-one").has_ldp_table)
+  # The CLI passes its defaults of the settings only some methods read to every method: FedMDConfig lets only
+  # its own defaults through there (another k for np is refused), so the two must be the same numbers.
+  default = {f.name: f.default for f in dataclasses.fields(fedmd.FedMDConfig)}
+  assert (_fedmd._INTS(_fedmd._DEFAULT_K), _fedmd._DEFAULT_SAMPLING == "wr",  # pylint: disable=protected-access
+          _fedmd._DEFAULT_LDP_EPSILON, _fedmd._DEFAULT_LDP_CLIP) == (  # pylint: disable=protected-access
+              (default["k"],), default["with_replacement"], default["ldp_epsilon"], default["ldp_clip"])
 
 
 @needs_fashion
@@ -404,16 +411,20 @@ def test_the_table_states_the_largest_delta_over_the_parties():
 def test_every_training_flag_reaches_its_config_field(tmp_path):
   from jaxdistill.cli.main import build_parser  # pylint: disable=import-outside-toplevel
   args = build_parser().parse_args(TINY + [
-      "--k", "3", "--rounds", "7", "--digest-epochs", "3", "--revisit-epochs", "5", "--init-epochs", "11",
+      "--rounds", "7", "--digest-epochs", "3", "--revisit-epochs", "5", "--init-epochs", "11",
       "--pretrain-epochs", "13", "--private-batch-size", "17", "--public-batch-size", "19", "--public-subset", "23",
       "--lr", "0.25", "--eval-every", "2", "--method", "ldp", "--ldp-epsilon", "1.5", "--ldp-delta", "1e-5",
       "--ldp-clip", "4", "--aggregation", "logits", "--out", str(tmp_path)])
-  cfg = _fedmd._config(args, 3, False)  # pylint: disable=protected-access
+  cfg = _fedmd._config(args, 16, False)  # pylint: disable=protected-access; ldp with --ldp-delta reads no k
   got = {f: getattr(cfg, f) for f in ("k", "rounds", "digest_epochs", "revisit_epochs", "init_epochs",
                                       "pretrain_epochs", "private_batch_size", "public_batch_size", "public_subset",
                                       "learning_rate", "eval_every", "method", "ldp_epsilon", "ldp_delta",
                                       "ldp_clip", "aggregation", "num_parties", "with_replacement")}
-  assert got == {"k": 3, "rounds": 7, "digest_epochs": 3, "revisit_epochs": 5, "init_epochs": 11,
+  assert got == {"k": 16, "rounds": 7, "digest_epochs": 3, "revisit_epochs": 5, "init_epochs": 11,
                  "pretrain_epochs": 13, "private_batch_size": 17, "public_batch_size": 19, "public_subset": 23,
                  "learning_rate": 0.25, "eval_every": 2, "method": "ldp", "ldp_epsilon": 1.5, "ldp_delta": 1e-5,
                  "ldp_clip": 4.0, "aggregation": "logits", "num_parties": 2, "with_replacement": False}
+  # The k and sampling of each run (the --k and --sampling entries) reach a method that samples.
+  args = build_parser().parse_args(TINY + ["--method", "nfdp", "--k", "3", "--sampling", "wr", "--out", str(tmp_path)])
+  cfg = _fedmd._config(_fedmd._check_method_flags(args), 3, True)  # pylint: disable=protected-access
+  assert (cfg.method, cfg.k, cfg.with_replacement) == ("nfdp", 3, True)

@@ -1,5 +1,6 @@
 """FedMD-LDP's sigma: dp-accounting calibration checked against the analytic Gaussian."""
 
+import dataclasses
 import math
 
 import pytest
@@ -168,3 +169,39 @@ def test_ldp_delta_is_refused_where_nothing_uses_it(method):
                                        r"ldp_delta=0.001\."):
     fedmd.FedMDConfig(method=method, ldp_delta=1e-3)
   assert fedmd.FedMDConfig(method="nfdp", ldp_delta=1e-3).ldp_delta == 1e-3  # the table's delta
+
+
+# Who reads each setting, written out from the runner: k and the sampling size the sample (nfdp, local-sample)
+# and set ldp's default delta (NFDP's p for k) when it has no ldp_delta; ldp_epsilon calibrates ldp's noise (the
+# nfdp sigma table takes its epsilons from run_fedmd); ldp_clip bounds logits releases in ldp's noise and in the
+# nfdp / ldp sigma table.
+_READERS = {
+    "k": lambda method, aggregation, delta: method in ("nfdp", "local-sample") or (method == "ldp" and delta is None),
+    "with_replacement": lambda method, aggregation, delta: (method in ("nfdp", "local-sample")
+                                                            or (method == "ldp" and delta is None)),
+    "ldp_epsilon": lambda method, aggregation, delta: method == "ldp",
+    "ldp_clip": lambda method, aggregation, delta: method in ("nfdp", "ldp") and aggregation == "logits",
+}
+_OTHER_VALUE = {"k": 3, "with_replacement": True, "ldp_epsilon": 2.5, "ldp_clip": 4.0}
+
+
+@pytest.mark.parametrize("name", sorted(_READERS))
+def test_a_setting_the_method_ignores_is_refused_unless_default(name):
+  # FedMDConfig(method="np", k=50) trained NP on all the data without a word (the CLI refused --k there; the
+  # library did not). Every method x release mode x ldp_delta: another value passes exactly where it is read,
+  # and the default passes everywhere (so dataclasses.replace of any config keeps working).
+  checked = 0
+  for method in fedmd.METHODS:
+    for aggregation in ("argmax", "softmax", "logits"):
+      for delta in ((None, 1e-3) if method in ("nfdp", "ldp") else (None,)):
+        base = dict(method=method, aggregation=aggregation, ldp_delta=delta, relation="replace-one")
+        cfg = fedmd.FedMDConfig(**base)
+        assert dataclasses.replace(cfg, rounds=3).rounds == 3
+        if _READERS[name](method, aggregation, delta):
+          assert getattr(fedmd.FedMDConfig(**base, **{name: _OTHER_VALUE[name]}), name) == _OTHER_VALUE[name]
+        else:
+          with pytest.raises(ValueError, match=f"Expected {name}={_OTHER_VALUE[name]!r} only with .*elsewhere it is "
+                                               f"ignored. Got method='{method}', aggregation='{aggregation}'"):
+            fedmd.FedMDConfig(**base, **{name: _OTHER_VALUE[name]})
+        checked += 1
+  assert checked == 3 * (len(fedmd.METHODS) + 2)

@@ -367,7 +367,8 @@ def test_ldp_over_several_rounds_and_with_logits_releases(data3):
   # a few sigma, which the chi-square rejects.
   clip = 0.02
   kw = dict(rounds=2, aggregation="logits", ldp_clip=clip)
-  raw = run(key, tiny_config(method="np", **kw), data3, record_releases=True).releases[0].astype(np.float64)
+  raw = run(key, tiny_config(method="np", rounds=2, aggregation="logits"), data3,  # np takes no clip
+            record_releases=True).releases[0].astype(np.float64)
   ldp = run(key, tiny_config(method="ldp", ldp_epsilon=400.0, ldp_delta=target, **kw), data3,
             record_releases=True)
   norms = np.linalg.norm(raw, axis=-1, keepdims=True)
@@ -386,8 +387,8 @@ def test_baselines_run_and_report(data3):
   key = jax.random.key(3)
   out = {}
   for method in ("np", "ldp", "local", "local-sample", "centralized"):
-    cfg = tiny_config(method=method, rounds=1, ldp_epsilon=2.0,
-                      ldp_delta=4 / data3.party_sizes[0] if method == "ldp" else None)
+    ldp = dict(ldp_epsilon=2.0, ldp_delta=4 / data3.party_sizes[0]) if method == "ldp" else {}
+    cfg = tiny_config(method=method, rounds=1, **ldp)
     out[method] = run(key, cfg, data3, record_releases=True)
     acc = out[method].accuracy
     assert acc.shape == (2, 3) and np.all((acc >= 0) & (acc <= 1))
