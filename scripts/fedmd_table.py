@@ -77,8 +77,7 @@ def main() -> None:
       setattr(a, k, v)
   out = pathlib.Path(a.out)
   out.mkdir(parents=True, exist_ok=True)
-  base = dict(rounds=a.rounds, public_subset=a.public_subset, width_multiplier=a.width_multiplier,
-              pretrain_epochs=a.pretrain_epochs)
+  base = dict(rounds=a.rounds, width_multiplier=a.width_multiplier, pretrain_epochs=a.pretrain_epochs)
   if a.quick:
     base.update(init_epochs=2)
   datasets: dict[tuple[int, str], fedmd.FedMDData] = {}
@@ -116,6 +115,8 @@ def main() -> None:
     if kw.get("method") == "ldp":  # one public delta: NFDP's p at the nominal size, not each party's own n_i
       nominal = sum(d.party_sizes) // n_parties
       kw = dict(kw, ldp_delta=accounting.nfdp_inclusion_probability(nominal, kw["k"]))
+    if kw["method"] in ("nfdp", "np", "ldp"):  # only the methods that collaborate query the public set
+      kw = dict(kw, public_subset=a.public_subset)
     cfg = fedmd.FedMDConfig(num_parties=n_parties, **base, **kw)
     t = time.perf_counter()
     # The sigma table is the same for every NFDP row of one (n, k): compute it for the main row only.

@@ -64,14 +64,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     help="without / with replacement (default: wor; only with nfdp and local-sample)")
   a("--resample-each-round", action="store_true", help="fresh sample every round (composed privacy)")
   a("--rounds", type=count, default=20, help="collaboration rounds R")
-  a("--public-subset", type=count, default=5000, help="public images queried per round")
-  a("--aggregation", default="argmax", choices=RELEASE_MODES, help="what parties release")
-  a("--weighting", type=_entries(float, "numbers", "a number", also=("equal", "size")), default="equal",
-    help="'equal', 'size' or N comma-separated weights ('size' is refused for nfdp and ldp: under add/remove "
-         "the consensus would reveal each party's size)")
+  # --public-subset, --aggregation, --weighting and --digest-epochs: only the methods that collaborate read them.
+  a("--public-subset", type=count, default=None,
+    help=f"public images queried per round (default: {_DEFAULT_PUBLIC_SUBSET}; {_COLLAB})")
+  a("--aggregation", default=None, choices=RELEASE_MODES, help=f"what parties release (default: argmax; {_COLLAB})")
+  a("--weighting", type=_entries(float, "numbers", "a number", also=("equal", "size")), default=None,
+    help="'equal' (default), 'size' or N comma-separated weights ('size' is refused for nfdp and ldp: under "
+         f"add/remove the consensus would reveal each party's size; {_COLLAB})")
   a("--pretrain-epochs", type=count, default=2, help="public pre-training epochs (0: none)")
   a("--init-epochs", type=count, default=20, help="T1: epochs on the private view first")
-  a("--digest-epochs", type=count, default=2, help="T2: epochs on the consensus per round")
+  a("--digest-epochs", type=count, default=None,
+    help=f"T2: epochs on the consensus per round (default: {_DEFAULT_DIGEST_EPOCHS}; {_COLLAB})")
   a("--revisit-epochs", type=count, default=1, help="T3: epochs on the private view per round")
   a("--lr", type=float, default=1e-3, help="Adam learning rate")
   a("--private-batch-size", type=count, default=5, help="FedMD: 5")
@@ -195,6 +198,11 @@ _DEFAULT_K, _DEFAULT_SAMPLING, _DEFAULT_LDP_EPSILON, _DEFAULT_LDP_CLIP = "16", "
 _DEFAULT_LDP_TABLE_EPSILONS = "0,0.1,0.5,1,2,4,8"  # fedmd.DEFAULT_LDP_EPSILONS (tests/fedmd/test_cli.py checks)
 #: The methods whose report has the FedMD-LDP sigma table (FedMDConfig.has_ldp_table; the tests check).
 _TABLE_METHODS = ("nfdp", "ldp")
+#: The methods that query the public set and release (FedMDConfig.collaborates; the tests check), and the defaults
+#: of the flags only they read.
+_COLLAB_METHODS = ("nfdp", "np", "ldp")
+_DEFAULT_PUBLIC_SUBSET, _DEFAULT_AGGREGATION, _DEFAULT_WEIGHTING, _DEFAULT_DIGEST_EPOCHS = 5000, "argmax", "equal", 2
+_COLLAB = "only with --method nfdp, np or ldp, the methods that collaborate"
 
 
 def _which(methods: tuple[str, ...]) -> str:
@@ -219,9 +227,21 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
                      "--ldp-table-epsilons ''.")
   # The clip bounds logits releases: ldp's noise and nfdp's sigma table scale with it; argmax and softmax rows have
   # a fixed sensitivity (sqrt 2), so the clip changed nothing there.
-  if args.ldp_clip is not None and (args.method not in _TABLE_METHODS or args.aggregation != "logits"):
+  aggregation = _DEFAULT_AGGREGATION if args.aggregation is None else args.aggregation
+  if args.ldp_clip is not None and (args.method not in _TABLE_METHODS or aggregation != "logits"):
     raise ValueError("Expected --ldp-clip only with --aggregation logits and --method nfdp or ldp (elsewhere it is "
-                     f"ignored); got --method {args.method} --aggregation {args.aggregation}.")
+                     f"ignored); got --method {args.method} --aggregation {aggregation}.")
+  # local, local-sample and centralized query no public data and release nothing.
+  given = [f"--{f.replace('_', '-')}" for f in ("public_subset", "aggregation", "weighting", "digest_epochs")
+           if getattr(args, f) is not None]
+  if given and args.method not in _COLLAB_METHODS:
+    raise ValueError(f"Expected {' and '.join(given)} only with --method {_which(_COLLAB_METHODS)}, the methods that "
+                     f"collaborate (elsewhere {'they are' if len(given) > 1 else 'it is'} ignored); got --method "
+                     f"{args.method}.")
+  args.aggregation = aggregation
+  args.public_subset = _DEFAULT_PUBLIC_SUBSET if args.public_subset is None else args.public_subset
+  args.weighting = _DEFAULT_WEIGHTING if args.weighting is None else args.weighting
+  args.digest_epochs = _DEFAULT_DIGEST_EPOCHS if args.digest_epochs is None else args.digest_epochs
   args.k = _INTS(_DEFAULT_K) if args.k is None else args.k
   args.sampling = _DEFAULT_SAMPLING if args.sampling is None else args.sampling
   args.ldp_epsilon = _DEFAULT_LDP_EPSILON if args.ldp_epsilon is None else args.ldp_epsilon

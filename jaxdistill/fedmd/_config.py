@@ -25,7 +25,8 @@ __all__ = ["FedMDConfig", "METHODS", "VMAP_MODES"]
 #: every architecture trained on the pooled private data (upper bound).
 METHODS = ("nfdp", "np", "ldp", "local", "local-sample", "centralized")
 #: Defaults of the settings that only some methods read (FedMDConfig refuses another value elsewhere).
-_DEFAULTS = {"k": 16, "with_replacement": False, "ldp_epsilon": 1.0, "ldp_clip": 10.0}
+_DEFAULTS = {"k": 16, "with_replacement": False, "ldp_epsilon": 1.0, "ldp_clip": 10.0, "public_subset": 5000,
+             "aggregation": "argmax", "weighting": "equal", "digest_epochs": 2, "relation": "add-remove"}
 VMAP_MODES = ("auto", "on", "off")
 
 
@@ -52,7 +53,11 @@ class FedMDConfig:
       compositions) instead of the paper's single reused sample.
     rounds: R collaboration rounds.
     public_subset: public images drawn (without replacement) each round.
-    aggregation: release mode ``argmax``, ``softmax`` or ``logits``.
+    aggregation: release mode ``argmax``, ``softmax`` or ``logits``. This,
+      ``public_subset``, ``weighting`` and ``digest_epochs`` take another
+      value than their defaults (``argmax``, 5000, ``equal``, 2) only with
+      the methods that collaborate (:attr:`collaborates`: ``nfdp``, ``np``,
+      ``ldp``); the others query no public data and release nothing.
     weighting: ``equal``, ``size`` (proportional to the party's number of
       private records) or a tuple (list, 1-D array) of N finite nonnegative
       public weights, not all zero: real numbers, not bools or text.
@@ -88,7 +93,9 @@ class FedMDConfig:
       added (k/(n+1) WOR): it says nothing about the n records the party
       holds, whose delta is that of the pair (D minus x, D), k/n WOR, the
       ``add-remove`` / ``remove-one`` figure. Use ``add-one`` only for that
-      hypothetical extra record.
+      hypothetical extra record. Another value than the default only with
+      a method that has a privacy statement (``nfdp``, ``local-sample``,
+      ``ldp``).
     vmap: ``on`` (same-architecture parties as one vmapped batch), ``off``
       (one party at a time) or ``auto`` (``on`` except on CPU, where XLA's
       grouped convolutions are slower than a loop; see benchmarks). The two
@@ -106,12 +113,12 @@ class FedMDConfig:
   with_replacement: bool = _DEFAULTS["with_replacement"]
   resample_each_round: bool = False
   rounds: int = 20
-  public_subset: int = 5000
-  aggregation: str = "argmax"
-  weighting: Any = "equal"
+  public_subset: int = _DEFAULTS["public_subset"]
+  aggregation: str = _DEFAULTS["aggregation"]
+  weighting: Any = _DEFAULTS["weighting"]
   pretrain_epochs: int = 2
   init_epochs: int = 20
-  digest_epochs: int = 2
+  digest_epochs: int = _DEFAULTS["digest_epochs"]
   revisit_epochs: int = 1
   learning_rate: float = 1e-3
   private_batch_size: int = 5
@@ -119,7 +126,7 @@ class FedMDConfig:
   ldp_epsilon: float = _DEFAULTS["ldp_epsilon"]
   ldp_delta: float | None = None
   ldp_clip: float = _DEFAULTS["ldp_clip"]
-  relation: str = "add-remove"
+  relation: str = _DEFAULTS["relation"]
   vmap: str = "auto"
   eval_every: int = 1
 
@@ -183,11 +190,18 @@ class FedMDConfig:
         ("with_replacement", self.reads_k, "method 'nfdp' or 'local-sample', or 'ldp' without ldp_delta"),
         ("ldp_epsilon", self.method == "ldp", "method 'ldp' (its noise)"),
         ("ldp_clip", self.has_ldp_table and self.aggregation == "logits",
-         "aggregation='logits' and method 'nfdp' or 'ldp' (argmax and softmax rows need no clip)")):
+         "aggregation='logits' and method 'nfdp' or 'ldp' (argmax and softmax rows need no clip)"),
+        *((name, self.collaborates, "a method that collaborates, 'nfdp', 'np' or 'ldp' (the others release "
+           "nothing and query no public data)")
+          for name in ("public_subset", "aggregation", "weighting", "digest_epochs")),
+        ("relation", self.uses_sample or self.method == "ldp",
+         "a method with a privacy statement, 'nfdp', 'local-sample' or 'ldp'")):
       value = getattr(self, name)
       if not applies and value != _DEFAULTS[name]:
-        raise ValueError(f"Expected {name}={value!r} only with {where}; elsewhere it is ignored. Got method="
-                         f"{self.method!r}, aggregation={self.aggregation!r}, ldp_delta={self.ldp_delta!r}.")
+        got = (f"method={self.method!r}" + (f", aggregation={self.aggregation!r}" if name == "ldp_clip" else "")
+               + (f", ldp_delta={self.ldp_delta!r}" if self.method == "ldp" and name in ("k", "with_replacement")
+                  else ""))
+        raise ValueError(f"Expected {name}={value!r} only with {where}; elsewhere it is ignored. Got {got}.")
     if self.method == "ldp" and self.ldp_delta is None and self.relation != Relation.REPLACE_ONE.value:
       raise ValueError(
           f"Expected a public ldp_delta for method='ldp' under relation={self.relation!r}: the default, NFDP's p "

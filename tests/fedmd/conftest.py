@@ -39,6 +39,9 @@ def tiny_config(**kw):
   if "k" not in kw and not (base["method"] in ("nfdp", "local-sample")
                             or (base["method"] == "ldp" and base.get("ldp_delta") is None)):
     del base["k"]  # the small k only where the method reads it: FedMDConfig refuses it elsewhere
+  for name in ("public_subset", "digest_epochs"):  # likewise: only the methods that collaborate read them
+    if name not in kw and base["method"] not in ("nfdp", "np", "ldp"):
+      del base[name]
   return fedmd.FedMDConfig(**base)
 
 

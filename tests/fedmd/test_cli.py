@@ -19,6 +19,14 @@ TINY = ["fedmd", "--parties", "2", "--rounds", "1", "--public-subset", "32", "--
         "--test-per-class", "8", "--public-size", "64", "--architectures", "2,4:0.2", "--ldp-table-epsilons", "0",
         "--width-multiplier", "1", "--pretrain-epochs", "0", "--init-epochs", "1", "--private-batch-size", "4",
         "--public-batch-size", "16", "--no-progress"]
+# The same for a method that does not collaborate (no public subset, no sigma table: it refuses both).
+SOLO = [x for i, x in enumerate(TINY) if x not in ("--public-subset", "--ldp-table-epsilons")
+        and TINY[i - 1] not in ("--public-subset", "--ldp-table-epsilons")]
+
+
+def _config_of(method):
+  # ldp without ldp_delta needs replace-one; np, local and centralized make no privacy statement and take none.
+  return fedmd.FedMDConfig(method=method, relation="replace-one" if method == "ldp" else "add-remove")
 
 
 def test_cli_choices_match_the_library():
@@ -26,13 +34,18 @@ def test_cli_choices_match_the_library():
   assert _fedmd.RELEASE_MODES == fedmd.RELEASE_MODES
   assert _fedmd.VMAP_MODES == fedmd.VMAP_MODES
   assert _fedmd._TABLE_METHODS == tuple(  # pylint: disable=protected-access
-      m for m in fedmd.METHODS if fedmd.FedMDConfig(method=m, ldp_delta=None, relation="replace-one").has_ldp_table)
+      m for m in fedmd.METHODS if _config_of(m).has_ldp_table)
   # The CLI passes its defaults of the settings only some methods read to every method: FedMDConfig lets only
   # its own defaults through there (another k for np is refused), so the two must be the same numbers.
   default = {f.name: f.default for f in dataclasses.fields(fedmd.FedMDConfig)}
   assert (_fedmd._INTS(_fedmd._DEFAULT_K), _fedmd._DEFAULT_SAMPLING == "wr",  # pylint: disable=protected-access
           _fedmd._DEFAULT_LDP_EPSILON, _fedmd._DEFAULT_LDP_CLIP) == (  # pylint: disable=protected-access
               (default["k"],), default["with_replacement"], default["ldp_epsilon"], default["ldp_clip"])
+  assert (_fedmd._DEFAULT_PUBLIC_SUBSET, _fedmd._DEFAULT_AGGREGATION,  # pylint: disable=protected-access
+          _fedmd._DEFAULT_WEIGHTING, _fedmd._DEFAULT_DIGEST_EPOCHS) == (  # pylint: disable=protected-access
+              default["public_subset"], default["aggregation"], default["weighting"], default["digest_epochs"])
+  assert _fedmd._COLLAB_METHODS == tuple(  # pylint: disable=protected-access
+      m for m in fedmd.METHODS if _config_of(m).collaborates)
 
 
 @needs_fashion
@@ -143,6 +156,12 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
                           "is ignored); got --method nfdp --aggregation argmax."),
     (["--method", "local", "--ldp-table-epsilons", "", "--aggregation", "logits", "--ldp-clip", "4"],
      "got --method local --aggregation logits."),
+    # local, local-sample and centralized query no public data and release nothing (TINY sets --public-subset).
+    (["--method", "local", "--ldp-table-epsilons", "", "--digest-epochs", "3"],
+     "Expected --public-subset and --digest-epochs only with --method nfdp, np or ldp, the methods that collaborate "
+     "(elsewhere they are ignored); got --method local."),
+    (["--method", "centralized", "--ldp-table-epsilons", "", "--aggregation", "softmax", "--weighting", "1,2"],
+     "Expected --public-subset and --aggregation and --weighting only with --method nfdp, np or ldp"),
     (["--k", "x"], "--k"),
     (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
     (["--stop-after-round", "-5"], "--stop-after-round=-5 >= 1"),
@@ -212,7 +231,7 @@ def test_second_run_keeps_the_first_report(tmp_path):
   assert main(args) == 0
   first = (out / "report.json").read_text()
   first_plot = (out / "accuracy_per_round_nfdp-k2-wor.png").read_bytes()
-  args_np = TINY + ["--method", "local", "--ldp-table-epsilons", "", "--out", str(out)]
+  args_np = SOLO + ["--method", "local", "--out", str(out)]
   assert main(args_np) == 0
   assert (out / "history" / "report-1.json").read_text() == first
   # Its plots move beside it (they used to be overwritten; the kept report named them).
@@ -385,6 +404,8 @@ def test_list_flags_parse_every_entry(tmp_path):
 @pytest.mark.parametrize("extra,table,clip", [
     (["--method", "np"], (), 10.0),  # no table for a method without one, and no error
     (["--method", "local", "--ldp-table-epsilons", ""], (), 10.0),  # '' (none) is what it does anyway
+    (["--method", "np", "--public-subset", "7", "--aggregation", "softmax", "--weighting", "size", "--digest-epochs",
+      "3"], (), 10.0),  # np collaborates: it reads these four
     (["--method", "ldp", "--ldp-delta", "1e-3", "--aggregation", "logits", "--ldp-clip", "4"],
      fedmd.DEFAULT_LDP_EPSILONS, 4.0),
     (["--aggregation", "logits", "--ldp-clip", "4", "--ldp-delta", "1e-3", "--ldp-table-epsilons", "0,2"], (0.0, 2.0),
@@ -396,6 +417,8 @@ def test_method_flags_are_accepted_where_the_method_uses_them(extra, table, clip
   assert args.ldp_table_epsilons == table and args.ldp_clip == clip
   cfg = _fedmd._config(args, 16, False)  # pylint: disable=protected-access
   assert cfg.ldp_clip == clip and cfg.ldp_delta == (1e-3 if "--ldp-delta" in extra else None)
+  if "--public-subset" in extra:
+    assert (cfg.public_subset, cfg.aggregation, cfg.weighting, cfg.digest_epochs) == (7, "softmax", "size", 3)
 
 
 def test_the_table_states_the_largest_delta_over_the_parties():
@@ -415,6 +438,7 @@ def test_every_training_flag_reaches_its_config_field(tmp_path):
       "--pretrain-epochs", "13", "--private-batch-size", "17", "--public-batch-size", "19", "--public-subset", "23",
       "--lr", "0.25", "--eval-every", "2", "--method", "ldp", "--ldp-epsilon", "1.5", "--ldp-delta", "1e-5",
       "--ldp-clip", "4", "--aggregation", "logits", "--out", str(tmp_path)])
+  args = _fedmd._check_method_flags(args)  # pylint: disable=protected-access
   cfg = _fedmd._config(args, 16, False)  # pylint: disable=protected-access; ldp with --ldp-delta reads no k
   got = {f: getattr(cfg, f) for f in ("k", "rounds", "digest_epochs", "revisit_epochs", "init_epochs",
                                       "pretrain_epochs", "private_batch_size", "public_batch_size", "public_subset",

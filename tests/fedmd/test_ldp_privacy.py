@@ -174,34 +174,52 @@ def test_ldp_delta_is_refused_where_nothing_uses_it(method):
 # Who reads each setting, written out from the runner: k and the sampling size the sample (nfdp, local-sample)
 # and set ldp's default delta (NFDP's p for k) when it has no ldp_delta; ldp_epsilon calibrates ldp's noise (the
 # nfdp sigma table takes its epsilons from run_fedmd); ldp_clip bounds logits releases in ldp's noise and in the
-# nfdp / ldp sigma table.
+# nfdp / ldp sigma table; only the methods that collaborate query the public set and release; the relation is
+# that of a privacy statement, which np, local and centralized do not make.
+def _SAMPLES(method, aggregation, delta):  # pylint: disable=invalid-name,unused-argument
+  return method in ("nfdp", "local-sample") or (method == "ldp" and delta is None)
+
+
+def _COLLABORATES(method, aggregation, delta):  # pylint: disable=invalid-name,unused-argument
+  return method in ("nfdp", "np", "ldp")
+
+
 _READERS = {
-    "k": lambda method, aggregation, delta: method in ("nfdp", "local-sample") or (method == "ldp" and delta is None),
-    "with_replacement": lambda method, aggregation, delta: (method in ("nfdp", "local-sample")
-                                                            or (method == "ldp" and delta is None)),
+    "k": _SAMPLES,
+    "with_replacement": _SAMPLES,
     "ldp_epsilon": lambda method, aggregation, delta: method == "ldp",
     "ldp_clip": lambda method, aggregation, delta: method in ("nfdp", "ldp") and aggregation == "logits",
+    "public_subset": _COLLABORATES,
+    "aggregation": _COLLABORATES,
+    "weighting": _COLLABORATES,
+    "digest_epochs": _COLLABORATES,
+    "relation": lambda method, aggregation, delta: method in ("nfdp", "local-sample", "ldp"),
 }
-_OTHER_VALUE = {"k": 3, "with_replacement": True, "ldp_epsilon": 2.5, "ldp_clip": 4.0}
+_OTHER_VALUE = {"k": 3, "with_replacement": True, "ldp_epsilon": 2.5, "ldp_clip": 4.0, "public_subset": 7,
+                "aggregation": "softmax", "weighting": "size", "digest_epochs": 3, "relation": "replace-one"}
 
 
 @pytest.mark.parametrize("name", sorted(_READERS))
 def test_a_setting_the_method_ignores_is_refused_unless_default(name):
   # FedMDConfig(method="np", k=50) trained NP on all the data without a word (the CLI refused --k there; the
-  # library did not). Every method x release mode x ldp_delta: another value passes exactly where it is read,
-  # and the default passes everywhere (so dataclasses.replace of any config keeps working).
+  # library did not); so did local with another public_subset or release mode. Every method x release mode x
+  # ldp_delta it accepts: another value passes exactly where it is read, and the defaults pass everywhere (so
+  # dataclasses.replace of any config keeps working).
   checked = 0
   for method in fedmd.METHODS:
-    for aggregation in ("argmax", "softmax", "logits"):
+    private = method in ("nfdp", "local-sample", "ldp")  # replace-one: ldp without ldp_delta needs it
+    for aggregation in (("argmax", "softmax", "logits") if _COLLABORATES(method, None, None) else ("argmax",)):
       for delta in ((None, 1e-3) if method in ("nfdp", "ldp") else (None,)):
-        base = dict(method=method, aggregation=aggregation, ldp_delta=delta, relation="replace-one")
+        base = dict(method=method, aggregation=aggregation, ldp_delta=delta,
+                    **({"relation": "replace-one"} if private else {}))
         cfg = fedmd.FedMDConfig(**base)
         assert dataclasses.replace(cfg, rounds=3).rounds == 3
+        other = {**base, name: _OTHER_VALUE[name]}
         if _READERS[name](method, aggregation, delta):
-          assert getattr(fedmd.FedMDConfig(**base, **{name: _OTHER_VALUE[name]}), name) == _OTHER_VALUE[name]
+          assert getattr(fedmd.FedMDConfig(**other), name) == _OTHER_VALUE[name]
         else:
           with pytest.raises(ValueError, match=f"Expected {name}={_OTHER_VALUE[name]!r} only with .*elsewhere it is "
-                                               f"ignored. Got method='{method}', aggregation='{aggregation}'"):
-            fedmd.FedMDConfig(**base, **{name: _OTHER_VALUE[name]})
+                                               f"ignored. Got method='{method}'"):
+            fedmd.FedMDConfig(**other)
         checked += 1
-  assert checked == 3 * (len(fedmd.METHODS) + 2)
+  assert checked == 3 * 5 + 3  # nfdp, ldp: 3 modes x 2 deltas; np: 3 modes; local, local-sample, centralized: 1
