@@ -786,9 +786,10 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
     target_epsilon: > 0.
     target_delta: in (0, 1) (0 allowed for the pure-DP mechanisms).
     relation: neighbouring relation.
-    sensitivity: sensitivity under ``relation`` (ignored for RR).
+    sensitivity: sensitivity under ``relation``; for RR only the default 1
+      (its loss is eps0 whatever the change).
     count: T >= 1.
-    num_buckets: K for randomized response.
+    num_buckets: K for randomized response (None for the others).
     rtol: relative width of the final bracket.
     value_discretization_interval: PLD grid step.
 
@@ -811,6 +812,14 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
     raise ValueError(f"Expected target_delta={delta!r} > 0 for the Gaussian mechanism.")
   rel, count, vdi = _common(relation, count, value_discretization_interval)
   rtol = _validate.positive("rtol", rtol)
+  # Each reads only its own: RR's loss is fixed by eps0 and K whatever the data's change (sensitivity=3 returned
+  # the sensitivity-1 eps0), and K is RR's alone (MechanismAccount refuses it for the others).
+  if mech == "randomized-response" and (isinstance(sensitivity, bool) or sensitivity != 1):
+    raise ValueError(f"Expected sensitivity=1 (the default) for randomized-response, whose privacy loss eps0 "
+                     f"does not scale with a sensitivity; got sensitivity={sensitivity!r}.")
+  if mech != "randomized-response" and num_buckets is not None:
+    raise ValueError(f"Expected num_buckets=None for the {mech} mechanism (only randomized-response reads it); "
+                     f"got num_buckets={num_buckets!r}.")
   sens = 1.0 if mech == "randomized-response" else _validate.positive("sensitivity", sensitivity)
   if mech == "gaussian" and not GAUSSIAN_SCALE_RANGE[0] <= sens <= GAUSSIAN_SCALE_RANGE[1]:
     # Checked by its own name: the check below, at sigma = sensitivity, named the sigma (not a parameter here).

@@ -320,9 +320,10 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
       ones), ``"bins"``, ``"thresholds"``, or a sequence of host functions
       ``stat [m] -> bool [m]`` fixed in advance (then no selection split
       is taken and every event is tested in both directions).
-    num_events: (event, direction) pairs chosen on the selection split.
+    num_events: (event, direction) pairs chosen on the selection split
+      (another value than 3 only when the audit chooses the events).
     selection_fraction: share of the samples used to choose events, in
-      (0, 1).
+      (0, 1) (another value than 0.2 only when the audit chooses them).
     batch_size: samples per jitted batch.
     batched: see ``mechanism``.
 
@@ -365,9 +366,14 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
       hint = " (wrap a single function in a list: events=[fn])" if callable(given_events) else ""
       raise ValueError(f"Expected events to be 'auto', 'bins', 'thresholds' or a non-empty sequence of functions; "
                        f"got {given_events!r:.80}{hint}.")
-  frac = 0.0 if given else _validate.finite("selection_fraction", selection_fraction)
-  if not given and not 0.0 < frac < 1.0:
+  frac = _validate.finite("selection_fraction", selection_fraction)
+  if not 0.0 < frac < 1.0:
     raise ValueError(f"Expected selection_fraction={frac!r} in (0, 1).")
+  if given and (m != 3 or frac != 0.2):  # given events take no selection split: both settings were ignored
+    raise ValueError(f"Expected num_events=3 and selection_fraction=0.2 (the defaults) with events given: they "
+                     f"choose events on a selection split, which given events skip; got num_events={m}, "
+                     f"selection_fraction={frac!r}.")
+  frac = 0.0 if given else frac
   num_sel = int(round(frac * n))
   num_est = n - num_sel
   if num_est < 1 or (not given and num_sel < 1):

@@ -169,7 +169,8 @@ class _Central(BsvsMechanism):
     """
     if num_clients is not None:  # unused, but checked as RR's are: counts='abc' and n = -5 were accepted
       count_free_clients(self.shape, counts, num_clients)
-    return float(self.accuracy(beta, simultaneous=True))
+    # One beta, one bound: accuracy() maps arrays, and float() of its array was a TypeError.
+    return float(self.accuracy(_validate.open_unit("beta", beta), simultaneous=True))
 
 
 @dataclasses.dataclass(frozen=True)

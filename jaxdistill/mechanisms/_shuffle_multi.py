@@ -104,7 +104,8 @@ class ShuffleMultiMessage(BsvsMechanism):
     delta: target central delta.
     num_clients: n, the number of clients that split the noise.
     dlap_fraction: share of epsilon spent on the discrete Laplace part
-      (calibration only); 1/2 gives the paper's accuracy.
+      (calibration only, so another value than 1/2 only with
+      ``noise=None``); 1/2 gives the paper's accuracy.
     noise: the central noise parameters; calibrated when ``None``. Given
       parameters must meet (epsilon, delta) or construction raises.
 
@@ -134,6 +135,9 @@ class ShuffleMultiMessage(BsvsMechanism):
     for name, value in (("epsilon", eps), ("delta", delta), ("num_clients", n), ("dlap_fraction", frac)):
       object.__setattr__(self, name, value)
     calibrated = self.noise is None
+    if not calibrated and frac != 0.5:  # given noise skips the calibration: the statement recorded a split never made
+      raise ValueError(f"Expected dlap_fraction=0.5 (the default) with noise given: it only splits epsilon for the "
+                       f"calibration, which given noise skips; got dlap_fraction={frac!r}.")
     least = min_calibration_epsilon(k=self.shape.k, r=self.shape.r, dlap_fraction=frac)
     if calibrated and eps < least:
       raise ValueError(f"Expected epsilon={eps!r} >= {least:.3g}, the smallest epsilon the multi-message "

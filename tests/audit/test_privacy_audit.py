@@ -401,6 +401,12 @@ def test_clopper_pearson_bad_arguments_name_themselves(bound):
     ({"events": lambda v: v > 0}, r"wrap a single function in a list: events=\[fn\]"),
     ({"selection_fraction": 1.0}, "selection_fraction=1.0"),
     ({"num_events": 0}, "num_events=0"),
+    # Given events take no selection split: both were ignored, even as NaN or -3.
+    ({"events": [lambda v: v > 0], "selection_fraction": math.nan}, "selection_fraction to be finite"),
+    ({"events": [lambda v: v > 0], "selection_fraction": -3.0}, r"selection_fraction=-3.0 in \(0, 1\)"),
+    ({"events": [lambda v: v > 0], "num_events": 7}, r"Expected num_events=3 and selection_fraction=0.2 \(the "
+                                                     r"defaults\) with events given: .*got num_events=7"),
+    ({"events": [lambda v: v > 0], "selection_fraction": 0.5}, "got num_events=3, selection_fraction=0.5"),
 ])
 def test_bad_arguments_name_themselves(kwargs, needle):
   args = {"num_samples": 1000, **kwargs}

@@ -248,6 +248,11 @@ def test_bad_input(cls):
     cls(M.BsvsShape(2, 2, 1, 0), 1.0)
   assert cls(shape, 1.0, "add-remove").sensitivity == 1
   assert cls(shape, 1.0).sensitivity == 2
+  # beta is one probability: a list was a TypeError from float() of accuracy's array.
+  for bad, needle in (([0.1, 0.2], "beta to be a real number"), (0.0, r"beta=0.0 in \(0, 1\)"),
+                      (math.nan, "beta to be finite")):
+    with pytest.raises(ValueError, match=needle):
+      cls(shape, 1.0).max_error_bound(bad)
 
 
 def _sampler_geometric_counts(a):

@@ -582,6 +582,12 @@ def test_given_noise_must_meet_the_target():
     M.ShuffleMultiMessage(shape, 1.0, 1e-6, 10, noise=TINY)
   with pytest.raises(ValueError, match="noise"):
     M.ShuffleMultiMessage(shape, 1.0, 1e-6, 10, noise=(0.5, 1.0, 0.5))
+  # The split of epsilon is the calibration's: with given noise it did nothing, yet the statement reported it.
+  good = accounting.calibrate_multi_message(1.0, 1e-6)
+  assert M.ShuffleMultiMessage(shape, 1.0, 1e-6, 10, noise=good).noise == good
+  with pytest.raises(ValueError, match=r"Expected dlap_fraction=0.5 \(the default\) with noise given: .*got "
+                                       r"dlap_fraction=0.9\.$"):
+    M.ShuffleMultiMessage(shape, 1.0, 1e-6, 10, dlap_fraction=0.9, noise=good)
 
 
 @pytest.mark.parametrize("kwargs,param", [
