@@ -100,6 +100,8 @@ def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:
                                      targets=args.student_targets, refine_rounds=args.student_refine)
   except ValueError as err:  # its fields are the --student-* flags
     raise ValueError(f"student settings (--student-*): {_validate.first_line(err)}") from None
+  if args.secret_noise and args.mechanism == "none":  # nothing to draw: only the default folder's name changed
+    raise ValueError("Expected --secret-noise only with a mechanism that draws noise; got --mechanism none.")
   cfg = labeling.LabelingConfig(
       dataset=args.dataset, data_dir=args.data_dir, mechanism=args.mechanism, epsilon=args.epsilon,
       delta=args.delta, num_queries=args.num_queries, k=args.k, connection=args.connection,

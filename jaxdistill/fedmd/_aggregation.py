@@ -207,13 +207,16 @@ def release_sensitivity(mode: str, clip: float | None = None) -> float:
   under every neighbouring relation.
 
   Raises:
-    ValueError: for ``logits`` without a clip norm (unbounded range), or a
-      clip outside [MIN_CLIP, MAX_CLIP] whatever the mode (``softmax`` with
-      clip=-5 used to pass).
+    ValueError: for ``logits`` without a clip norm (unbounded range), a clip
+      outside [MIN_CLIP, MAX_CLIP], or any clip with ``argmax`` or
+      ``softmax`` (whose rows are never clipped).
   """
   mode = _validate.choice("mode", mode, RELEASE_MODES)
   clip = None if clip is None else check_clip("clip", clip)
   if mode in ("argmax", "softmax"):
+    if clip is not None:  # it was validated, then ignored
+      raise ValueError(f"Expected clip=None for mode={mode!r}: its rows have the fixed sensitivity sqrt(2) and are "
+                       f"never clipped; got clip={clip!r}.")
     return math.sqrt(2.0)
   if clip is None:
     raise ValueError("Expected a clip norm for logits releases: raw logits have unbounded sensitivity.")

@@ -815,7 +815,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
 
   # LDP calibration: one release's L2 sensitivity and T = Q x R releases per party
   # (_check requires rounds >= 1 for ldp).
-  sens = release_sensitivity(config.aggregation, config.ldp_clip)
+  sens = release_sensitivity(config.aggregation, config.ldp_clip if config.aggregation == "logits" else None)
   ldp_count = q * config.rounds
   ldp_sigmas = None
   if config.method == "ldp":

@@ -395,7 +395,8 @@ def plan_budget(mechanism: str, epsilon: Any, delta: Any, iterations: Any, *, k:
       :class:`LabelingConfig` runs, 100, is allowed).
     k: reverse k-NN out-degree (central sensitivity 2kr).
     r: labels per record (1).
-    central_noise: ``discrete-laplace`` or ``laplace``.
+    central_noise: ``discrete-laplace`` or ``laplace`` (another value than
+      the default only with ``central``).
     num_clients: n, the number of shuffled messages per iteration (one per
       record), in [1, 10^12]. ``shuffle-single`` over 1 < T <= 100 needs it
       to compose the clone pair's PLD (its amplification depends on n);
@@ -417,6 +418,9 @@ def plan_budget(mechanism: str, epsilon: Any, delta: Any, iterations: Any, *, k:
   k = _validate.integer("k", k, minimum=1, maximum=2**31 - 1)
   r = _validate.integer("r", r, minimum=1, maximum=2**31 - 1)
   noise = _validate.choice("central_noise", central_noise, CENTRAL_NOISES)
+  if mech != "central" and noise != CENTRAL_NOISES[0]:  # as LabelingConfig: another value was ignored
+    raise ValueError(f"Expected central_noise={noise!r} only with mechanism=central (elsewhere it is ignored); got "
+                     f"mechanism={mech}.")
   n = None if num_clients is None else _validate.integer("num_clients", num_clients, minimum=1,
                                                          maximum=MAX_NUMERIC_N)
   # Checked for every mechanism, none included: a NaN or negative budget is a caller's bug whatever is run.

@@ -71,7 +71,8 @@ class StudentConfig:
     learning_rate: Adam step size.
     embedding_dim: PCA dimension of the penultimate features used to
       re-select queries at iterations t >= 2 (fitted on D_pub only), at
-      most 2**31 - 1.
+      most 2**31 - 1; another value than the default (64) only in a
+      :class:`LabelingConfig` with ``iterations >= 2``.
     targets: ``hard`` (argmax labels, the paper) or ``soft`` (each query's
       noisy votes clipped at 0 and normalised; post-processing, no privacy
       cost).
@@ -165,6 +166,7 @@ class LabelingConfig:
       noise from ``seed`` (reproducible, but anyone who knows ``seed`` can
       remove the noise: fine for experiments, not for a real release; the
       report warns). It is never written to the report or the ledger.
+      ``mechanism="none"`` draws no noise and refuses it.
     private_size, public_size, eval_size: |D_priv|, |D_pub|, |D_eval|
       (``None``: the paper's protocol for the data set). With splits the
       caller passes to :func:`run_labeling`, ``None`` or their sizes.
@@ -274,6 +276,9 @@ class LabelingConfig:
     if self.noise_seed is not None:
       # The secret noise key folds in all 64 bits (_keys.secret_key).
       object.__setattr__(self, "noise_seed", _keys.check_secret_seed("noise_seed", self.noise_seed))
+      if mech == "none":  # no noise is drawn: the seed did nothing, yet the default folder said secret-noise
+        raise ValueError("Expected noise_seed=None with mechanism=none: it draws no noise, so a secret seed would "
+                         "change nothing.")
     for name in ("private_size", "public_size", "eval_size"):
       value = getattr(self, name)
       if value is not None:
@@ -286,6 +291,11 @@ class LabelingConfig:
                        "public samples.")
     if not isinstance(self.student, StudentConfig):
       raise ValueError(f"Expected student to be a StudentConfig; got {type(self.student).__name__}.")
+    if self.iterations == 1 and self.student.embedding_dim != StudentConfig.embedding_dim:
+      # It shapes the student's embedding of D_pub, which only iterations t >= 2 use (was accepted, ignored).
+      raise ValueError(f"Expected student.embedding_dim={self.student.embedding_dim} only with iterations >= 2 (the "
+                       "student's embedding re-selects the next iteration's queries; elsewhere it is ignored); got "
+                       "iterations=1.")
     _validate.choice("central_noise", self.central_noise, CENTRAL_NOISES)
     _validate.choice("shuffle_local", self.shuffle_local, SHUFFLE_LOCALS)
     object.__setattr__(self, "pca_dim", _validate.integer("pca_dim", self.pca_dim, minimum=1))

@@ -852,7 +852,7 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
         noise_free = chain
       else:
         # The mechanism's own settings go back to their defaults: mechanism "none" refuses others.
-        nf_config = config.replace(mechanism="none", epsilon=math.inf, delta=None,
+        nf_config = config.replace(mechanism="none", epsilon=math.inf, delta=None, noise_seed=None,
                                    central_noise=LabelingConfig.central_noise,
                                    shuffle_local=LabelingConfig.shuffle_local)
         nf_plan = plan_budget("none", math.inf, 0.0, config.iterations, k=degree)

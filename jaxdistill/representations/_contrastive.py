@@ -58,7 +58,8 @@ class ContrastiveConfig:
     temperature: NT-Xent temperature tau, at least ``MIN_TEMPERATURE`` = 1e-3.
     neighbour_fraction: probability that the positive is a HOG neighbour
       rather than the anchor itself (0 = plain SimCLR).
-    num_neighbours: HOG neighbours per public image to draw positives from (at most 2**31 - 1).
+    num_neighbours: HOG neighbours per public image to draw positives from (at most 2**31 - 1;
+      another value than the default (5) only with ``neighbour_fraction > 0``).
     max_shift: largest random translation, in pixels, at most ``MAX_SHIFT`` (256).
     noise: standard deviation of the additive pixel noise.
     flip: random horizontal flips.
@@ -103,6 +104,9 @@ class ContrastiveConfig:
     object.__setattr__(self, "temperature", temperature)
     object.__setattr__(self, "neighbour_fraction",
                        _validate.probability("neighbour_fraction", self.neighbour_fraction))
+    if self.neighbour_fraction == 0 and self.num_neighbours != 5:  # no neighbours are mined: it was ignored
+      raise ValueError(f"Expected num_neighbours={self.num_neighbours} only with neighbour_fraction > 0 (plain "
+                       "SimCLR draws no neighbour positives; elsewhere it is ignored); got neighbour_fraction=0.")
     object.__setattr__(self, "noise", _validate.nonnegative("noise", self.noise))
     object.__setattr__(self, "flip", _validate.boolean("flip", self.flip))
     _validate.choice("output", self.output, ("projection", "backbone"))

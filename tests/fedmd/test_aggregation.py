@@ -111,6 +111,9 @@ def test_clip_rows_and_sensitivity():
   for mode in ("softmax", "argmax", "logits"):  # a bad clip is refused whatever the mode (softmax ignored it)
     with pytest.raises(ValueError, match=r"clip=-5"):
       fedmd.release_sensitivity(mode, -5)
+  for mode in ("softmax", "argmax"):  # a good clip too: their rows are never clipped (3.0 was ignored)
+    with pytest.raises(ValueError, match=rf"Expected clip=None for mode='{mode}': .*got clip=3.0\.$"):
+      fedmd.release_sensitivity(mode, 3.0)
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.0**25, 5e7, 1e30])

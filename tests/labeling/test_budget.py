@@ -297,6 +297,15 @@ def test_bad_budget_arguments(args, match):
     labeling.plan_budget(*args, k=1)
 
 
+def test_central_noise_is_refused_where_the_plan_ignores_it():
+  # As LabelingConfig refuses it: a local plan with central_noise="laplace" was the discrete-Laplace-free plan.
+  with pytest.raises(ValueError, match=r"Expected central_noise='laplace' only with mechanism=central \(elsewhere it "
+                                       r"is ignored\); got mechanism=local-rr\.$"):
+    labeling.plan_budget("local-rr", 1.0, 0.0, 1, k=1, central_noise="laplace")
+  plan = labeling.plan_budget("central", 1.0, 0.0, 1, k=1, central_noise="laplace")
+  assert plan.mechanism == "central" and plan.noise_parameter == 2.0  # read there: Laplace b = 2kr / eps
+
+
 @pytest.mark.parametrize("n,match", [(0, r"num_clients=0 >= 1"), (2.5, "num_clients"), (10**13, r"num_clients=\d+ <= "),
                                      ("100", "num_clients")])
 def test_bad_num_clients_is_refused_by_name(n, match):

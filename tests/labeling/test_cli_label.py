@@ -53,6 +53,9 @@ def run_cli(args, capsys):
     # Recorded in the settings beside an (inf, 1) statement (they were accepted and meant nothing):
     (["--mechanism", "none", "--epsilon", "2"], "no delta with mechanism=none: it releases the exact votes"),
     (["--mechanism", "none", "--delta", "1e-6"], "got delta=1e-06"),
+    # It drew nothing: only the default folder's name said secret-noise.
+    (["--mechanism", "none", "--secret-noise"], "Expected --secret-noise only with a mechanism that draws noise; "
+                                                "got --mechanism none."),
     (["--epsilon", "-1e-3"], "epsilon=-0.001 > 0"),  # was "argument --epsilon: expected one argument"
     (["--connection", "balanced-harmonic", "--mechanism", "local-rr"], "mechanism=central or none with connection"),
 ])

@@ -717,6 +717,26 @@ def test_ceiling_seeds_need_the_baselines():
   assert labeling.LabelingConfig(baselines=True, ceiling_seeds=3).ceiling_seeds == 3
 
 
+def test_a_noise_seed_needs_a_mechanism_that_draws_noise():
+  # mechanism none draws no noise: the secret seed was accepted and did nothing.
+  with pytest.raises(ValueError) as err:
+    labeling.LabelingConfig(mechanism="none", noise_seed=5)
+  assert one_line(err) == ("Expected noise_seed=None with mechanism=none: it draws no noise, so a secret seed would "
+                           "change nothing.")
+  assert labeling.LabelingConfig(mechanism="local-rr", epsilon=1.0, noise_seed=5).noise_seed == 5
+
+
+def test_the_student_embedding_dim_needs_a_second_iteration():
+  # Only iterations t >= 2 embed D_pub with the student: at T = 1 embedding_dim=3 was accepted and ignored.
+  student = labeling.StudentConfig(embedding_dim=3)
+  with pytest.raises(ValueError) as err:
+    labeling.LabelingConfig(student=student)
+  assert one_line(err) == ("Expected student.embedding_dim=3 only with iterations >= 2 (the student's embedding "
+                           "re-selects the next iteration's queries; elsewhere it is ignored); got iterations=1.")
+  assert labeling.LabelingConfig(student=student, iterations=2).student.embedding_dim == 3
+  assert labeling.LabelingConfig(student=labeling.StudentConfig(epochs=3)).student.epochs == 3  # the rest: any T
+
+
 def test_an_empty_data_dir_is_not_given():
   # --data-dir "$UNSET" was refused by label ("a folder path; got ''") while fedmd and load_dataset fell back.
   assert labeling.LabelingConfig(dataset="fashion-mnist", data_dir="").data_dir is None

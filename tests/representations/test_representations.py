@@ -579,6 +579,9 @@ def test_bad_parameters_raise_value_error(mnist):
     R.fit_contrastive(jax.random.key(0), x[:64, :6, :6], R.ContrastiveConfig(batch_size=8, steps=1))
   with pytest.raises(ValueError, match="batch_size=1 >= 2"):
     R.ContrastiveConfig(batch_size=1)  # one anchor: NT-Xent is 0 and nothing trained
+  with pytest.raises(ValueError, match=r"num_neighbours=9 only with neighbour_fraction > 0 .*got neighbour_fraction=0"):
+    R.ContrastiveConfig(neighbour_fraction=0, num_neighbours=9)  # plain SimCLR mines no neighbours: ignored
+  assert R.ContrastiveConfig(neighbour_fraction=0.1, num_neighbours=9).num_neighbours == 9
   with pytest.raises(ValueError, match="flip"):
     R.ContrastiveConfig(flip=1)
   img = x[0]
