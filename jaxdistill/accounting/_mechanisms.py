@@ -814,13 +814,13 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
   rtol = _validate.positive("rtol", rtol)
   # Each reads only its own: RR's loss is fixed by eps0 and K whatever the data's change (sensitivity=3 returned
   # the sensitivity-1 eps0), and K is RR's alone (MechanismAccount refuses it for the others).
-  if mech == "randomized-response" and (isinstance(sensitivity, bool) or sensitivity != 1):
+  sens = _validate.positive("sensitivity", sensitivity)
+  if mech == "randomized-response" and sens != 1:
     raise ValueError(f"Expected sensitivity=1 (the default) for randomized-response, whose privacy loss eps0 "
-                     f"does not scale with a sensitivity; got sensitivity={sensitivity!r}.")
+                     f"does not scale with a sensitivity; got sensitivity={sens!r}.")
   if mech != "randomized-response" and num_buckets is not None:
     raise ValueError(f"Expected num_buckets=None for the {mech} mechanism (only randomized-response reads it); "
                      f"got num_buckets={num_buckets!r}.")
-  sens = 1.0 if mech == "randomized-response" else _validate.positive("sensitivity", sensitivity)
   if mech == "gaussian" and not GAUSSIAN_SCALE_RANGE[0] <= sens <= GAUSSIAN_SCALE_RANGE[1]:
     # Checked by its own name: the check below, at sigma = sensitivity, named the sigma (not a parameter here).
     raise ValueError(f"Expected sensitivity={sens!r} in [{GAUSSIAN_SCALE_RANGE[0]:g}, {GAUSSIAN_SCALE_RANGE[1]:g}] "

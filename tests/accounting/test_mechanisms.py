@@ -544,7 +544,8 @@ def test_a_long_fine_discrete_laplace_lattice_is_coarsened_to_at_most_the_interv
     # Accepted and ignored: RR at sensitivity 3 (or NaN) returned the sensitivity-1 eps0; K for the Gaussian.
     (dict(mechanism="randomized-response", num_buckets=4, sensitivity=3),
      "Expected sensitivity=1 (the default) for randomized-response"),
-    (dict(mechanism="randomized-response", num_buckets=4, sensitivity=float("nan")), "Expected sensitivity=1"),
+    (dict(mechanism="randomized-response", num_buckets=4, sensitivity=float("nan")),
+     "Expected sensitivity to be finite, got nan."),
     (dict(mechanism="gaussian", num_buckets=5), "Expected num_buckets=None for the gaussian mechanism"),
     (dict(mechanism="laplace", num_buckets=5), "Expected num_buckets=None for the laplace mechanism"),
 ])
