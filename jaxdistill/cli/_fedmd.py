@@ -238,14 +238,12 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
     raise ValueError(f"Expected {' and '.join(given)} only with --method {_which(_COLLAB_METHODS)}, the methods that "
                      f"collaborate (elsewhere {'they are' if len(given) > 1 else 'it is'} ignored); got --method "
                      f"{args.method}.")
-  args.aggregation = aggregation
-  args.public_subset = _DEFAULT_PUBLIC_SUBSET if args.public_subset is None else args.public_subset
-  args.weighting = _DEFAULT_WEIGHTING if args.weighting is None else args.weighting
-  args.digest_epochs = _DEFAULT_DIGEST_EPOCHS if args.digest_epochs is None else args.digest_epochs
-  args.k = _INTS(_DEFAULT_K) if args.k is None else args.k
-  args.sampling = _DEFAULT_SAMPLING if args.sampling is None else args.sampling
-  args.ldp_epsilon = _DEFAULT_LDP_EPSILON if args.ldp_epsilon is None else args.ldp_epsilon
-  args.ldp_clip = _DEFAULT_LDP_CLIP if args.ldp_clip is None else args.ldp_clip
+  for name, default in (("aggregation", _DEFAULT_AGGREGATION), ("public_subset", _DEFAULT_PUBLIC_SUBSET),
+                        ("weighting", _DEFAULT_WEIGHTING), ("digest_epochs", _DEFAULT_DIGEST_EPOCHS),
+                        ("k", _INTS(_DEFAULT_K)), ("sampling", _DEFAULT_SAMPLING),
+                        ("ldp_epsilon", _DEFAULT_LDP_EPSILON), ("ldp_clip", _DEFAULT_LDP_CLIP)):
+    if getattr(args, name) is None:
+      setattr(args, name, default)
   if args.ldp_table_epsilons is None:
     args.ldp_table_epsilons = _TABLE(_DEFAULT_LDP_TABLE_EPSILONS) if args.method in _TABLE_METHODS else ()
   return args
