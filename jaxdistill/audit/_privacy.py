@@ -292,11 +292,16 @@ def _bounds(k_top, k_bot, trials, level, delta, epsilon):
   return np.asarray(lo, np.float64), np.asarray(hi, np.float64), eps, dl
 
 
+# audit_privacy's defaults for choosing events on a selection split (refused with given events).
+_NUM_EVENTS = 3
+_SELECTION_FRACTION = 0.2
+
+
 def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_samples: int,
                   alpha: float = 0.05, claimed_epsilon: float | None = None,
                   claimed_delta: float = 0.0, statistic: Callable | None = None,
                   events: str | Sequence[Callable[[np.ndarray], np.ndarray]] = "auto",
-                  num_events: int = 3, selection_fraction: float = 0.2,
+                  num_events: int = _NUM_EVENTS, selection_fraction: float = _SELECTION_FRACTION,
                   batch_size: int = 65536, batched: bool = False) -> PrivacyAudit:
   """Lower confidence bounds on epsilon and delta for one pair of neighbours.
 
@@ -369,10 +374,10 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   frac = _validate.finite("selection_fraction", selection_fraction)
   if not 0.0 < frac < 1.0:
     raise ValueError(f"Expected selection_fraction={frac!r} in (0, 1).")
-  if given and (m != 3 or frac != 0.2):  # given events take no selection split: both settings were ignored
-    raise ValueError(f"Expected num_events=3 and selection_fraction=0.2 (the defaults) with events given: they "
-                     f"choose events on a selection split, which given events skip; got num_events={m}, "
-                     f"selection_fraction={frac!r}.")
+  if given and (m != _NUM_EVENTS or frac != _SELECTION_FRACTION):  # given events skip the selection split
+    raise ValueError(f"Expected num_events={_NUM_EVENTS} and selection_fraction={_SELECTION_FRACTION} (the defaults) "
+                     f"with events given: they choose events on a selection split, which given events skip; "
+                     f"got num_events={m}, selection_fraction={frac!r}.")
   frac = 0.0 if given else frac
   num_sel = int(round(frac * n))
   num_est = n - num_sel
