@@ -26,8 +26,9 @@ which is never below the printed value (e^{-eps0-eps1} < e^{-eps0}). We do not
 know which one the proof supports, so :func:`fmt_closed_form_epsilon` takes the
 code's value and its validity check. The code's value is 0.6% larger at
 (eps0, n, delta) = (4, 10^5, 10^-6) (0.5378 against the printed 0.5346), and
-up to about 45% larger for eps0 near 0 and small n (n = 200, delta = 1e-3),
-never twice as large. The numeric bound below needs neither.
+up to about 50% larger for eps0 near 0 and small n (45% at n = 200,
+delta = 1e-3; 50% at n = 100, delta = 1e-2), never twice as large. The
+numeric bound below needs neither.
 
 Numeric bound (their clone reduction, Thm. 3.2 and Appendix E): the shuffled
 output is a post-processing of (C, A) with C ~ Bin(n-1, e^{-eps0}),

@@ -222,7 +222,7 @@ class CentralLaplace(_Central):
   def _check_noise_fits(self) -> None:
     """Requires 2^-400 <= b = Delta/eps <= 2^400, i.e. Delta 2^-400 <= eps <= Delta 2^400.
 
-    With 53-bit uniforms |N| <= 2 * 54 ln(2) b < 75b, so the noise, the
+    With 53-bit uniforms |N| <= 54 ln(2) b < 38b, so the noise, the
     variance 2b^2 <= 2^801 and sums of many squared errors stay far below the
     float64 maximum 2^1024 (b^2 alone overflows for b > 2^512). At the other
     end b^2 >= 2^-800 stays a normal float64: at eps = 1e300 the squared

@@ -33,7 +33,9 @@ class RandomizedResponse(BsvsMechanism):
   multiple of 2^-16 (of 2^-32 when 2^-16 would cost more than 0.1% of
   eps'): the sampler compares integers, so q is exactly the probability
   sampled, and rounding towards 1/2 only lowers the real per-bit epsilon
-  ln(p/q) <= eps' (by at most 0.1% for eps' >= 1e-6). Two inputs differ in
+  ln(p/q) <= eps' (by at most 0.1% for 1e-6 <= eps' <= 18; from there to
+  eps' = ln(2^32 - 1) ~ 22.18, where q * 2^32 is a small integer, by at most
+  ln(1 + 2^-32 / q) - ln(1 - 2^-32 / p), about ln 2 or 3% of eps'). Two inputs differ in
   at most 2kr bits, so a message is eps-LDP. The server debiases the bit
   sums with the same p and q:
 
@@ -79,7 +81,7 @@ class RandomizedResponse(BsvsMechanism):
 
   @property
   def sampler_bits(self) -> int:
-    """16 (four flips per threefry hash) unless rounding q to 2^-16 could cost > 0.1% of eps'."""
+    """16 (four flips per threefry hash) unless rounding q to 2^-16 could cost > 0.1% of eps' (then 32)."""
     q = self._flip_probability
     return 16 if 2.0**-16 <= 1e-3 * self.bit_epsilon * q * (1.0 - q) else 32
 
