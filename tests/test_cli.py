@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -165,6 +166,20 @@ def test_console_entry_point_has_no_traceback():
                          "--k", "9"], capture_output=True, text=True, check=False)
   assert proc.returncode == 2
   assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+def test_a_reader_that_leaves_early_is_no_traceback():
+  # `jaxdistill privacy nfdp-paper | head -1` ended in a BrokenPipeError traceback. Here the pipe's read end is
+  # closed before the command starts, so its first write fails, every time.
+  read, write = os.pipe()
+  os.close(read)
+  try:
+    proc = subprocess.run([sys.executable, "-m", "jaxdistill", "privacy", "nfdp-paper"], stdout=write,
+                          stderr=subprocess.PIPE, text=True, check=False)
+  finally:
+    os.close(write)
+  assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr[-2000:]
+  assert proc.returncode == 141  # 128 + SIGPIPE, as a shell reports a command killed by it
 
 
 def test_out_of_memory_in_simulate_names_chunk_size(capsys, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Sequence
 
@@ -63,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   except KeyboardInterrupt:
     sys.stderr.write("jaxdistill: interrupted\n")
     return 130
+  except BrokenPipeError:  # `jaxdistill privacy nfdp-paper | head -1`: the reader left; was a traceback
+    # Python flushes stdout again at exit, which would raise once more: point it at /dev/null first.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + 13  # as a process killed by SIGPIPE, which is what the shell expects of `cmd | head`
 
 
 if __name__ == "__main__":
