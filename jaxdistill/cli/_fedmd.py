@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import pathlib
+import shlex
 import sys
 import time
 
@@ -93,8 +94,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     help="epsilons of the report's FedMD-LDP sigma table at NFDP's delta (default: 0,0.1,0.5,1,2,4,8; '' for "
          "none; only with --method nfdp or ldp, the methods whose report has the table)")
   a("--partition", default="iid", help="iid, dirichlet or classes")
-  a("--alpha", type=float, default=0.5, help="Dirichlet concentration (only with --partition dirichlet)")
-  a("--classes-per-party", type=count, default=2, help="classes each party holds (only with --partition classes)")
+  a("--alpha", type=float, default=None,
+    help=f"Dirichlet concentration (only with --partition dirichlet; default: {_DEFAULT_ALPHA:g})")
+  a("--classes-per-party", type=count, default=None,
+    help=f"classes each party holds (only with --partition classes; default: {_DEFAULT_CLASSES_PER_PARTY})")
   a("--public-dataset", default="mnist-embedded")
   a("--private-dataset", default="fashion-mnist")
   a("--data-dir", default=None, help="IDX folder of the private data set")
@@ -203,6 +206,8 @@ _TABLE_METHODS = ("nfdp", "ldp")
 _COLLAB_METHODS = ("nfdp", "np", "ldp")
 _DEFAULT_PUBLIC_SUBSET, _DEFAULT_AGGREGATION, _DEFAULT_WEIGHTING, _DEFAULT_DIGEST_EPOCHS = 5000, "argmax", "equal", 2
 _COLLAB = "only with --method nfdp, np or ldp, the methods that collaborate"
+#: Defaults of the partition flags (fedmd.load_fedmd_data's; the tests check).
+_DEFAULT_ALPHA, _DEFAULT_CLASSES_PER_PARTY = 0.5, 2
 
 
 def _which(methods: tuple[str, ...]) -> str:
@@ -238,7 +243,13 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
     raise ValueError(f"Expected {' and '.join(given)} only with --method {_which(_COLLAB_METHODS)}, the methods that "
                      f"collaborate (elsewhere {'they are' if len(given) > 1 else 'it is'} ignored); got --method "
                      f"{args.method}.")
-  for name, default in (("aggregation", _DEFAULT_AGGREGATION), ("public_subset", _DEFAULT_PUBLIC_SUBSET),
+  # --alpha 0.5 with --partition iid (the default value, so the library could not tell) was accepted and ignored.
+  for flag, partition in (("--alpha", "dirichlet"), ("--classes-per-party", "classes")):
+    if getattr(args, flag[2:].replace("-", "_")) is not None and args.partition != partition:
+      raise ValueError(f"Expected {flag} only with --partition {partition} (elsewhere it is ignored); got "
+                       f"--partition {args.partition}.")
+  for name, default in (("alpha", _DEFAULT_ALPHA), ("classes_per_party", _DEFAULT_CLASSES_PER_PARTY),
+                        ("aggregation", _DEFAULT_AGGREGATION), ("public_subset", _DEFAULT_PUBLIC_SUBSET),
                         ("weighting", _DEFAULT_WEIGHTING), ("digest_epochs", _DEFAULT_DIGEST_EPOCHS),
                         ("k", _INTS(_DEFAULT_K)), ("sampling", _DEFAULT_SAMPLING),
                         ("ldp_epsilon", _DEFAULT_LDP_EPSILON), ("ldp_clip", _DEFAULT_LDP_CLIP)):
@@ -256,7 +267,8 @@ def run(args: argparse.Namespace) -> int:
   if len(set(ks)) != len(ks):  # the second run of a repeated k would find the first one's checkpoint
     raise ValueError(f"Expected distinct --k values; got {','.join(map(str, ks))}.")
   configs = [(k, wr, _config(args, k, wr)) for wr in samplings for k in ks]  # validates all first
-  names = [f"{args.method}-k{k}-{'wr' if wr else 'wor'}" for k, wr, _ in configs]
+  # k and the sampling name a run only where they are read (a local run was called local-k16-wor).
+  names = [f"{args.method}-k{k}-{'wr' if wr else 'wor'}" if cfg.reads_k else args.method for k, wr, cfg in configs]
   table_eps = args.ldp_table_epsilons  # parsed by argparse (_entries)
   from jaxdistill.fedmd._privacy import check_ldp_epsilon  # pylint: disable=import-outside-toplevel
   table_eps = tuple(check_ldp_epsilon("--ldp-table-epsilons", e, allow_zero=True) for e in table_eps)  # before training
@@ -321,7 +333,8 @@ def _run_all(args: argparse.Namespace, out: pathlib.Path, configs: list, names: 
               if r > args.stop_after_round else "")
     sys.stderr.write(f"jaxdistill: stopped after round {r} of run {name}{passed}; rerun with --resume\n")
     return 0
-  report = {"command": " ".join(["jaxdistill", *getattr(args, "argv", sys.argv[1:])]),
+  # Quoted so that it re-runs as written (an --architectures '16,32;16,32,32' split the line at the ';').
+  report = {"command": shlex.join(["jaxdistill", *getattr(args, "argv", sys.argv[1:])]),
             "wall_time_s": time.perf_counter() - t0, "backend": jax.default_backend(),
             "runs": [{"name": n, **r.to_report()} for n, r in results]}
   if len(results) > 1:  # only nfdp and local-sample take several --k or --sampling

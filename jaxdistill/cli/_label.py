@@ -18,6 +18,7 @@ from jaxdistill._keys import draw_secret_seed
 from jaxdistill.cli._common import _entries, count, print_json, print_table
 from jaxdistill.data import DATASETS
 from jaxdistill.labeling import _config as label_config
+from jaxdistill.labeling._components import PCA as PCA_REPRESENTATIONS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,12 +64,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--student-refine", type=count, default=st.refine_rounds, metavar="R",
                  help="self-training rounds on D_pub: retrain on the student's predictions times the vote "
                       "shares (post-processing, no privacy cost; default: %(default)s)")
-  p.add_argument("--central-noise", default=d.central_noise, choices=label_config.CENTRAL_NOISES,
-                 help="noise of --mechanism central (only with it; default: %(default)s)")
-  p.add_argument("--shuffle-local", default=d.shuffle_local, choices=label_config.SHUFFLE_LOCALS,
-                 help="local randomizer of --mechanism shuffle-single (only with it; default: %(default)s)")
-  p.add_argument("--pca-dim", type=count, default=d.pca_dim,
-                 help="PCA components of --representation pca or hog-pca (only with them; default: %(default)s)")
+  # None when not given, so that a flag given where it is ignored is refused even at its default value.
+  p.add_argument("--central-noise", default=None, choices=label_config.CENTRAL_NOISES,
+                 help=f"noise of --mechanism central (only with it; default: {d.central_noise})")
+  p.add_argument("--shuffle-local", default=None, choices=label_config.SHUFFLE_LOCALS,
+                 help=f"local randomizer of --mechanism shuffle-single (only with it; default: {d.shuffle_local})")
+  p.add_argument("--pca-dim", type=count, default=None,
+                 help=f"PCA components of --representation pca or hog-pca (only with them; default: {d.pca_dim})")
   p.add_argument("--encoder-width", type=count, default=None, metavar="W",
                  help="contrastive encoder width for --representation contrastive or scan (default: 16)")
   p.add_argument("--encoder-steps", type=count, default=None, metavar="N",
@@ -102,13 +104,24 @@ def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:
     raise ValueError(f"student settings (--student-*): {_validate.first_line(err)}") from None
   if args.secret_noise and args.mechanism == "none":  # nothing to draw: only the default folder's name changed
     raise ValueError("Expected --secret-noise only with a mechanism that draws noise; got --mechanism none.")
+  # Flags only one mechanism or representation reads: given elsewhere, even at the default value, they were
+  # accepted and ignored (LabelingConfig refuses only another value than the default).
+  for flag, value, allowed, given in (
+      ("--central-noise", args.central_noise, ("--mechanism", ("central",)), args.mechanism),
+      ("--shuffle-local", args.shuffle_local, ("--mechanism", ("shuffle-single",)), args.mechanism),
+      ("--pca-dim", args.pca_dim, ("--representation", PCA_REPRESENTATIONS), args.representation)):
+    if value is not None and given not in allowed[1]:
+      raise ValueError(f"Expected {flag} only with {allowed[0]} {' or '.join(allowed[1])} (elsewhere it is "
+                       f"ignored); got {allowed[0]} {given}.")
+  d = labeling.LabelingConfig()
   cfg = labeling.LabelingConfig(
       dataset=args.dataset, data_dir=args.data_dir, mechanism=args.mechanism, epsilon=args.epsilon,
       delta=args.delta, num_queries=args.num_queries, k=args.k, connection=args.connection,
       iterations=args.iterations,
       representation=args.representation, seed=args.seed, private_size=args.private_size,
       public_size=args.public_size, eval_size=args.eval_size, student=student,
-      central_noise=args.central_noise, shuffle_local=args.shuffle_local, pca_dim=args.pca_dim,
+      central_noise=args.central_noise or d.central_noise, shuffle_local=args.shuffle_local or d.shuffle_local,
+      pca_dim=d.pca_dim if args.pca_dim is None else args.pca_dim,
       encoder_width=args.encoder_width, encoder_steps=args.encoder_steps,
       baselines=not args.no_baselines, ceiling_seeds=args.ceiling_seeds, student_seeds=args.student_seeds,
       noise_seed=draw_secret_seed() if args.secret_noise else None)

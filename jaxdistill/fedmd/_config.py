@@ -184,18 +184,7 @@ class FedMDConfig:
     # Settings that only some methods read: another value than the default elsewhere ran without a word
     # (FedMDConfig(method="np", k=50) trained NP on all the data). Defaults pass, so dataclasses.replace of a
     # config and the CLI (which passes them) keep working; the CLI refuses such flags too.
-    for name, applies, where in (
-        ("k", self.reads_k, "method 'nfdp' or 'local-sample' (the sample size), or 'ldp' without ldp_delta "
-         "(NFDP's p for k is its default delta)"),
-        ("with_replacement", self.reads_k, "method 'nfdp' or 'local-sample', or 'ldp' without ldp_delta"),
-        ("ldp_epsilon", self.method == "ldp", "method 'ldp' (its noise)"),
-        ("ldp_clip", self.has_ldp_table and self.aggregation == "logits",
-         "aggregation='logits' and method 'nfdp' or 'ldp' (argmax and softmax rows need no clip)"),
-        *((name, self.collaborates, "a method that collaborates, 'nfdp', 'np' or 'ldp' (the others release "
-           "nothing and query no public data)")
-          for name in ("public_subset", "aggregation", "weighting", "digest_epochs")),
-        ("relation", self.uses_sample or self.method == "ldp",
-         "a method with a privacy statement, 'nfdp', 'local-sample' or 'ldp'")):
+    for name, applies, where in self._readers():
       value = getattr(self, name)
       if not applies and value != _DEFAULTS[name]:
         got = (f"method={self.method!r}" + (f", aggregation={self.aggregation!r}" if name == "ldp_clip" else "")
@@ -216,6 +205,25 @@ class FedMDConfig:
           "sample). Use relation='replace-one', under which n_i is fixed.")
     _validate.choice("vmap", self.vmap, VMAP_MODES)
     s("eval_every", _validate.integer("eval_every", self.eval_every, minimum=1))
+
+  def _readers(self) -> tuple[tuple[str, bool, str], ...]:
+    """(setting, whether this method reads it, where it is read) for the settings only some methods read."""
+    return (
+        ("k", self.reads_k, "method 'nfdp' or 'local-sample' (the sample size), or 'ldp' without ldp_delta "
+         "(NFDP's p for k is its default delta)"),
+        ("with_replacement", self.reads_k, "method 'nfdp' or 'local-sample', or 'ldp' without ldp_delta"),
+        ("ldp_epsilon", self.method == "ldp", "method 'ldp' (its noise)"),
+        ("ldp_clip", self.has_ldp_table and self.aggregation == "logits",
+         "aggregation='logits' and method 'nfdp' or 'ldp' (argmax and softmax rows need no clip)"),
+        *((name, self.collaborates, "a method that collaborates, 'nfdp', 'np' or 'ldp' (the others release "
+           "nothing and query no public data)")
+          for name in ("public_subset", "aggregation", "weighting", "digest_epochs")),
+        ("relation", self.uses_sample or self.method == "ldp",
+         "a method with a privacy statement, 'nfdp', 'local-sample' or 'ldp'"))
+
+  def unread_settings(self) -> tuple[str, ...]:
+    """The settings this method does not read (they hold their defaults); the run's report shows them as null."""
+    return tuple(name for name, applies, _ in self._readers() if not applies)
 
   @property
   def uses_sample(self) -> bool:

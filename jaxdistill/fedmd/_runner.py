@@ -203,7 +203,8 @@ class FedMDResult:
     """
     acc = self.accuracy
     return {
-        "config": self.config.to_dict(),
+        # null where the method does not read a setting (a local run recorded k 16, a sample it never drew).
+        "config": {**self.config.to_dict(), **dict.fromkeys(self.config.unread_settings())},
         "data": self.data_description,
         "architectures": [{"party": i, "spec": s.name}
                           for s, ps, _, _ in self.groups for i in ps],

@@ -302,9 +302,7 @@ class LabelingConfig:
     # Settings that only one mechanism or representation reads: another value elsewhere would be ignored
     # silently, yet it is in the release fingerprint (a change would block a resume). Defaults pass (the CLI
     # always passes them).
-    for name, applies, where in (("central_noise", mech == "central", "mechanism=central"),
-                                 ("shuffle_local", mech == "shuffle-single", "mechanism=shuffle-single"),
-                                 ("pca_dim", self.representation in _PCA, f"representation {' or '.join(_PCA)}")):
+    for name, applies, where in self._readers():
       value = getattr(self, name)
       if not applies and value != _DEFAULTS[name]:
         got = f"mechanism={mech}" if name != "pca_dim" else f"representation={self.representation}"
@@ -337,6 +335,28 @@ class LabelingConfig:
     pub = self.public_size if self.public_size is not None else default[1]
     ev = self.eval_size if self.eval_size is not None else default[2]
     return priv, pub, ev
+
+  def _readers(self) -> tuple[tuple[str, bool, str], ...]:
+    """(setting, whether this run reads it, where it is read) for the settings only some runs read."""
+    return (("central_noise", self.mechanism == "central", "mechanism=central"),
+            ("shuffle_local", self.mechanism == "shuffle-single", "mechanism=shuffle-single"),
+            ("pca_dim", self.representation in _PCA, f"representation {' or '.join(_PCA)}"))
+
+  def unread_settings(self) -> tuple[str, ...]:
+    """The settings this run does not read (they hold their defaults): ``student.embedding_dim`` at T = 1 too."""
+    unread = tuple(name for name, applies, _ in self._readers() if not applies)
+    return unread + (("student.embedding_dim",) if self.iterations == 1 else ())
+
+  def report_settings(self) -> dict[str, Any]:
+    """:meth:`to_dict` with null for every setting this run does not read (:meth:`unread_settings`)."""
+    out = self.to_dict()
+    for name in self.unread_settings():
+      *parents, leaf = name.split(".")
+      d = out
+      for parent in parents:
+        d = d[parent]
+      d[leaf] = None
+    return out
 
   def resolved_delta(self, num_private: int) -> float:
     """The total delta: given, or 0 (central, local, none), or min(1e-6, 1/(10 n)) (shuffle)."""

@@ -934,7 +934,8 @@ def _report(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.LabelingS
   }
   return _jsonable({
       "task": "reverse k-NN private labeling (Algorithm 1, arXiv:2207.13253)",
-      "settings": config.to_dict(),
+      # null where the run does not read a setting (a central run recorded shuffle_local: collision).
+      "settings": config.report_settings(),
       "data": {"dataset": data_name, "num_classes": num_classes,
                "image_shape": list(splits.public.images.shape[1:]),
                "private_size": len(splits.private), "public_size": len(splits.public),

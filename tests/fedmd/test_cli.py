@@ -1,8 +1,11 @@
 """``jaxdistill fedmd``: report.json + plots, stop/resume, one-line errors (exit 2)."""
 
 import dataclasses
+import inspect
 import json
 import os
+import shlex
+import subprocess
 
 import pytest
 
@@ -41,6 +44,9 @@ def test_cli_choices_match_the_library():
   assert (_fedmd._INTS(_fedmd._DEFAULT_K), _fedmd._DEFAULT_SAMPLING == "wr",  # pylint: disable=protected-access
           _fedmd._DEFAULT_LDP_EPSILON, _fedmd._DEFAULT_LDP_CLIP) == (  # pylint: disable=protected-access
               (default["k"],), default["with_replacement"], default["ldp_epsilon"], default["ldp_clip"])
+  loader = inspect.signature(fedmd.load_fedmd_data).parameters
+  assert (_fedmd._DEFAULT_ALPHA, _fedmd._DEFAULT_CLASSES_PER_PARTY) == (  # pylint: disable=protected-access
+      loader["alpha"].default, loader["classes_per_party"].default)
   assert (_fedmd._DEFAULT_PUBLIC_SUBSET, _fedmd._DEFAULT_AGGREGATION,  # pylint: disable=protected-access
           _fedmd._DEFAULT_WEIGHTING, _fedmd._DEFAULT_DIGEST_EPOCHS) == (  # pylint: disable=protected-access
               default["public_subset"], default["aggregation"], default["weighting"], default["digest_epochs"])
@@ -54,7 +60,7 @@ def test_report_and_plots(tmp_path, capsys):
   assert main(TINY + ["--k", "2,3", "--sampling", "both", "--out", str(out)]) == 0
   assert "report.json" in capsys.readouterr().out
   rep = json.loads((out / "report.json").read_text())
-  assert rep["command"] == " ".join(["jaxdistill"] + TINY + ["--k", "2,3", "--sampling", "both", "--out", str(out)])
+  assert rep["command"] == shlex.join(["jaxdistill"] + TINY + ["--k", "2,3", "--sampling", "both", "--out", str(out)])
   assert [r["name"] for r in rep["runs"]] == ["nfdp-k2-wor", "nfdp-k3-wor", "nfdp-k2-wr", "nfdp-k3-wr"]
   assert [w["code"] for w in rep["warnings"]] == ["runs_share_parties"]
   run = rep["runs"][1]
@@ -129,8 +135,12 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
     (["--architectures", "1,2"], "spec"),
     (["--partition", "writers"], "partition"),
     # Ignored without a word: the parties were split iid.
-    (["--alpha", "0.1"], "alpha=0.1 only with partition='dirichlet' (elsewhere it is ignored); got partition='iid'"),
-    (["--partition", "dirichlet", "--classes-per-party", "3"], "classes_per_party=3 only with partition='classes'"),
+    (["--alpha", "0.1"], "Expected --alpha only with --partition dirichlet (elsewhere it is ignored); got "
+                         "--partition iid."),
+    (["--partition", "dirichlet", "--classes-per-party", "3"], "--classes-per-party only with --partition classes"),
+    # At its default value too (the library cannot tell a default given from one not given):
+    (["--alpha", "0.5"], "Expected --alpha only with --partition dirichlet"),
+    (["--partition", "iid", "--classes-per-party", "2"], "Expected --classes-per-party only with --partition classes"),
     (["--method", "np", "--k", "3,16"], "--k"),
     # Flags the method ignores ran it without a word (NP with --k 3; NFDP with --ldp-epsilon 2).
     (["--method", "local", "--k", "3", "--sampling", "wr"],
@@ -231,13 +241,23 @@ def test_second_run_keeps_the_first_report(tmp_path):
   assert main(args) == 0
   first = (out / "report.json").read_text()
   first_plot = (out / "accuracy_per_round_nfdp-k2-wor.png").read_bytes()
-  args_np = SOLO + ["--method", "local", "--out", str(out)]
+  # Two architectures: the ';' split the recorded command in a shell (it was joined with spaces, unquoted).
+  args_np = SOLO + ["--method", "local", "--architectures", "2,4:0.2;2,4,4:0.2", "--out", str(out)]
   assert main(args_np) == 0
   assert (out / "history" / "report-1.json").read_text() == first
   # Its plots move beside it (they used to be overwritten; the kept report named them).
   assert (out / "history" / "report-1-accuracy_per_round_nfdp-k2-wor.png").read_bytes() == first_plot
   assert not (out / "accuracy_per_round_nfdp-k2-wor.png").exists()
-  assert json.loads((out / "report.json").read_text())["runs"][0]["name"].startswith("local")
+  # k and the sampling name only runs that read them (this one was called local-k16-wor).
+  second = json.loads((out / "report.json").read_text())
+  assert second["runs"][0]["name"] == "local"
+  config = second["runs"][0]["config"]  # the settings local does not read are null (k 16 was recorded)
+  assert config["k"] is config["with_replacement"] is config["public_subset"] is config["relation"] is None
+  # A shell reads the recorded command back as the same arguments.
+  echoed = subprocess.run(["bash", "-c", "printf '%s\\n' " + second["command"]], capture_output=True, text=True,
+                          check=True).stdout
+  assert echoed.splitlines() == ["jaxdistill", *args_np]
+  assert (out / "accuracy_per_round_local.png").is_file() and (out / "checkpoints" / "local").is_dir()
 
 
 def test_report_history_never_overwrites(tmp_path):

@@ -214,6 +214,7 @@ def test_a_setting_the_method_ignores_is_refused_unless_default(name):
                     **({"relation": "replace-one"} if private else {}))
         cfg = fedmd.FedMDConfig(**base)
         assert dataclasses.replace(cfg, rounds=3).rounds == 3
+        assert (name in cfg.unread_settings()) != _READERS[name](method, aggregation, delta)  # null in reports
         other = {**base, name: _OTHER_VALUE[name]}
         if _READERS[name](method, aggregation, delta):
           assert getattr(fedmd.FedMDConfig(**other), name) == _OTHER_VALUE[name]

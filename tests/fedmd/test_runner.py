@@ -314,6 +314,8 @@ def test_privacy_report_per_party(data3):
   report = json.loads(json.dumps(res.to_report()))
   assert "samples" not in report and "samples" not in report["privacy"][0]
   assert report["privacy"][0]["draws"] == 1
+  # argmax releases need no clip: the report records none (it recorded the default 10, never read).
+  assert report["config"]["ldp_clip"] is None and report["config"]["k"] == 4
   codes = {w["code"] for w in rep["warnings"]}
   assert {"delta_at_least_1_over_n", "paper_epsilon_vacuous", "randomness_from_run_key"} <= codes
   table = res.ldp_sigma_table

@@ -7,6 +7,7 @@ import struct
 import numpy as np
 import pytest
 
+from jaxdistill import labeling
 from jaxdistill.cli.main import main
 
 
@@ -43,9 +44,18 @@ def run_cli(args, capsys):
     (["--student-seeds", "1001"], "student_seeds=1001 <= 1000"),
     (["--encoder-width", "32"], "learned representation"),  # default representation: hog-pca
     (["--representation", "contrastive", "--encoder-steps", "0"], "encoder_steps=0"),
-    # Ignored there, yet in the release fingerprint (they were accepted):
-    (["--representation", "hog", "--pca-dim", "3"], "pca_dim=3 only with representation pca or hog-pca"),
-    (["--mechanism", "local-rr", "--central-noise", "laplace"], "central_noise='laplace' only with mechanism=central"),
+    # Ignored there, yet in the release fingerprint (they were accepted); at the default value they were accepted
+    # and ignored, although the help says "only with it":
+    (["--representation", "hog", "--pca-dim", "3"], "Expected --pca-dim only with --representation pca or hog-pca "
+                                                    "(elsewhere it is ignored); got --representation hog."),
+    (["--representation", "scan", "--pca-dim", "50"], "Expected --pca-dim only with --representation pca or "
+                                                      "hog-pca"),
+    (["--mechanism", "local-rr", "--central-noise", "laplace"], "Expected --central-noise only with --mechanism "
+                                                                "central (elsewhere it is ignored); got --mechanism "
+                                                                "local-rr."),
+    (["--mechanism", "shuffle-single", "--central-noise", "discrete-laplace"], "--central-noise only with"),
+    (["--mechanism", "central", "--shuffle-local", "collision"], "Expected --shuffle-local only with --mechanism "
+                                                                 "shuffle-single"),
     # No ceiling is trained without the baselines (it was accepted and ignored):
     (["--no-baselines", "--ceiling-seeds", "3"], "Expected ceiling_seeds=3 only with baselines=True (the supervised "
                                                  "ceiling is one of the baselines; elsewhere it is ignored); got "
@@ -185,3 +195,19 @@ def test_seed_secret_noise_and_release_flags_reach_the_configuration(tmp_path):
   assert secret.out_dir == str(tmp_path)
   assert isinstance(secret.noise_seed, int) and secret.noise_seed != 7
   assert _label.default_out_dir(secret).endswith("-seed7-secret-noise")
+
+
+def test_mechanism_and_representation_flags_reach_the_configuration_where_read():
+  # --central-noise, --shuffle-local and --pca-dim default to None in argparse (so that one given where it is
+  # ignored is refused even at its default value); not given, the library's defaults fill them in.
+  from jaxdistill.cli import _label  # pylint: disable=import-outside-toplevel
+  from jaxdistill.cli.main import build_parser  # pylint: disable=import-outside-toplevel
+  d = labeling.LabelingConfig()
+  plain = _label.config_from_args(build_parser().parse_args(["label"]))
+  assert (plain.central_noise, plain.shuffle_local, plain.pca_dim) == (d.central_noise, d.shuffle_local, d.pca_dim)
+  central = _label.config_from_args(build_parser().parse_args(
+      ["label", "--central-noise", "laplace", "--representation", "pca", "--pca-dim", "7"]))
+  assert (central.central_noise, central.representation, central.pca_dim) == ("laplace", "pca", 7)
+  single = _label.config_from_args(build_parser().parse_args(
+      ["label", "--mechanism", "shuffle-single", "--shuffle-local", "rr"]))
+  assert single.shuffle_local == "rr" != d.shuffle_local

@@ -72,6 +72,9 @@ def test_report_lists_every_setting_and_statement(splits, tmp_path):
   for key in ("dataset", "mechanism", "epsilon", "delta", "num_queries", "k", "iterations",
               "representation", "seed", "student"):
     assert key in rep["settings"]
+  # A local run at T = 1 reads neither the central noise nor the shuffle randomizer nor the student's embedding.
+  assert rep["settings"]["central_noise"] is rep["settings"]["shuffle_local"] is None
+  assert rep["settings"]["student"]["embedding_dim"] is None and rep["settings"]["pca_dim"] == 50
   for key in ("acc_pl", "acc_pc", "noise_free_acc_pl", "noise_free_acc_pc", "supervised_ceiling_acc_pc"):
     assert isinstance(rep["results"][key], float)
   assert rep["privacy"]["statement"]["relation"] == "replace-one"
@@ -735,6 +738,27 @@ def test_the_student_embedding_dim_needs_a_second_iteration():
                            "re-selects the next iteration's queries; elsewhere it is ignored); got iterations=1.")
   assert labeling.LabelingConfig(student=student, iterations=2).student.embedding_dim == 3
   assert labeling.LabelingConfig(student=labeling.StudentConfig(epochs=3)).student.epochs == 3  # the rest: any T
+
+
+@pytest.mark.parametrize("mechanism,representation,iterations,unread", [
+    ("central", "scan", 1, {"shuffle_local", "pca_dim", "student.embedding_dim"}),
+    ("shuffle-single", "pca", 2, {"central_noise"}),
+    ("local-rr", "hog-pca", 1, {"central_noise", "shuffle_local", "student.embedding_dim"}),
+])
+def test_the_report_settings_are_null_where_the_run_does_not_read_them(mechanism, representation, iterations, unread):
+  # report.json recorded pca_dim 50 for a scan run and shuffle_local collision for a central one: settings the
+  # run never read (and that LabelingConfig refuses at other values). Written by hand from the docs: central_noise
+  # is read by central, shuffle_local by shuffle-single, pca_dim by pca and hog-pca, the student's
+  # embedding_dim from the second iteration on.
+  cfg = labeling.LabelingConfig(mechanism=mechanism, representation=representation, iterations=iterations,
+                                num_queries=10)
+  assert set(cfg.unread_settings()) == unread
+  got, full = cfg.report_settings(), cfg.to_dict()
+  flat = lambda d: {**{k: v for k, v in d.items() if k != "student"},  # noqa: E731
+                    **{f"student.{k}": v for k, v in d["student"].items()}}
+  for name, value in flat(full).items():
+    assert flat(got)[name] == (None if name in unread else value), name
+  assert full["pca_dim"] == 50 and full["student"]["embedding_dim"] == 64  # to_dict (the ledger's) is unchanged
 
 
 def test_an_empty_data_dir_is_not_given():
