@@ -34,10 +34,10 @@ class RandomizedResponse(BsvsMechanism):
   eps'): the sampler compares integers, so q is exactly the probability
   sampled, and rounding towards 1/2 only lowers the real per-bit epsilon
   ln(p/q) <= eps' (by at most 0.1% for 1e-6 <= eps' <= 18; from there to
-  eps' = ln(2^32 - 1) ~ 22.18, where q * 2^32 is a small integer, by at most
-  ln(1 + 2^-32 / q) - ln(1 - 2^-32 / p), about ln 2 or 3% of eps'). Two inputs differ in
-  at most 2kr bits, so a message is eps-LDP. The server debiases the bit
-  sums with the same p and q:
+  eps' = ln(2^32 - 1) ~ 22.18, where q * 2^32 is a small integer, by at
+  most ln(1 + 2^-32 / q) - ln(1 - 2^-32 / p), up to about ln 2, 3% of eps').
+  Two inputs differ in at most 2kr bits, so a message is eps-LDP. The
+  server debiases the bit sums with the same p and q:
 
   .. math::
 
