@@ -5,7 +5,9 @@ Profiles (select with ``HYPOTHESIS_PROFILE=thorough`` or
 
 * ``ci`` (default): derandomized (fixed seed), bounded ``max_examples``, no
   deadline (the first call of a jitted function compiles). Used by ``.ci/run``.
-* ``thorough``: many more examples, still reproducible, for release checks.
+* ``thorough``: many more examples, still reproducible, for release checks. Tests marked
+  ``@pytest.mark.thorough`` (larger cases of a claim whose small cases run in every profile) run only
+  under it; the ``ci`` profile reports them as skipped.
 """
 
 import gc
@@ -20,13 +22,26 @@ from tests import _fast_threefry
 # Faster XLA:CPU compiles of jax.random draws, every bit unchanged: see tests/_fast_threefry.py.
 _fast_threefry.install()
 
+#: The thorough profile's examples: how pytest_collection_modifyitems tells it is active.
+THOROUGH_EXAMPLES = 600
+
 settings.register_profile(
     "ci", max_examples=25, derandomize=True, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
-    "thorough", max_examples=600, derandomize=True, deadline=None, print_blob=True,
+    "thorough", max_examples=THOROUGH_EXAMPLES, derandomize=True, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
+  # Runs after Hypothesis's plugin has loaded the profile --hypothesis-profile names.
+  if settings().max_examples >= THOROUGH_EXAMPLES:
+    return
+  skip = pytest.mark.skip(reason="a release check: runs under the thorough Hypothesis profile")
+  for item in items:
+    if item.get_closest_marker("thorough") is not None:
+      item.add_marker(skip)
 
 
 def _mapped_regions() -> int:
