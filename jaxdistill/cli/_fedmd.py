@@ -64,7 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--sampling", default=None, choices=["wor", "wr", "both"],
     help="without / with replacement (default: wor; only with nfdp and local-sample)")
   a("--resample-each-round", action="store_true", help="fresh sample every round (composed privacy)")
-  a("--rounds", type=count, default=20, help="collaboration rounds R")
+  a("--rounds", type=count, default=20,
+    help="collaboration rounds R (0: local training only: no predictions released, no sigma table)")
   # --public-subset, --aggregation, --weighting and --digest-epochs: only the methods that collaborate read them.
   a("--public-subset", type=count, default=None,
     help=f"public images queried per round (default: {_DEFAULT_PUBLIC_SUBSET}; {_COLLAB})")
@@ -243,6 +244,15 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
     raise ValueError(f"Expected {' and '.join(given)} only with --method {_which(_COLLAB_METHODS)}, the methods that "
                      f"collaborate (elsewhere {'they are' if len(given) > 1 else 'it is'} ignored); got --method "
                      f"{args.method}.")
+  # A run of no rounds releases no public-set predictions: what shapes them, and the sigma table matched to them,
+  # went unread (ldp refuses --rounds 0 itself).
+  if args.rounds == 0 and args.method != "ldp":
+    given = [f"--{f.replace('_', '-')}" for f in ("public_subset", "aggregation", "weighting", "digest_epochs",
+                                                   "ldp_clip", "ldp_delta") if getattr(args, f) is not None]
+    given += ["--ldp-table-epsilons"] if table else []
+    if given:
+      raise ValueError(f"Expected {' and '.join(given)} only with --rounds >= 1 (a run of no rounds releases no "
+                       f"predictions: {'they are' if len(given) > 1 else 'it is'} ignored); got --rounds 0.")
   # --alpha 0.5 with --partition iid (the default value, so the library could not tell) was accepted and ignored.
   for flag, partition in (("--alpha", "dirichlet"), ("--classes-per-party", "classes")):
     if getattr(args, flag[2:].replace("-", "_")) is not None and args.partition != partition:
@@ -256,7 +266,8 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
     if getattr(args, name) is None:
       setattr(args, name, default)
   if args.ldp_table_epsilons is None:
-    args.ldp_table_epsilons = _TABLE(_DEFAULT_LDP_TABLE_EPSILONS) if args.method in _TABLE_METHODS else ()
+    args.ldp_table_epsilons = (_TABLE(_DEFAULT_LDP_TABLE_EPSILONS) if args.method in _TABLE_METHODS and args.rounds
+                               else ())
   return args
 
 

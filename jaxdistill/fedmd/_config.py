@@ -27,6 +27,8 @@ METHODS = ("nfdp", "np", "ldp", "local", "local-sample", "centralized")
 #: Defaults of the settings that only some methods read (FedMDConfig refuses another value elsewhere).
 _DEFAULTS = {"k": 16, "with_replacement": False, "ldp_epsilon": 1.0, "ldp_clip": 10.0, "public_subset": 5000,
              "aggregation": "argmax", "weighting": "equal", "digest_epochs": 2, "relation": "add-remove"}
+#: The settings only rounds read: with rounds=0 no public-set predictions are released (FedMDConfig refuses them).
+_ROUND_SETTINGS = ("ldp_clip", "public_subset", "aggregation", "weighting", "digest_epochs")
 VMAP_MODES = ("auto", "on", "off")
 
 
@@ -51,7 +53,9 @@ class FedMDConfig:
       where ``k`` is read.
     resample_each_round: draw a fresh sample every round (accounted as R
       compositions) instead of the paper's single reused sample.
-    rounds: R collaboration rounds.
+    rounds: R collaboration rounds (0: the parties train locally and release
+      no predictions; the release settings and ``ldp_clip`` then keep their
+      defaults, and ``nfdp`` takes no ``ldp_delta``).
     public_subset: public images drawn (without replacement) each round.
     aggregation: release mode ``argmax``, ``softmax`` or ``logits``. This,
       ``public_subset``, ``weighting`` and ``digest_epochs`` take another
@@ -179,6 +183,10 @@ class FedMDConfig:
       if not self.has_ldp_table:  # ran without a word
         raise ValueError(f"Expected ldp_delta=None for method={self.method!r}: only 'ldp' (its noise) and 'nfdp' "
                          f"(its report's FedMD-LDP sigma table) use it; got ldp_delta={self.ldp_delta!r}.")
+      if self.method == "nfdp" and self.rounds == 0:  # no rounds, no predictions released, no table
+        raise ValueError(f"Expected ldp_delta=None for method='nfdp' with rounds=0: it is the delta of the report's "
+                         f"FedMD-LDP sigma table, and a run of no rounds releases no predictions and has no table; "
+                         f"got ldp_delta={self.ldp_delta!r}.")
     s("ldp_clip", check_clip("ldp_clip", self.ldp_clip))
     s("relation", Relation.parse(self.relation).value)
     # Settings that only some methods read: another value than the default elsewhere ran without a word
@@ -189,7 +197,7 @@ class FedMDConfig:
       if not applies and value != _DEFAULTS[name]:
         got = (f"method={self.method!r}" + (f", aggregation={self.aggregation!r}" if name == "ldp_clip" else "")
                + (f", ldp_delta={self.ldp_delta!r}" if self.method == "ldp" and name in ("k", "with_replacement")
-                  else ""))
+                  else "") + (", rounds=0" if self.rounds == 0 and name in _ROUND_SETTINGS else ""))
         raise ValueError(f"Expected {name}={value!r} only with {where}; elsewhere it is ignored. Got {got}.")
     if self.method == "ldp" and self.ldp_delta is None and self.relation != Relation.REPLACE_ONE.value:
       raise ValueError(
@@ -207,17 +215,22 @@ class FedMDConfig:
     s("eval_every", _validate.integer("eval_every", self.eval_every, minimum=1))
 
   def _readers(self) -> tuple[tuple[str, bool, str], ...]:
-    """(setting, whether this method reads it, where it is read) for the settings only some methods read."""
+    """(setting, whether this run reads it, where it is read) for the settings only some runs read.
+
+    Those of :data:`_ROUND_SETTINGS` are read only in rounds: with ``rounds=0`` nothing is released.
+    """
+    rounds = self.rounds > 0
     return (
         ("k", self.reads_k, "method 'nfdp' or 'local-sample' (the sample size), or 'ldp' without ldp_delta "
          "(NFDP's p for k is its default delta)"),
         ("with_replacement", self.reads_k, "method 'nfdp' or 'local-sample', or 'ldp' without ldp_delta"),
         ("ldp_epsilon", self.method == "ldp", "method 'ldp' (its noise)"),
-        ("ldp_clip", self.has_ldp_table and self.aggregation == "logits",
-         "aggregation='logits' and method 'nfdp' or 'ldp' (argmax and softmax rows need no clip)"),
-        *((name, self.collaborates, "a method that collaborates, 'nfdp', 'np' or 'ldp' (the others release "
-           "nothing and query no public data)")
-          for name in ("public_subset", "aggregation", "weighting", "digest_epochs")),
+        ("ldp_clip", self.has_ldp_table and self.aggregation == "logits" and rounds,
+         "aggregation='logits', method 'nfdp' or 'ldp' and rounds >= 1 (argmax and softmax rows need no clip, and "
+         "a run of no rounds releases nothing it would clip)"),
+        *((name, self.collaborates and rounds, "a method that collaborates, 'nfdp', 'np' or 'ldp', and rounds >= 1 "
+           "(the others, and a run of no rounds, release nothing and query no public data)")
+          for name in _ROUND_SETTINGS if name != "ldp_clip"),
         ("relation", self.uses_sample or self.method == "ldp",
          "a method with a privacy statement, 'nfdp', 'local-sample' or 'ldp'"))
 

@@ -485,7 +485,7 @@ def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = 
                        "(a fresh run would release everything again).")
   if data.num_parties != config.num_parties:
     raise ValueError(f"Expected data for num_parties={config.num_parties}; got {data.num_parties} parties.")
-  if config.public_subset > len(data.public) and config.collaborates:
+  if config.public_subset > len(data.public) and config.collaborates and config.rounds:  # only rounds draw it
     raise ValueError(f"Expected public_subset={config.public_subset} <= {len(data.public)} public images.")
   if config.uses_sample and not config.with_replacement:
     for i, n in enumerate(data.party_sizes):
@@ -663,6 +663,10 @@ def _table_epsilons(value: Any, config: FedMDConfig) -> tuple[float, ...] | None
   if out and not config.has_ldp_table:
     raise ValueError(f"Expected no ldp_table_epsilons for method={config.method!r}: only nfdp and ldp reports have the "
                      f"FedMD-LDP sigma table (elsewhere they are ignored); got {out}.")
+  if out and config.rounds == 0:
+    raise ValueError(f"Expected no ldp_table_epsilons with rounds=0: the FedMD-LDP sigma table matches noise to the "
+                     f"predictions released in rounds, and a run of no rounds releases none (they were ignored); got "
+                     f"{out}.")
   return out
 
 

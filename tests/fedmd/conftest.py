@@ -39,8 +39,8 @@ def tiny_config(**kw):
   if "k" not in kw and not (base["method"] in ("nfdp", "local-sample")
                             or (base["method"] == "ldp" and base.get("ldp_delta") is None)):
     del base["k"]  # the small k only where the method reads it: FedMDConfig refuses it elsewhere
-  for name in ("public_subset", "digest_epochs"):  # likewise: only the methods that collaborate read them
-    if name not in kw and base["method"] not in ("nfdp", "np", "ldp"):
+  for name in ("public_subset", "digest_epochs"):  # likewise: only the methods that collaborate read them, in rounds
+    if name not in kw and (base["method"] not in ("nfdp", "np", "ldp") or base["rounds"] == 0):
       del base[name]
   return fedmd.FedMDConfig(**base)
 

@@ -172,6 +172,12 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
      "(elsewhere they are ignored); got --method local."),
     (["--method", "centralized", "--ldp-table-epsilons", "", "--aggregation", "softmax", "--weighting", "1,2"],
      "Expected --public-subset and --aggregation and --weighting only with --method nfdp, np or ldp"),
+    # A run of no rounds releases no predictions: what shapes them and the table matched to them went unread.
+    (["--rounds", "0", "--ldp-table-epsilons", "", "--digest-epochs", "3"],
+     "Expected --public-subset and --digest-epochs only with --rounds >= 1 (a run of no rounds releases no "
+     "predictions: they are ignored); got --rounds 0."),
+    (["--rounds", "0", "--public-subset", "5000", "--ldp-table-epsilons", "0,1", "--ldp-delta", "1e-3"],
+     "Expected --public-subset and --ldp-delta and --ldp-table-epsilons only with --rounds >= 1"),
     (["--k", "x"], "--k"),
     (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
     (["--stop-after-round", "-5"], "--stop-after-round=-5 >= 1"),

@@ -195,6 +195,8 @@ _READERS = {
     "digest_epochs": _COLLABORATES,
     "relation": lambda method, aggregation, delta: method in ("nfdp", "local-sample", "ldp"),
 }
+#: Read in rounds only: a run of no rounds releases no predictions.
+_ROUND_SETTINGS = {"ldp_clip", "public_subset", "aggregation", "weighting", "digest_epochs"}
 _OTHER_VALUE = {"k": 3, "with_replacement": True, "ldp_epsilon": 2.5, "ldp_clip": 4.0, "public_subset": 7,
                 "aggregation": "softmax", "weighting": "size", "digest_epochs": 3, "relation": "replace-one"}
 
@@ -202,25 +204,50 @@ _OTHER_VALUE = {"k": 3, "with_replacement": True, "ldp_epsilon": 2.5, "ldp_clip"
 @pytest.mark.parametrize("name", sorted(_READERS))
 def test_a_setting_the_method_ignores_is_refused_unless_default(name):
   # FedMDConfig(method="np", k=50) trained NP on all the data without a word (the CLI refused --k there; the
-  # library did not); so did local with another public_subset or release mode. Every method x release mode x
-  # ldp_delta it accepts: another value passes exactly where it is read, and the defaults pass everywhere (so
-  # dataclasses.replace of any config keeps working).
+  # library did not); so did local with another public_subset or release mode, and any method with rounds=0. Every
+  # method x release mode x ldp_delta x rounds it accepts: another value passes exactly where it is read, and the
+  # defaults pass everywhere (so dataclasses.replace of any config keeps working).
   checked = 0
-  for method in fedmd.METHODS:
-    private = method in ("nfdp", "local-sample", "ldp")  # replace-one: ldp without ldp_delta needs it
-    for aggregation in (("argmax", "softmax", "logits") if _COLLABORATES(method, None, None) else ("argmax",)):
-      for delta in ((None, 1e-3) if method in ("nfdp", "ldp") else (None,)):
-        base = dict(method=method, aggregation=aggregation, ldp_delta=delta,
-                    **({"relation": "replace-one"} if private else {}))
-        cfg = fedmd.FedMDConfig(**base)
-        assert dataclasses.replace(cfg, rounds=3).rounds == 3
-        assert (name in cfg.unread_settings()) != _READERS[name](method, aggregation, delta)  # null in reports
-        other = {**base, name: _OTHER_VALUE[name]}
-        if _READERS[name](method, aggregation, delta):
-          assert getattr(fedmd.FedMDConfig(**other), name) == _OTHER_VALUE[name]
-        else:
-          with pytest.raises(ValueError, match=f"Expected {name}={_OTHER_VALUE[name]!r} only with .*elsewhere it is "
-                                               f"ignored. Got method='{method}'"):
-            fedmd.FedMDConfig(**other)
-        checked += 1
-  assert checked == 3 * 5 + 3  # nfdp, ldp: 3 modes x 2 deltas; np: 3 modes; local, local-sample, centralized: 1
+  for rounds in (20, 0):
+    for method in fedmd.METHODS:
+      private = method in ("nfdp", "local-sample", "ldp")  # replace-one: ldp without ldp_delta needs it
+      # Only rounds read the release mode: at rounds=0 the default alone is accepted.
+      for aggregation in (("argmax", "softmax", "logits") if _COLLABORATES(method, None, None) and rounds
+                          else ("argmax",)):
+        # nfdp reads ldp_delta for its sigma table only, which a run of no rounds lacks (refused: tested below).
+        for delta in ((None, 1e-3) if method == "ldp" or (method == "nfdp" and rounds) else (None,)):
+          base = dict(method=method, aggregation=aggregation, ldp_delta=delta, rounds=rounds,
+                      **({"relation": "replace-one"} if private else {}))
+          cfg = fedmd.FedMDConfig(**base)
+          assert dataclasses.replace(cfg, rounds=3).rounds == 3
+          reads = _READERS[name](method, aggregation, delta) and (rounds > 0 or name not in _ROUND_SETTINGS)
+          assert (name in cfg.unread_settings()) != reads  # null in reports
+          other = {**base, name: _OTHER_VALUE[name]}
+          if reads:
+            assert getattr(fedmd.FedMDConfig(**other), name) == _OTHER_VALUE[name]
+          else:
+            with pytest.raises(ValueError, match=f"Expected {name}={_OTHER_VALUE[name]!r} only with .*elsewhere it "
+                                                 f"is ignored. Got method='{method}'"):
+              fedmd.FedMDConfig(**other)
+          checked += 1
+  # rounds 20: nfdp, ldp: 3 modes x 2 deltas; np: 3 modes; local, local-sample, centralized: 1. rounds 0: one mode,
+  # and nfdp one delta.
+  assert checked == (3 * 5 + 3) + (1 + 2 + 1 + 3)
+
+
+def test_a_run_of_no_rounds_refuses_what_only_rounds_read():
+  # rounds=0 trains the parties locally and releases no public-set predictions: FedMDConfig(rounds=0,
+  # digest_epochs=5) and an nfdp ldp_delta (its sigma table's delta; no rounds, no table) ran without a word.
+  with pytest.raises(ValueError, match=r"Expected digest_epochs=5 only with a method that collaborates, 'nfdp', 'np' "
+                                       r"or 'ldp', and rounds >= 1 .* Got method='nfdp', rounds=0\.$"):
+    fedmd.FedMDConfig(rounds=0, digest_epochs=5)
+  with pytest.raises(ValueError, match=r"Expected ldp_clip=4\.0 only with aggregation='logits', method 'nfdp' or "
+                                       r"'ldp' and rounds >= 1 .* Got method='nfdp', aggregation='logits', rounds=0"):
+    fedmd.FedMDConfig(rounds=0, aggregation="logits", ldp_clip=4.0)  # checked before aggregation, refused too
+  with pytest.raises(ValueError, match=r"Expected ldp_delta=None for method='nfdp' with rounds=0: it is the delta of "
+                                       r"the report's FedMD-LDP sigma table"):
+    fedmd.FedMDConfig(rounds=0, ldp_delta=1e-3)
+  unread = set(fedmd.FedMDConfig(rounds=0).unread_settings())  # null in the report
+  in_rounds = set(fedmd.FedMDConfig(rounds=1, aggregation="logits").unread_settings())  # logits: the clip is read
+  assert unread - in_rounds == _ROUND_SETTINGS and in_rounds <= unread
+  assert fedmd.FedMDConfig(rounds=1, ldp_delta=1e-3).ldp_delta == 1e-3

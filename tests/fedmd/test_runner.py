@@ -557,6 +557,10 @@ def test_unknown_partition_and_too_few_records():
     (dict(config=dict(method="np"), ldp_table_epsilons=[1.0]),
      r"Expected no ldp_table_epsilons for method='np': only nfdp and ldp reports have the FedMD-LDP sigma table "
      r"\(elsewhere they are ignored\); got \(1.0,\)\."),
+    # A run of no rounds releases no predictions and has no table: it was ignored.
+    (dict(config=dict(rounds=0), ldp_table_epsilons=[1.0]),
+     r"Expected no ldp_table_epsilons with rounds=0: the FedMD-LDP sigma table matches noise to the predictions "
+     r"released in rounds, and a run of no rounds releases none \(they were ignored\); got \(1.0,\)\."),
     (dict(config=dict(ldp_delta=1e-3), ldp_table_epsilons=()),
      r"Expected ldp_table_epsilons other than \(\) for method='nfdp' with ldp_delta=0.001: there ldp_delta is the "
      r"sigma table's delta, and nothing else uses it\."),
