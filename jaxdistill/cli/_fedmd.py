@@ -250,6 +250,7 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
     given = [f"--{f.replace('_', '-')}" for f in ("public_subset", "aggregation", "weighting", "digest_epochs",
                                                    "ldp_clip", "ldp_delta") if getattr(args, f) is not None]
     given += ["--ldp-table-epsilons"] if table else []
+    given += ["--resample-each-round"] if args.resample_each_round else []  # one sample either way
     if given:
       raise ValueError(f"Expected {' and '.join(given)} only with --rounds >= 1 (a run of no rounds releases no "
                        f"predictions: {'they are' if len(given) > 1 else 'it is'} ignored); got --rounds 0.")

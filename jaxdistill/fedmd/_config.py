@@ -55,7 +55,7 @@ class FedMDConfig:
       compositions) instead of the paper's single reused sample.
     rounds: R collaboration rounds (0: the parties train locally and release
       no predictions; the release settings and ``ldp_clip`` then keep their
-      defaults, and ``nfdp`` takes no ``ldp_delta``).
+      defaults, ``nfdp`` takes no ``ldp_delta`` and nothing resamples).
     public_subset: public images drawn (without replacement) each round.
     aggregation: release mode ``argmax``, ``softmax`` or ``logits``. This,
       ``public_subset``, ``weighting`` and ``digest_epochs`` take another
@@ -154,6 +154,8 @@ class FedMDConfig:
       raise ValueError(f"Expected resample_each_round=False for method={self.method!r}: only methods that "
                        "sample (nfdp, local-sample) can resample.")
     s("rounds", _validate.integer("rounds", self.rounds, minimum=0))
+    if self.resample_each_round and self.rounds == 0:  # one sample is drawn either way: it was ignored
+      raise ValueError("Expected resample_each_round=False with rounds=0: a run of no rounds draws one sample.")
     s("public_subset", _validate.integer("public_subset", self.public_subset, minimum=1))
     _validate.choice("aggregation", self.aggregation, RELEASE_MODES)
     if isinstance(self.weighting, str):

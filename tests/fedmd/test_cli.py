@@ -178,6 +178,8 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
      "predictions: they are ignored); got --rounds 0."),
     (["--rounds", "0", "--public-subset", "5000", "--ldp-table-epsilons", "0,1", "--ldp-delta", "1e-3"],
      "Expected --public-subset and --ldp-delta and --ldp-table-epsilons only with --rounds >= 1"),
+    (["--rounds", "0", "--ldp-table-epsilons", "", "--resample-each-round"],
+     "Expected --public-subset and --resample-each-round only with --rounds >= 1"),
     (["--k", "x"], "--k"),
     (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
     (["--stop-after-round", "-5"], "--stop-after-round=-5 >= 1"),

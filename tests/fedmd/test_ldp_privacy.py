@@ -247,6 +247,10 @@ def test_a_run_of_no_rounds_refuses_what_only_rounds_read():
   with pytest.raises(ValueError, match=r"Expected ldp_delta=None for method='nfdp' with rounds=0: it is the delta of "
                                        r"the report's FedMD-LDP sigma table"):
     fedmd.FedMDConfig(rounds=0, ldp_delta=1e-3)
+  with pytest.raises(ValueError, match=r"Expected resample_each_round=False with rounds=0: a run of no rounds draws "
+                                       r"one sample\."):
+    fedmd.FedMDConfig(rounds=0, resample_each_round=True)
+  assert fedmd.FedMDConfig(rounds=1, resample_each_round=True).resample_each_round
   unread = set(fedmd.FedMDConfig(rounds=0).unread_settings())  # null in the report
   in_rounds = set(fedmd.FedMDConfig(rounds=1, aggregation="logits").unread_settings())  # logits: the clip is read
   assert unread - in_rounds == _ROUND_SETTINGS and in_rounds <= unread
