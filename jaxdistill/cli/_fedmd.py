@@ -247,8 +247,8 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
   # A run of no rounds releases no public-set predictions: what shapes them, and the sigma table matched to them,
   # went unread (ldp refuses --rounds 0 itself).
   if args.rounds == 0 and args.method != "ldp":
-    given = [f"--{f.replace('_', '-')}" for f in ("public_subset", "aggregation", "weighting", "digest_epochs",
-                                                   "ldp_clip", "ldp_delta") if getattr(args, f) is not None]
+    from jaxdistill.fedmd._config import _ROUND_SETTINGS  # pylint: disable=import-outside-toplevel
+    given = [f"--{f.replace('_', '-')}" for f in (*_ROUND_SETTINGS, "ldp_delta") if getattr(args, f) is not None]
     given += ["--ldp-table-epsilons"] if table else []
     given += ["--resample-each-round"] if args.resample_each_round else []  # one sample either way
     if given:

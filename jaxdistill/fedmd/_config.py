@@ -28,7 +28,7 @@ METHODS = ("nfdp", "np", "ldp", "local", "local-sample", "centralized")
 _DEFAULTS = {"k": 16, "with_replacement": False, "ldp_epsilon": 1.0, "ldp_clip": 10.0, "public_subset": 5000,
              "aggregation": "argmax", "weighting": "equal", "digest_epochs": 2, "relation": "add-remove"}
 #: The settings only rounds read: with rounds=0 no public-set predictions are released (FedMDConfig refuses them).
-_ROUND_SETTINGS = ("ldp_clip", "public_subset", "aggregation", "weighting", "digest_epochs")
+_ROUND_SETTINGS = ("public_subset", "aggregation", "weighting", "digest_epochs", "ldp_clip")
 VMAP_MODES = ("auto", "on", "off")
 
 

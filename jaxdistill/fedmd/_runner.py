@@ -485,7 +485,7 @@ def check_config(config: FedMDConfig, data: FedMDData, *, checkpoint_dir: Any = 
                        "(a fresh run would release everything again).")
   if data.num_parties != config.num_parties:
     raise ValueError(f"Expected data for num_parties={config.num_parties}; got {data.num_parties} parties.")
-  if config.public_subset > len(data.public) and config.collaborates and config.rounds:  # only rounds draw it
+  if config.public_subset > len(data.public) and "public_subset" not in config.unread_settings():
     raise ValueError(f"Expected public_subset={config.public_subset} <= {len(data.public)} public images.")
   if config.uses_sample and not config.with_replacement:
     for i, n in enumerate(data.party_sizes):
