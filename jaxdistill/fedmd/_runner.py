@@ -41,15 +41,17 @@ the root key; initialisation, batches and public subsets still come from the
 root key. Whoever knows the root key (the CLI records ``--seed``) can then
 recompute neither which records were sampled nor the noise.
 
-Checkpoints: after every round one ``.npz`` file (written atomically) holds
-the model states, the samples drawn, the public subsets and consensus
-released so far, the accuracy history, the round number, the root key, the
-secret seed, if any, the configuration, and sha256 hashes of the public,
-private and test data (the file names the sampled records, so it is
-private anyway; the report holds none of this); ``resume=True`` continues
-from it without drawing a new sample or releasing any round twice, and
-refuses a checkpoint made with other settings, data, key, secret seed or
-``record_releases``, naming what differs.
+Checkpoints: after the initial training (before round 1 releases anything)
+and after every round, one ``.npz`` file (written atomically) holds the
+model states, the samples drawn, the public subsets and consensus released
+so far, the accuracy history, the round number, the root key, the secret
+seed, if any, the configuration, and sha256 hashes of the public, private
+and test data (the file names the sampled records, so it is private anyway;
+the report holds none of this). ``resume=True`` continues from it without
+drawing a new sample; a round interrupted after its release is released
+again bit for bit (the same states, samples and keys), so nothing new leaves
+the parties. It refuses a checkpoint made with other settings, data, key,
+secret seed or ``record_releases``, naming what differs.
 
 References:
   Sun & Lyu, "Federated Model Distillation with Noise-Free Differential
@@ -984,6 +986,37 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
     eval_rounds.append(0)
     timings["evaluate"] += time.perf_counter() - t
 
+  def save_checkpoint(r: int) -> None:
+    """Writes the state after round ``r`` (0: after the initial training, before the first release)."""
+    t = time.perf_counter()
+    meta = {"fingerprint": fingerprint, "key": key_data, "secret_seed": secret_seed, "round": r,
+            "eval_rounds": eval_rounds,
+            "draws": [len(o.draws) for o in oracles] if oracles else [],
+            # As a resume will need them: this session's time so far joins the earlier sessions'.
+            "timings": {**timings,
+                        "earlier_sessions": timings["earlier_sessions"] + time.perf_counter() - t_start},
+            "config": config.to_dict(), "data": description, "data_hashes": hashes,
+            "record_releases": record_releases, "vmap": vmap}
+    arrays = {"accuracy": np.stack(acc_rows)}
+    if config.collaborates and subsets:
+      arrays["subsets"] = np.stack(subsets)
+      arrays["consensus"] = np.stack(consensus)
+      if record_releases:
+        arrays["releases"] = np.stack(releases)
+    if oracles:
+      for i, o in enumerate(oracles):
+        for d, s in enumerate(o.draws):
+          arrays[f"sample_{i}_{d}"] = s
+    _save_checkpoint(ckpt, groups, meta, arrays)
+    timings["checkpoint"] += time.perf_counter() - t
+
+  if ckpt is not None and resumed_from is None and config.rounds >= 1:
+    # Before round 1 releases anything: a run interrupted in round 1 (after its release, before the round's
+    # checkpoint) then resumes from here with the same samples, secret seed and noise keys, so it releases
+    # round 1 again bit for bit instead of from a fresh sample (a fresh secret seed, or another --seed, used to
+    # pass: no checkpoint said that anything had been released).
+    save_checkpoint(0)
+
   # Privacy: computed (and any accounting error raised) before anything is released.
   weights = None
   if config.weighting == "size":
@@ -1041,27 +1074,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         timings["evaluate"] += time.perf_counter() - t
       info = {"round": r, "mean_accuracy": float(acc_rows[-1][0].mean()), "eval_round": eval_rounds[-1]}
       if ckpt is not None:
-        t = time.perf_counter()
-        meta = {"fingerprint": fingerprint, "key": key_data, "secret_seed": secret_seed, "round": r,
-                "eval_rounds": eval_rounds,
-                "draws": [len(o.draws) for o in oracles] if oracles else [],
-                # As a resume will need them: this session's time so far joins the earlier sessions'.
-                "timings": {**timings,
-                            "earlier_sessions": timings["earlier_sessions"] + time.perf_counter() - t_start},
-                "config": config.to_dict(), "data": description, "data_hashes": hashes,
-                "record_releases": record_releases, "vmap": vmap}
-        arrays = {"accuracy": np.stack(acc_rows)}
-        if config.collaborates:
-          arrays["subsets"] = np.stack(subsets)
-          arrays["consensus"] = np.stack(consensus)
-          if record_releases:
-            arrays["releases"] = np.stack(releases)
-        if oracles:
-          for i, o in enumerate(oracles):
-            for d, s in enumerate(o.draws):
-              arrays[f"sample_{i}_{d}"] = s
-        _save_checkpoint(ckpt, groups, meta, arrays)
-        timings["checkpoint"] += time.perf_counter() - t
+        save_checkpoint(r)
       if bar is not None:
         bar.set_postfix(acc=f"{info['mean_accuracy']:.3f}", refresh=False)
         bar.update(1)

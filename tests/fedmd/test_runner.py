@@ -253,6 +253,46 @@ def test_resume_keeps_the_secret_seed(data3, tmp_path):
     run(key, one, data3, checkpoint_dir=tmp_path / "c", resume=True, secret_seed=secret)
 
 
+@pytest.mark.parametrize("method", ["nfdp", "ldp"])
+def test_a_run_interrupted_after_round_1_released_releases_it_again_bit_for_bit(data3, tmp_path, monkeypatch,
+                                                                               method):
+  # Round 1's consensus goes out before the round's checkpoint (digest, revisit and evaluation come between). The
+  # first checkpoint used to be round 1's, so a run stopped there left none: a re-run drew a fresh secret seed
+  # (the CLI's --secret-randomness), hence a second sample or noise draw for round 1, and its report claimed one.
+  extra = dict(ldp_epsilon=2.0, relation="replace-one") if method == "ldp" else {}
+  cfg = tiny_config(method=method, rounds=2, **extra)
+  key, secret = jax.random.key(5), 2**50 + 3
+  full = run(key, cfg, data3, checkpoint_dir=tmp_path / "a", record_releases=True, secret_seed=secret)
+  fit = fedmd._runner._fit_group  # pylint: disable=protected-access
+  released = []
+
+  def interrupted(*a, **kw):
+    if kw["when"] == "in round 1's digest":
+      released.append(np.asarray(a[3]))  # the consensus the digest trains on: it has left the parties
+      raise Interrupt()
+    return fit(*a, **kw)
+
+  monkeypatch.setattr(fedmd._runner, "_fit_group", interrupted)  # pylint: disable=protected-access
+  with pytest.raises(Interrupt):
+    run(key, cfg, data3, checkpoint_dir=tmp_path / "b", record_releases=True, secret_seed=secret)
+  monkeypatch.setattr(fedmd._runner, "_fit_group", fit)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(released[0], full.consensus[0])
+  # The checkpoint written before the release holds the secret seed: a re-run cannot start afresh, nor resume
+  # with another seed (the CLI's --resume reads this one back).
+  assert fedmd.checkpoint_secret_seed(tmp_path / "b") == secret
+  with pytest.raises(ValueError, match="exists: pass resume=True"):
+    run(key, cfg, data3, checkpoint_dir=tmp_path / "b", secret_seed=secret)
+  with pytest.raises(ValueError, match="another one"):
+    run(key, cfg, data3, checkpoint_dir=tmp_path / "b", resume=True, secret_seed=secret + 1)
+  resumed = run(key, cfg, data3, checkpoint_dir=tmp_path / "b", resume=True, record_releases=True,
+                secret_seed=secret)
+  assert resumed.resumed_from == 0
+  assert_bitwise_equal(full, resumed)  # round 1 released again, the same bits: nothing new left the parties
+  assert samples_equal(full, resumed)
+  assert [len(d) for d in resumed.samples] == ([1, 1, 1] if method == "nfdp" else [0, 0, 0])
+  assert resumed.privacy == full.privacy
+
+
 @pytest.mark.parametrize("content", [b"PK\x03\x04truncated", b"not a zip at all", "npz-without-meta"])
 def test_a_damaged_checkpoint_is_a_one_line_error(data3, tmp_path, content):
   path = tmp_path / fedmd.CHECKPOINT_NAME
