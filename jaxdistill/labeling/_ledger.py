@@ -198,9 +198,9 @@ class ReleaseLedger:
         version = index.get("version") if isinstance(index, dict) else None
         raise ValueError(f"{self.index_path} has ledger version {version!r}; expected {_VERSION}.")
       if not (isinstance(index.get("releases"), list) and isinstance(index.get("runs"), list)
-              and all(isinstance(e, dict) for e in index["releases"])):
-        raise ValueError(f"{self.index_path} lacks the 'releases' and 'runs' lists of a ledger; move it away to "
-                         "continue.")
+              and all(isinstance(e, dict) for e in index["releases"] + index["runs"])):
+        raise ValueError(f"{self.index_path} lacks the 'releases' and 'runs' lists (of JSON objects) of a ledger; "
+                         "move it away to continue.")
       return index
     return {"version": _VERSION, "releases": [], "runs": []}
 

@@ -854,7 +854,11 @@ def test_ledger_refuses_unreadable_or_misplaced_releases(tmp_path):
       labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "hash")
   (tmp_path / "a" / "release-iter1.npz").write_bytes(good)
   index = (tmp_path / "a" / "ledger.json").read_text()
-  for content, match in (("[]", "ledger version"), ('{"version": 1}', "'releases' and 'runs'")):
+  # A hand-edited run entry that is no JSON object used to pass this check and fail in _write_index, after the
+  # release was published, with an AttributeError (and again on every re-run).
+  edited = json.dumps({**json.loads(index), "runs": ["a note"]})
+  for content, match in (("[]", "ledger version"), ('{"version": 1}', "'releases' and 'runs'"),
+                         (edited, "'releases' and 'runs'")):
     (tmp_path / "a" / "ledger.json").write_text(content)
     with pytest.raises(ValueError, match=match):
       labeling.ReleaseLedger(tmp_path / "a", {"a": 1}, "hash")
