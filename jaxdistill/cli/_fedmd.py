@@ -77,7 +77,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   a("--init-epochs", type=count, default=20, help="T1: epochs on the private view first")
   a("--digest-epochs", type=count, default=None,
     help=f"T2: epochs on the consensus per round (default: {_DEFAULT_DIGEST_EPOCHS}; {_COLLAB})")
-  a("--revisit-epochs", type=count, default=1, help="T3: epochs on the private view per round")
+  a("--revisit-epochs", type=count, default=None,
+    help=f"T3: epochs on the private view per round (default: {_DEFAULT_REVISIT_EPOCHS}; only with --rounds >= 1)")
   a("--lr", type=float, default=1e-3, help="Adam learning rate")
   a("--private-batch-size", type=count, default=5, help="FedMD: 5")
   a("--public-batch-size", type=count, default=256)
@@ -112,7 +113,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     help="draw the samples (nfdp, local-sample) and the LDP noise from a secret OS-random seed, kept only in "
          "the checkpoints under --out (never in the report), instead of --seed")
   a("--vmap", default="auto", choices=VMAP_MODES, help="vmapped same-architecture parties")
-  a("--eval-every", type=count, default=1)
+  a("--eval-every", type=count, default=None,
+    help=f"evaluate every this many rounds, and after the last (default: {_DEFAULT_EVAL_EVERY}; only with --rounds "
+         ">= 1)")
   a("--out", default="runs/fedmd",
     help="output folder (report.json, plots, checkpoints); an earlier report.json moves to history/report-<N>.json")
   a("--resume", action="store_true", help="continue from the checkpoints in --out")
@@ -209,6 +212,8 @@ _DEFAULT_PUBLIC_SUBSET, _DEFAULT_AGGREGATION, _DEFAULT_WEIGHTING, _DEFAULT_DIGES
 _COLLAB = "only with --method nfdp, np or ldp, the methods that collaborate"
 #: Defaults of the partition flags (fedmd.load_fedmd_data's; the tests check).
 _DEFAULT_ALPHA, _DEFAULT_CLASSES_PER_PARTY = 0.5, 2
+#: Defaults of the flags only rounds read (FedMDConfig's; the tests check).
+_DEFAULT_REVISIT_EPOCHS, _DEFAULT_EVAL_EVERY = 1, 1
 
 
 def _which(methods: tuple[str, ...]) -> str:
@@ -244,8 +249,8 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
     raise ValueError(f"Expected {' and '.join(given)} only with --method {_which(_COLLAB_METHODS)}, the methods that "
                      f"collaborate (elsewhere {'they are' if len(given) > 1 else 'it is'} ignored); got --method "
                      f"{args.method}.")
-  # A run of no rounds releases no public-set predictions: what shapes them, and the sigma table matched to them,
-  # went unread (ldp refuses --rounds 0 itself).
+  # A run of no rounds releases no public-set predictions: what shapes them, the sigma table matched to them, and
+  # the rounds' training and evaluation went unread (ldp refuses --rounds 0 itself).
   if args.rounds == 0 and args.method != "ldp":
     from jaxdistill.fedmd._config import _ROUND_SETTINGS  # pylint: disable=import-outside-toplevel
     given = [f"--{f.replace('_', '-')}" for f in (*_ROUND_SETTINGS, "ldp_delta") if getattr(args, f) is not None]
@@ -253,7 +258,8 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
     given += ["--resample-each-round"] if args.resample_each_round else []  # one sample either way
     if given:
       raise ValueError(f"Expected {' and '.join(given)} only with --rounds >= 1 (a run of no rounds releases no "
-                       f"predictions: {'they are' if len(given) > 1 else 'it is'} ignored); got --rounds 0.")
+                       f"predictions and trains no rounds: {'they are' if len(given) > 1 else 'it is'} ignored); got "
+                       "--rounds 0.")
   # --alpha 0.5 with --partition iid (the default value, so the library could not tell) was accepted and ignored.
   for flag, partition in (("--alpha", "dirichlet"), ("--classes-per-party", "classes")):
     if getattr(args, flag[2:].replace("-", "_")) is not None and args.partition != partition:
@@ -263,7 +269,8 @@ def _check_method_flags(args: argparse.Namespace) -> argparse.Namespace:
                         ("aggregation", _DEFAULT_AGGREGATION), ("public_subset", _DEFAULT_PUBLIC_SUBSET),
                         ("weighting", _DEFAULT_WEIGHTING), ("digest_epochs", _DEFAULT_DIGEST_EPOCHS),
                         ("k", _INTS(_DEFAULT_K)), ("sampling", _DEFAULT_SAMPLING),
-                        ("ldp_epsilon", _DEFAULT_LDP_EPSILON), ("ldp_clip", _DEFAULT_LDP_CLIP)):
+                        ("ldp_epsilon", _DEFAULT_LDP_EPSILON), ("ldp_clip", _DEFAULT_LDP_CLIP),
+                        ("revisit_epochs", _DEFAULT_REVISIT_EPOCHS), ("eval_every", _DEFAULT_EVAL_EVERY)):
     if getattr(args, name) is None:
       setattr(args, name, default)
   if args.ldp_table_epsilons is None:

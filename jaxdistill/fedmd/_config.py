@@ -26,9 +26,13 @@ __all__ = ["FedMDConfig", "METHODS", "VMAP_MODES"]
 METHODS = ("nfdp", "np", "ldp", "local", "local-sample", "centralized")
 #: Defaults of the settings that only some methods read (FedMDConfig refuses another value elsewhere).
 _DEFAULTS = {"k": 16, "with_replacement": False, "ldp_epsilon": 1.0, "ldp_clip": 10.0, "public_subset": 5000,
-             "aggregation": "argmax", "weighting": "equal", "digest_epochs": 2, "relation": "add-remove"}
-#: The settings only rounds read: with rounds=0 no public-set predictions are released (FedMDConfig refuses them).
-_ROUND_SETTINGS = ("public_subset", "aggregation", "weighting", "digest_epochs", "ldp_clip")
+             "aggregation": "argmax", "weighting": "equal", "digest_epochs": 2, "relation": "add-remove",
+             "revisit_epochs": 1, "eval_every": 1}
+#: The settings that shape the public-set releases: only the methods that collaborate read them, in rounds.
+_RELEASE_SETTINGS = ("public_subset", "aggregation", "weighting", "digest_epochs")
+#: The settings only rounds read: with rounds=0 no public-set predictions are released and no round trains or
+#: evaluates (FedMDConfig refuses them).
+_ROUND_SETTINGS = (*_RELEASE_SETTINGS, "revisit_epochs", "eval_every", "ldp_clip")
 VMAP_MODES = ("auto", "on", "off")
 
 
@@ -54,8 +58,9 @@ class FedMDConfig:
     resample_each_round: draw a fresh sample every round (accounted as R
       compositions) instead of the paper's single reused sample.
     rounds: R collaboration rounds (0: the parties train locally and release
-      no predictions; the release settings and ``ldp_clip`` then keep their
-      defaults, ``nfdp`` takes no ``ldp_delta`` and nothing resamples).
+      no predictions; the release settings, ``revisit_epochs``,
+      ``eval_every`` and ``ldp_clip`` then keep their defaults, ``nfdp``
+      takes no ``ldp_delta`` and nothing resamples).
     public_subset: public images drawn (without replacement) each round.
     aggregation: release mode ``argmax``, ``softmax`` or ``logits``. This,
       ``public_subset``, ``weighting`` and ``digest_epochs`` take another
@@ -123,7 +128,7 @@ class FedMDConfig:
   pretrain_epochs: int = 2
   init_epochs: int = 20
   digest_epochs: int = _DEFAULTS["digest_epochs"]
-  revisit_epochs: int = 1
+  revisit_epochs: int = _DEFAULTS["revisit_epochs"]
   learning_rate: float = 1e-3
   private_batch_size: int = 5
   public_batch_size: int = 256
@@ -132,7 +137,7 @@ class FedMDConfig:
   ldp_clip: float = _DEFAULTS["ldp_clip"]
   relation: str = _DEFAULTS["relation"]
   vmap: str = "auto"
-  eval_every: int = 1
+  eval_every: int = _DEFAULTS["eval_every"]
 
   def __post_init__(self):
     s = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -232,7 +237,9 @@ class FedMDConfig:
          "a run of no rounds releases nothing it would clip)"),
         *((name, self.collaborates and rounds, "a method that collaborates, 'nfdp', 'np' or 'ldp', and rounds >= 1 "
            "(the others, and a run of no rounds, release nothing and query no public data)")
-          for name in _ROUND_SETTINGS if name != "ldp_clip"),
+          for name in _RELEASE_SETTINGS),
+        *((name, rounds, "rounds >= 1 (a run of no rounds trains and evaluates once, before any round)")
+          for name in ("revisit_epochs", "eval_every")),
         ("relation", self.uses_sample or self.method == "ldp",
          "a method with a privacy statement, 'nfdp', 'local-sample' or 'ldp'"))
 

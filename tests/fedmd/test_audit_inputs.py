@@ -451,7 +451,7 @@ def _without(args, *flags):
 def test_cli_bad_input_before_loading_data(capsys, tmp_path, monkeypatch, extra, needle):
   no_data(monkeypatch)
   # A run of no rounds refuses the flags that only rounds read (tests/fedmd/test_cli.py).
-  args = _without(TINY_CLI, "--public-subset", "--digest-epochs")
+  args = _without(TINY_CLI, "--public-subset", "--digest-epochs", "--revisit-epochs")
   assert main(args + ["--out", str(tmp_path / "o")] + extra) == 2
   err = capsys.readouterr().err
   assert len(err.strip().splitlines()) == 1 and needle in err

@@ -44,6 +44,8 @@ def test_cli_choices_match_the_library():
   assert (_fedmd._INTS(_fedmd._DEFAULT_K), _fedmd._DEFAULT_SAMPLING == "wr",  # pylint: disable=protected-access
           _fedmd._DEFAULT_LDP_EPSILON, _fedmd._DEFAULT_LDP_CLIP) == (  # pylint: disable=protected-access
               (default["k"],), default["with_replacement"], default["ldp_epsilon"], default["ldp_clip"])
+  assert (_fedmd._DEFAULT_REVISIT_EPOCHS, _fedmd._DEFAULT_EVAL_EVERY) == (  # pylint: disable=protected-access
+      default["revisit_epochs"], default["eval_every"])
   loader = inspect.signature(fedmd.load_fedmd_data).parameters
   assert (_fedmd._DEFAULT_ALPHA, _fedmd._DEFAULT_CLASSES_PER_PARTY) == (  # pylint: disable=protected-access
       loader["alpha"].default, loader["classes_per_party"].default)
@@ -175,11 +177,14 @@ def test_secret_randomness_is_kept_for_resume_and_never_reported(tmp_path, capsy
     # A run of no rounds releases no predictions: what shapes them and the table matched to them went unread.
     (["--rounds", "0", "--ldp-table-epsilons", "", "--digest-epochs", "3"],
      "Expected --public-subset and --digest-epochs only with --rounds >= 1 (a run of no rounds releases no "
-     "predictions: they are ignored); got --rounds 0."),
+     "predictions and trains no rounds: they are ignored); got --rounds 0."),
     (["--rounds", "0", "--public-subset", "5000", "--ldp-table-epsilons", "0,1", "--ldp-delta", "1e-3"],
      "Expected --public-subset and --ldp-delta and --ldp-table-epsilons only with --rounds >= 1"),
     (["--rounds", "0", "--ldp-table-epsilons", "", "--resample-each-round"],
      "Expected --public-subset and --resample-each-round only with --rounds >= 1"),
+    # No round trains or evaluates either (the report said revisit_epochs 50 for a run that revisited nothing).
+    (["--rounds", "0", "--ldp-table-epsilons", "", "--revisit-epochs", "1", "--eval-every", "3"],
+     "Expected --public-subset and --revisit-epochs and --eval-every only with --rounds >= 1"),
     (["--k", "x"], "--k"),
     (["--stop-after-round", "0"], "--stop-after-round=0 >= 1"),
     (["--stop-after-round", "-5"], "--stop-after-round=-5 >= 1"),

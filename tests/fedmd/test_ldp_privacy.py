@@ -194,11 +194,15 @@ _READERS = {
     "weighting": _COLLABORATES,
     "digest_epochs": _COLLABORATES,
     "relation": lambda method, aggregation, delta: method in ("nfdp", "local-sample", "ldp"),
+    "revisit_epochs": lambda method, aggregation, delta: True,  # every method trains in its rounds
+    "eval_every": lambda method, aggregation, delta: True,
 }
-#: Read in rounds only: a run of no rounds releases no predictions.
-_ROUND_SETTINGS = {"ldp_clip", "public_subset", "aggregation", "weighting", "digest_epochs"}
+#: Read in rounds only: a run of no rounds releases no predictions, and trains and evaluates once, before any round.
+_ROUND_SETTINGS = {"ldp_clip", "public_subset", "aggregation", "weighting", "digest_epochs", "revisit_epochs",
+                   "eval_every"}
 _OTHER_VALUE = {"k": 3, "with_replacement": True, "ldp_epsilon": 2.5, "ldp_clip": 4.0, "public_subset": 7,
-                "aggregation": "softmax", "weighting": "size", "digest_epochs": 3, "relation": "replace-one"}
+                "aggregation": "softmax", "weighting": "size", "digest_epochs": 3, "relation": "replace-one",
+                "revisit_epochs": 5, "eval_every": 4}
 
 
 @pytest.mark.parametrize("name", sorted(_READERS))
