@@ -127,9 +127,13 @@ class BsvsMechanism(abc.ABC):
     return self.shape.d
 
   def entry_bias(self, counts: Any, num_clients: int) -> np.ndarray:
-    """Closed-form bias E[estimate] - A of each entry (unbiased mechanisms: 0)."""
-    del num_clients
-    return np.zeros(np.shape(counts), np.float64)
+    """Closed-form bias E[estimate] - A of each entry (unbiased mechanisms: 0), float64 ``[s, |Y|]``.
+
+    ``counts`` (None, or A) and ``num_clients`` are checked as :meth:`entry_variance` checks them: the zeros
+    used to take any shape, NaN or 'abc' from ``counts``.
+    """
+    count_free_clients(self.shape, counts, num_clients)
+    return np.zeros((self.shape.num_buckets, self.shape.num_labels), np.float64)
 
   def entry_mse(self, counts: Any, num_clients: int) -> np.ndarray:
     """Closed-form mean squared error per entry: variance + bias^2."""

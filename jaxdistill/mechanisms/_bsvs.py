@@ -123,8 +123,8 @@ def make_bsvs_input(buckets: Any, labels: Any, *, num_buckets: int, num_labels: 
   lab = np.asarray(labels)
   for name, arr in (("buckets", b), ("labels", lab)):
     if arr.dtype.kind == "f":
-      if np.isnan(arr).any():
-        raise ValueError(f"Expected {name} to hold integers; found NaN.")
+      if not np.isfinite(arr).all():  # inf was cast to -2^63 and named so
+        raise ValueError(f"Expected {name} to hold integers; found {'NaN' if np.isnan(arr).any() else 'inf'}.")
       if not np.all(arr == np.round(arr)):
         raise ValueError(f"Expected {name} to hold integers; found non-integers.")
     elif arr.dtype.kind not in "iu":
@@ -136,20 +136,25 @@ def make_bsvs_input(buckets: Any, labels: Any, *, num_buckets: int, num_labels: 
     raise ValueError(f"Expected as many label rows as bucket rows; got {b.shape[0]} and {lab.shape[0]}.")
   if b.shape[0] < 1:
     raise ValueError("Expected at least one client (n >= 1).")
-  b = b.astype(np.int64).reshape(b.shape[0], -1)
-  lab = lab.astype(np.int64).reshape(lab.shape[0], -1)
+  b = b.reshape(b.shape[0], -1)
+  lab = lab.reshape(lab.shape[0], -1)
   shape = BsvsShape(num_buckets, num_labels, b.shape[1] if k is None else k,
                     lab.shape[1] if r is None else r)
   if b.shape[1] > shape.k:
     raise ValueError(f"Expected at most k={shape.k} buckets per client; got {b.shape[1]} columns.")
   if lab.shape[1] > shape.r:
     raise ValueError(f"Expected at most r={shape.r} labels per client; got {lab.shape[1]} columns.")
+  checked = []
   for name, arr, hi in (("buckets", b, shape.num_buckets), ("labels", lab, shape.num_labels)):
+    # In the input's own dtype, then cast: a uint64 2^64 - 1 cast to int64 first became -1, padding (a vote dropped).
     _check_index_range(name, arr, hi)
+    arr = arr.astype(np.int64)
+    checked.append(arr)
     dup = repeated_in_rows(arr)
     if dup.any():
       row = int(np.flatnonzero(dup)[0])
       raise ValueError(f"Expected distinct {name} within a client; client {row} has {arr[row].tolist()}.")
+  b, lab = checked
   pad_b = np.full((b.shape[0], shape.k - b.shape[1]), -1, np.int64)
   pad_l = np.full((lab.shape[0], shape.r - lab.shape[1]), -1, np.int64)
   inp = BsvsInput(jnp.asarray(np.concatenate([b, pad_b], 1), jnp.int32),

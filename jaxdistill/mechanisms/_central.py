@@ -249,7 +249,7 @@ class CentralLaplace(_Central):
 
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     """A + noise, float64 ``[s, |Y|]`` (``[*batch, s, |Y|]`` for a batch of keys)."""
-    del num_clients
+    _validate.integer("num_clients", num_clients, minimum=1)  # unused, but 'abc', None and -5 were accepted
     return _counts(stats, self.shape).astype(np.float64) + self.noise(key)
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:
@@ -345,7 +345,8 @@ class CentralDiscreteLaplace(_Central):
     and so do G1 - G2 and A + G1 - G2 (|.| < 2^63); beyond it the cast wraps
     to about -2^63.
     """
-    if not _DLAP_MAX_LOG_U / self.parameter < 2.0**62:
+    # a > 0 first: an epsilon that a = eps/Delta rounds to 0 (5e-324) raised ZeroDivisionError here.
+    if not (self.parameter > 0 and _DLAP_MAX_LOG_U / self.parameter < 2.0**62):
       raise ValueError(f"Expected epsilon={self.epsilon!r} > Delta * 54 ln(2) * 2^-62 = "
                        f"{self.sensitivity * _DLAP_MAX_LOG_U * 2.0**-62:.3g}: the geometric draws "
                        f"floor(-ln(U)/a) <= 54 ln(2)/a (a = eps/Delta = {self.parameter!r}) must stay below "
@@ -359,7 +360,7 @@ class CentralDiscreteLaplace(_Central):
 
   def estimate(self, key: jax.Array, stats: Any, num_clients: int) -> np.ndarray:
     """A + noise, float64 ``[s, |Y|]`` (``[*batch, s, |Y|]`` for a batch of keys)."""
-    del num_clients
+    _validate.integer("num_clients", num_clients, minimum=1)  # unused, but 'abc', None and -5 were accepted
     return (_counts(stats, self.shape) + self.noise(key)).astype(np.float64)
 
   def entry_variance(self, counts: Any, num_clients: int) -> np.ndarray:

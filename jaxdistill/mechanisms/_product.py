@@ -168,6 +168,9 @@ class Separation(BsvsMechanism):
     check_shape(self.shape)
     eps = _validate.positive("epsilon", self.epsilon)
     object.__setattr__(self, "epsilon", eps)
+    if not eps / 2 > 0:  # 5e-324 / 2 rounds to 0, which default_bloom_length named as "epsilon=0.0"
+      raise ValueError(f"Expected epsilon={eps!r} large enough that each factor's epsilon / 2 is a positive float64 "
+                       "(and its Collision hit rates differ: about epsilon >= 2^-28).")
     c_max = max(self.shape.k, self.shape.r)
     if eps / 2 > math.log(_MAX_BLOOM / c_max):  # named here: default_bloom_length would name eps / 2
       raise ValueError(f"Expected epsilon={eps!r} <= {2 * math.log(_MAX_BLOOM / c_max):.3f}: each factor spends "

@@ -77,9 +77,10 @@ def three_clients_statistics(mech):
 
 
 @pytest.mark.parametrize("make", [M.RandomizedResponse, M.Collision, M.Separation, M.Concatenation,
-                                  M.ConcatenationLiteral])
+                                  M.ConcatenationLiteral, M.CentralLaplace, M.CentralDiscreteLaplace])
 def test_estimates_refuse_a_bad_num_clients(make):
-  # num_clients is the debiasing n: -5, 0 or 2.5 gave a finite, meaningless estimate.
+  # num_clients is the debiasing n: -5, 0 or 2.5 gave a finite, meaningless estimate. The central estimates do
+  # not read it, but took 'abc', None and -5 where every other mechanism refuses them.
   mech = make(M.BsvsShape(3, 2, 1), 1.0)
   stats = three_clients_statistics(mech)
   assert np.isfinite(mech.estimate(jax.random.key(1), stats, 3)).all()
@@ -149,6 +150,27 @@ def test_closed_forms_refuse_counts_no_votes_could_give(make):
                       (counts[:2], "s\\*\\|Y\\| = 3\\*2 entries")):
     with pytest.raises(ValueError, match=needle):
       mech.entry_variance(bad, 4)
+
+
+@pytest.mark.parametrize("build", [
+    lambda shape: M.RandomizedResponse(shape, 1.0),
+    lambda shape: M.Collision(shape, 1.0),
+    lambda shape: M.CentralLaplace(shape, 1.0),
+    lambda shape: M.CentralDiscreteLaplace(shape, 1.0),
+    lambda shape: M.ShuffleMultiMessage(shape, 1.0, 1e-6, 100),
+])
+def test_the_zero_bias_of_unbiased_mechanisms_checks_its_arguments(build):
+  # BsvsMechanism.entry_bias returned zeros of whatever shape counts had: 'abc' and -1 clients gave array(0.),
+  # 7 NaN counts 7 zeros.
+  mech = build(M.BsvsShape(3, 2, 1))
+  counts = np.array([[2, 0], [0, 1], [1, 0]])
+  for given in (counts, counts.ravel(), None):
+    bias = mech.entry_bias(given, 4)
+    assert bias.shape == (3, 2) and bias.dtype == np.float64 and not bias.any()
+  for bad, n, needle in (("abc", -1, "num_clients"), ("abc", 4, "counts"), (np.full(7, np.nan), 4, r"3\*2 entries"),
+                         (counts, "x", "num_clients"), (counts * 10, 4, r"counts in \[0, num_clients=4\]")):
+    with pytest.raises(ValueError, match=needle):
+      mech.entry_bias(bad, n)
 
 
 @pytest.mark.parametrize("build", [
@@ -274,6 +296,20 @@ def test_synthetic_workload_needs_a_threefry_key():
     direct = M.SyntheticWorkload(jax.random.key(0, impl=impl), M.BsvsShape(6, 3, 1), 50)
     with pytest.raises(ValueError, match="threefry2x32"):
       direct.materialize(chunk_size=7)
+
+
+@pytest.mark.parametrize("buckets,needle", [
+    (np.array([[1], [2**64 - 1]], np.uint64), r"found \[18446744073709551615\]"),  # was cast to -1: padding
+    (np.array([[1], [2**63]], np.uint64), r"found \[9223372036854775808\]"),  # was named as -2^63
+    (np.array([[1.0], [np.inf]]), "to hold integers; found inf"),
+])
+def test_make_bsvs_input_checks_indices_before_its_int64_cast(buckets, needle):
+  # A uint64 bucket 2^64 - 1 became -1 in the int64 cast before the range check: the client's vote was dropped
+  # as padding without a word (bsvs_counts and simulate refuse the same array).
+  with pytest.raises(ValueError, match=needle):
+    M.make_bsvs_input(buckets, [[0], [1]], num_buckets=3, num_labels=2)
+  inp, _ = M.make_bsvs_input(np.array([[1], [2]], np.uint64), [[0], [1]], num_buckets=3, num_labels=2)
+  np.testing.assert_array_equal(np.asarray(inp.buckets), [[1], [2]])  # in range: as given
 
 
 @pytest.mark.parametrize("bad, low, high", [(2**32 + 1, 0, 2**32 + 1), (2**32 - 1, 0, 2**32 - 1),

@@ -328,7 +328,9 @@ def test_float_sampler_delta_at_huge_epsilon(eps):
 
 
 @pytest.mark.parametrize("cls,eps", [(M.CentralLaplace, 1e-300), (M.CentralLaplace, 1e-150),
-                                     (M.CentralDiscreteLaplace, 1e-300), (M.CentralDiscreteLaplace, 1e-18)])
+                                     (M.CentralDiscreteLaplace, 1e-300), (M.CentralDiscreteLaplace, 1e-18),
+                                     # a = eps/Delta rounds to 0: a ZeroDivisionError, not the ValueError
+                                     (M.CentralLaplace, 5e-324), (M.CentralDiscreteLaplace, 5e-324)])
 def test_epsilon_whose_noise_overflows_is_refused(cls, eps):
   # Laplace: b = Delta/eps must stay <= 2^400 (b^2 overflows float64 past 2^512); discrete
   # Laplace: G <= 54 ln(2)/a must stay below 2^62, else the int64 cast wraps to about -2^63.

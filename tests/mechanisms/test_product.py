@@ -326,10 +326,11 @@ def test_bad_input(cls):
 
 
 @pytest.mark.parametrize("cls", [M.Separation, M.Concatenation, M.ConcatenationLiteral])
-@pytest.mark.parametrize("eps", [1e-300, 1e-12])
+@pytest.mark.parametrize("eps", [1e-300, 1e-12, 5e-324])
 def test_epsilon_too_small_for_float64_rates_is_refused(cls, eps):
   # At 1e-300 p == q (Separation divided by zero) or p < q (Concatenation flipped its
-  # estimate); at 1e-12 p - q is mostly rounding error.
-  with pytest.raises(ValueError, match="epsilon"):
+  # estimate); at 1e-12 p - q is mostly rounding error. At 5e-324 Separation's epsilon / 2 rounds to 0, and the
+  # error named that 0 ("Expected epsilon=0.0 > 0"), not the caller's value.
+  with pytest.raises(ValueError, match=f"epsilon={eps!r}"):
     cls(M.BsvsShape(3, 2, 1), eps)
   assert cls(M.BsvsShape(3, 2, 1), 1e-7).epsilon == 1e-7
