@@ -51,7 +51,8 @@ the report holds none of this). ``resume=True`` continues from it without
 drawing a new sample; a round interrupted after its release is released
 again bit for bit (the same states, samples and keys), so nothing new leaves
 the parties. It refuses a checkpoint made with other settings, data, key,
-secret seed or ``record_releases``, naming what differs.
+secret seed, ``record_releases``, vmap mode or x64 mode, naming what
+differs.
 
 References:
   Sun & Lyu, "Federated Model Distillation with Noise-Free Differential
@@ -731,7 +732,8 @@ def run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *,
       memory, public subset too large), an existing checkpoint without
       ``resume=True``, a checkpoint from a different run (other settings,
       data or key: the message names them; another ``secret_seed``; another
-      ``record_releases``), a ``checkpoint_dir`` held by another run, bad
+      ``record_releases``, vmap mode or ``jax_enable_x64`` mode, which train
+      different parameters), a ``checkpoint_dir`` held by another run, bad
       ``ldp_table_epsilons`` (or a non-empty one for a method without the
       table, or none for ``nfdp`` with an ``ldp_delta``, the table's only
       use), a bad ``secret_seed`` or a non-callable
@@ -929,6 +931,14 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         raise ValueError(f"Checkpoint {ckpt} was made with record_releases={recorded} and this call passes "
                          f"record_releases={record_releases}: resuming would {lost}. Pass "
                          f"record_releases={recorded}.")
+    x64 = bool(jax.config.jax_enable_x64)
+    saved_x64 = meta.get("x64", x64)  # older checkpoints did not record it
+    if saved_x64 != x64:
+      # Adam's bias correction runs in float64 under x64 (optax), so the two modes train different parameters: a
+      # run stopped in one and resumed in the other matched neither uninterrupted run, without a word.
+      raise ValueError(f"Checkpoint {ckpt} was trained with jax_enable_x64={saved_x64} and this process has "
+                       f"jax_enable_x64={x64}: resuming would mix the two, which train different parameters "
+                       "(optax's Adam). Resume with the mode it was made in.")
     saved_vmap = meta.get("vmap", vmap)  # older checkpoints did not record it
     if saved_vmap != vmap:
       # vmap="auto" resolves by backend: a run stopped on CPU (looped) and resumed on GPU (vmapped) mixed the two,
@@ -957,9 +967,12 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
     pub_id = _content_hash(pub)
     for g in groups:
       # Pre-training sees only public data, so its result is a pure function of this tuple:
-      # sweeps over k, methods or sampling reuse it instead of recomputing it.
+      # sweeps over k, methods or sampling reuse it instead of recomputing it. The x64 mode and the backend round
+      # differently (optax's Adam corrects its bias in float64 under x64): a run after one in the other mode
+      # started from that mode's weights.
       memo = (tuple(key_data), g.spec, tuple(g.parties), data.num_classes, config.learning_rate,
-              config.pretrain_epochs, config.public_batch_size, vmap and len(g.parties) > 1, pub_id)
+              config.pretrain_epochs, config.public_batch_size, vmap and len(g.parties) > 1, pub_id,
+              bool(jax.config.jax_enable_x64), jax.default_backend())
       if config.pretrain_epochs and memo in _PRETRAINED:
         g.state = _PRETRAINED[memo]
         continue
@@ -996,7 +1009,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
             "timings": {**timings,
                         "earlier_sessions": timings["earlier_sessions"] + time.perf_counter() - t_start},
             "config": config.to_dict(), "data": description, "data_hashes": hashes,
-            "record_releases": record_releases, "vmap": vmap}
+            "record_releases": record_releases, "vmap": vmap, "x64": bool(jax.config.jax_enable_x64)}
     arrays = {"accuracy": np.stack(acc_rows)}
     if config.collaborates and subsets:
       arrays["subsets"] = np.stack(subsets)

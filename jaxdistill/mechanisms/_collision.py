@@ -148,6 +148,7 @@ def _coin_thresholds(p: float, cardinality: int) -> np.ndarray:
     v = int(value)
     for w in range(width):
       out[m, width - 1 - w] = (v >> (32 * w)) & 0xFFFFFFFF
+  out.setflags(write=False)  # cached and shared
   return out
 
 

@@ -218,8 +218,10 @@ def compound_poisson_tables(shapes: tuple[float, ...], probs: tuple[float, ...],
   e_cap = len(survival)
   tv = (float(tail_e) + e_cap * _THRESHOLD_ERROR
         + e_cap * (float(tail_l) + (len(mark_survival) + cells - 1) * _THRESHOLD_ERROR))
-  return CompoundPoissonTables(count, mark, np.asarray(stream_of, np.int32), np.asarray(size_of, np.int32),
-                               cell, cells, len(shapes), float(rate), tv)
+  arrays = (count, mark, np.asarray(stream_of, np.int32), np.asarray(size_of, np.int32), cell)
+  for a in arrays:  # cached and shared (ShuffleMultiMessage.tables() returns them): read-only, as _clone_window's
+    a.setflags(write=False)
+  return CompoundPoissonTables(*arrays, cells, len(shapes), float(rate), tv)
 
 
 def _less(u: jax.Array, t: jax.Array) -> jax.Array:

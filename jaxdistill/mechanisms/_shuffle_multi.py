@@ -31,6 +31,7 @@ uniformly random permutation and runs the analyzer on the shuffled list.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fractions
 import functools
@@ -339,8 +340,10 @@ class ShuffleMultiMessage(BsvsMechanism):
                                            c=self.shape.c)
 
   def privacy(self) -> PrivacyStatement:
-    return _statement(self.noise, self.epsilon, self.shape, self.num_clients, self.delta, self.dlap_fraction,
-                      self.sampler_tv_bound())
+    # A copy: the cached statement is shared by every equal mechanism, and its parameters (a dict) and warnings'
+    # details could be edited by a caller, changing every later report.
+    return copy.deepcopy(_statement(self.noise, self.epsilon, self.shape, self.num_clients, self.delta,
+                                    self.dlap_fraction, self.sampler_tv_bound()))
 
 
 def _event_buffer(chunk: int, rate: float) -> int:

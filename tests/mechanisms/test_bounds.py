@@ -113,7 +113,8 @@ def test_theorem1_labeling_error(cls, gap):
     a = eps / (2 * k)
     assert bound == pytest.approx(y * dlap_exceed(a, math.ceil(gap / 2) - 1), rel=1e-9)
   assert 0.05 < bound < 1  # not vacuous at this gap
-  est = np.stack([mech.estimate(jax.random.key(3000 + i), counts, 0) for i in range(DRAWS)])
+  n = int(counts.sum())  # k = r = 1: one vote per client
+  est = np.stack([mech.estimate(jax.random.key(3000 + i), counts, n) for i in range(DRAWS)])
   fails = int(wrong_labels(est, 0).sum())
   assert_rate_at_most(fails, DRAWS * s, bound)
   assert mech.labeling_error(0.0) == 1.0

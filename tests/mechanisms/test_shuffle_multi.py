@@ -784,3 +784,22 @@ def test_estimate_checks_its_statistics():
     mech.estimate(None, stats, "abc")
   with pytest.raises(ValueError, match=r"Expected counts"):
     mech.max_error_bound(0.05, "abc", 1000)
+
+
+def test_cached_statements_and_tables_are_not_shared_for_writing():
+  # privacy() returned the lru_cached PrivacyStatement itself: a caller editing its parameters (a dict) changed the
+  # statement of every later equal mechanism, reports and the labeling ledger's check included. The sampler's
+  # cached tables (ShuffleMultiMessage.tables()) were writable arrays shared the same way.
+  shape = M.BsvsShape(3, 2, 1)
+  first = M.ShuffleMultiMessage(shape, 1.0, 1e-6, 100).privacy()
+  first.parameters["target_delta"] = 0.5
+  for w in first.warnings:
+    w.details["edited"] = True
+  again = M.ShuffleMultiMessage(shape, 1.0, 1e-6, 100).privacy()
+  assert again.parameters["target_delta"] == 1e-6
+  assert all("edited" not in w.details for w in again.warnings)
+  assert again.to_dict() == M.ShuffleMultiMessage(shape, 1.0, 1e-6, 100).privacy().to_dict()
+  tables = M.ShuffleMultiMessage(shape, 1.0, 1e-6, 100).tables()
+  for name in ("count", "mark", "mark_stream", "mark_size", "cell"):
+    with pytest.raises(ValueError, match="read-only"):
+      getattr(tables, name)[...] = 0
