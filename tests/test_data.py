@@ -439,8 +439,9 @@ def test_paper_splits_leave_training_images_out_of_d_pub_and_d_eval():
   priv = {x.tobytes() for x in sp.private.images}
   assert not priv & {x.tobytes() for x in sp.public.images} and not priv & {x.tobytes() for x in sp.evaluation.images}
   assert (len(sp.public), len(sp.evaluation)) == (1000, 1000)
-  with pytest.raises(ValueError, match=r"^Expected test to hold public_size \+ eval_size = 2001 images outside train; "
-                                       r"1000 of its 3000 images are also training images .*, leaving 2000\.$"):
+  with pytest.raises(ValueError, match=r"^Expected test to hold public_size \+ eval_size = 2001 distinct images "
+                                       r"outside train; 1000 of its 3000 images are also training images .* and 0 "
+                                       r"repeat another test image, leaving 2000\.$"):
     data.paper_splits(train, test, seed=0, public_size=1000, eval_size=1001)
   with pytest.raises(ValueError, match=r"3000 of its 3000 images are also training images"):
     data.paper_splits(train, train, seed=0, public_size=10, eval_size=10)
@@ -467,6 +468,59 @@ def test_shared_images_matches_bytes_exactly(monkeypatch):
   monkeypatch.setattr(_overlap, "_keys", lambda words: np.zeros(len(words), np.uint64))
   np.testing.assert_array_equal(_overlap.shared_images(x, y), want)
   np.testing.assert_array_equal(_overlap.shared_images(x[::-1], y), want[::-1])
+
+
+def _copies(part_a, part_b):
+  return {x.tobytes() for x in part_a.images} & {x.tobytes() for x in part_b.images}
+
+
+def test_paper_splits_keep_copies_of_one_image_on_one_side():
+  # Duplicates within one set: without a test split, copies of a training image went to D_priv and to D_pub or D_eval
+  # (15 of 20 D_pub images here were D_priv records); copies of a test image went to D_pub and D_eval both.
+  d = data.load_embedded_mnist().take(np.arange(100))
+  train = data.load_embedded_mnist().take(np.arange(100, 200))
+  doubled = data.ImageData(np.concatenate([d.images, d.images[:30]]), np.concatenate([d.labels, d.labels[:30]]),
+                           d.num_classes)
+  for seed in range(3):
+    sp = data.paper_splits(doubled, None, seed=seed, public_size=30, eval_size=30)
+    assert not _copies(sp.private, sp.public) and not _copies(sp.private, sp.evaluation)
+    assert not _copies(sp.public, sp.evaluation) and len(sp.private) == 70
+    sp = data.paper_splits(train, doubled, seed=seed, public_size=60, eval_size=40)
+    assert not _copies(sp.public, sp.evaluation) and len(sp.public) == 60
+  with pytest.raises(ValueError, match=r"= 71 images that occur once; 60 of its 130 images have copies in train .*, "
+                                       r"leaving 70\.$"):
+    data.paper_splits(doubled, None, seed=0, public_size=40, eval_size=31)
+  test = data.ImageData(doubled.images[::-1], doubled.labels[::-1], d.num_classes)
+  with pytest.raises(ValueError, match=r"0 of its 130 images are also training images .* and 30 repeat another test "
+                                       r"image, leaving 100\.$"):
+    data.paper_splits(train, test, seed=0, public_size=60, eval_size=41)
+  # Without copies the draw is the one before these rules (test_splits_are_disjoint_and_seeded pins the test path).
+  sp = data.paper_splits(d, None, seed=4, public_size=20, eval_size=10)
+  perm = np.random.default_rng(4).permutation(100)
+  np.testing.assert_array_equal(sp.public.images, d.images[perm[:20]])
+  np.testing.assert_array_equal(sp.private.images, d.images[perm[30:]])
+
+
+def test_first_copies_and_shared_images_treat_minus_zero_as_zero(monkeypatch):
+  from jaxdistill.data import _overlap  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(2)
+  x = rng.random((40, 3, 3, 1), dtype=np.float32)
+  x[x < 0.2] = 0.0
+  x[3, :2, 0, 0] = 0.0
+  rows = np.array([0, 1, 2, 3, 1, 5, 3, 3, 8, 0] + list(range(10, 40)))  # copies of rows 0, 1 and 3
+  y = x[rows].copy()
+  signed = -y[7]  # -0.0 where y[7] has +0.0 (its other pixels then differ: negate only the zeros)
+  y[7] = np.where(y[7] == 0, signed, y[7])
+  assert np.signbit(y[7]).any()
+  brute = np.array([next(j for j in range(i + 1) if np.array_equal(y[i], y[j])) for i in range(len(y))])
+  for keys in (None, lambda words: np.zeros(len(words), np.uint64)):  # the hash alone, then every row colliding
+    if keys is not None:
+      monkeypatch.setattr(_overlap, "_keys", keys)
+    got = _overlap.first_copies(y)
+    np.testing.assert_array_equal(got, brute)
+    np.testing.assert_array_equal(got[:10], [0, 1, 2, 3, 1, 5, 3, 3, 8, 0])
+    # A private record whose zero pixels are -0.0 is the public image all the same (it passed as another).
+    assert _overlap.shared_images(y[7:8], x[3:4]).all() and _overlap.shared_images(x[3:4], y[7:8]).all()
 
 
 def test_shared_images_compares_every_pixel_of_every_colliding_row(monkeypatch):

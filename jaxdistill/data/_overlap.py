@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["shared_images"]
+__all__ = ["shared_images", "first_copies"]
 
 _CHUNK = 4096  # rows hashed at a time (a 4096 x D uint64 temporary)
 
 
 def _words(images: np.ndarray) -> np.ndarray:
-  """``[N, D]`` uint32 view of each image's float32 bytes (no copy for contiguous float32 images)."""
+  """``[N, D]`` uint32 view of each image's float32 bytes (no copy for contiguous float32 images).
+
+  -0.0 becomes +0.0 first (a copy, only when there is one): equal pixels of other bytes let a private
+  record with a -0.0 pixel pass as a public image.
+  """
   x = np.ascontiguousarray(images, dtype=np.float32)
+  if np.signbit(x).any():
+    x = x + np.float32(0.0)  # -0.0 + 0.0 = +0.0; NaN and negative pixels are refused by ImageData
   return x.reshape(len(x), -1).view(np.uint32)
 
 
@@ -58,3 +64,29 @@ def shared_images(images: np.ndarray, others: np.ndarray) -> np.ndarray:
     if not found[i] and stop - start > 1:
       found[i] = any(np.array_equal(a[i], b[j]) for j in order[start + 1:stop])
   return found
+
+
+def first_copies(images: np.ndarray) -> np.ndarray:
+  """int ``[N]``: for each of ``images`` ``[N, ...]``, the index of the first image with equal float32 bytes.
+
+  ``first_copies(x)[i] == i`` for an image that occurs once (or first): duplicates within one set, which a split
+  of it must keep on one side. Exact, as :func:`shared_images` (a hash, then byte comparisons within a hash).
+  """
+  images = np.asarray(images)
+  first = np.arange(len(images))
+  if len(images) < 2:
+    return first
+  words = _words(images)
+  keys = _keys(words)
+  order = np.argsort(keys, kind="stable")  # equal keys in index order
+  sorted_keys = keys[order]
+  starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+  stops = np.r_[starts[1:], len(order)]
+  for start, stop in zip(starts[stops - starts > 1], stops[stops - starts > 1]):
+    rows = order[start:stop]
+    for j, i in enumerate(rows):
+      for earlier in rows[:j]:
+        if first[earlier] == earlier and np.array_equal(words[i], words[earlier]):
+          first[i] = earlier
+          break
+  return first

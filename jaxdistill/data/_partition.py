@@ -8,7 +8,7 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill.data._loading import ImageData
-from jaxdistill.data._overlap import shared_images
+from jaxdistill.data._overlap import first_copies, shared_images
 
 __all__ = ["LabelingSplits", "paper_splits", "partition_clients"]
 
@@ -34,9 +34,13 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
   (optionally subsampled to ``private_size``), D_pub = ``public_size`` test
   images, evaluation = ``eval_size`` other test images. Test images that
   are also training images (equal pixels) are left out of D_pub and D_eval
-  first: a public copy of a private record is released whole. Without a test
+  first: a public copy of a private record is released whole; a test image
+  that occurs more than once enters the pool once (copies in D_pub and D_eval
+  would evaluate the student on its own training images). Without a test
   split (the embedded 5,000 digits), all three are disjoint random parts of
-  ``train``.
+  ``train``, and an image that occurs more than once in ``train`` goes to
+  D_priv with its copies. Data without such copies (MNIST, Fashion-MNIST) is
+  split as if these rules did not exist.
 
   SVHN and CIFAR-10 (tfds) get the same protocol (their test splits hold
   26,032 and 10,000 images). The paper's own splits for them are not
@@ -71,11 +75,15 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
                        "test images.")
     # D_pub and D_eval held any test image that is also a training image (a D_priv record, released whole in
     # D_pub). Without such images the pool is every index, so the draw is the same as before.
-    pool = np.flatnonzero(~shared_images(test.images, train.images))
+    # Likewise, copies of one test image in both D_pub and D_eval: one copy per image enters the pool.
+    shared = shared_images(test.images, train.images)
+    later = first_copies(test.images) != np.arange(len(test))
+    pool = np.flatnonzero(~shared & ~later)
     if public_size + eval_size > pool.size:
-      raise ValueError(f"Expected test to hold public_size + eval_size = {public_size + eval_size} images outside "
-                       f"train; {len(test) - pool.size} of its {len(test)} images are also training images (they "
-                       f"would put D_priv records in D_pub or D_eval), leaving {pool.size}.")
+      raise ValueError(f"Expected test to hold public_size + eval_size = {public_size + eval_size} distinct images "
+                       f"outside train; {int(shared.sum())} of its {len(test)} images are also training images (they "
+                       f"would put D_priv records in D_pub or D_eval) and {int((later & ~shared).sum())} repeat "
+                       f"another test image, leaving {pool.size}.")
     perm = pool[rng.permutation(pool.size)]
     public, evaluation = test.take(perm[:public_size]), test.take(perm[public_size:public_size + eval_size])
     priv_idx = rng.permutation(len(train))
@@ -94,6 +102,18 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
     raise ValueError(f"Expected private_size + public_size + eval_size = "
                      f"{private_size + public_size + eval_size} <= {len(train)} images.")
   perm = rng.permutation(len(train))
+  first = first_copies(train.images)
+  copied = first != np.arange(len(train))
+  copied[first[copied]] = True  # every image with a copy, the first one too
+  if copied.any():
+    # Copies of one image go to D_priv together (a copy in D_pub would release that record whole): D_pub and D_eval
+    # are drawn from the images that occur once, in the permutation's order.
+    once = int((~copied).sum())
+    if public_size + eval_size > once:
+      raise ValueError(f"Expected train to hold public_size + eval_size = {public_size + eval_size} images that "
+                       f"occur once; {len(train) - once} of its {len(train)} images have copies in train (a copy in "
+                       f"D_pub or D_eval would put a D_priv record there), leaving {once}.")
+    perm = np.concatenate([perm[~copied[perm]], perm[copied[perm]]])
   a, b = public_size, public_size + eval_size
   return LabelingSplits(train.take(perm[b:b + private_size]), train.take(perm[:a]), train.take(perm[a:b]))
 

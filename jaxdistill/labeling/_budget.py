@@ -434,7 +434,8 @@ def plan_budget(mechanism: str, epsilon: Any, delta: Any, iterations: Any, *, k:
     return _central_plan(eps, d, t, k, r, noise)
   if mech.startswith("local"):
     eps_t = _equal_share(eps, t)
-    return BudgetPlan(mech, eps, 0.0, t, eps_t, 0.0, float(fractions.Fraction(eps_t) * t), 0.0, "pure-sum")
+    # total_delta is the asked one (BudgetPlan's contract; it read 0.0); pure epsilons compose at delta 0.
+    return BudgetPlan(mech, eps, d, t, eps_t, 0.0, float(fractions.Fraction(eps_t) * t), 0.0, "pure-sum")
   if d <= 0:
     raise ValueError(f"Expected delta={d!r} > 0 for mechanism={mech}.")
   if t > 1 and eps > MAX_PAIRS_EPSILON:  # the split searches per-iteration epsilons up to eps

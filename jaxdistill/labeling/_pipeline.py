@@ -113,7 +113,8 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
     ValueError: naming the problem (a part that is not an ImageData, wrong
       image shapes, fewer than 2 classes, mismatched classes, labels outside
       the classes, non-finite pixels or pixels outside [0, 1], empty splits,
-      public or evaluation images that are also private images).
+      public or evaluation images that are also private images, evaluation
+      images that are also public images).
   """
   if not isinstance(splits, data_lib.LabelingSplits):
     raise ValueError(f"Expected splits to be a jaxdistill.data.LabelingSplits; got {type(splits).__name__}.")
@@ -153,6 +154,12 @@ def check_splits(splits: data_lib.LabelingSplits) -> int:
     raise ValueError(f"Expected splits whose public and evaluation images are not private records; {in_pub} public "
                      f"and {in_eval} evaluation images are also in the private split (D_pub is released whole, so no "
                      "privacy statement would hold for those records).")
+  # Nor D_pub's images in D_eval: the student trains on D_pub, so Acc_pc (and the ceiling) would be measured partly
+  # on its own training images.
+  seen = int(shared_images(splits.evaluation.images, splits.public.images).sum())
+  if seen:
+    raise ValueError(f"Expected evaluation images that are not public images; {seen} of the {len(splits.evaluation)} "
+                     "evaluation images are also in the public split, on which the student trains.")
   return int(classes)
 
 

@@ -84,6 +84,16 @@ def test_pure_split_never_composes_past_the_total_and_wastes_no_ulp(mech, eps, t
   assert plan.composed_epsilon <= eps and plan.composed_epsilon == float(share * t)
 
 
+@pytest.mark.parametrize("mech", ["central", "local-rr", "local-collision", "shuffle-single", "shuffle-multi"])
+def test_a_plan_records_the_asked_total_delta(mech):
+  # BudgetPlan.total_delta is "the asked total delta": the local plans recorded 0.0 (their composition is pure, which
+  # composed_delta says).
+  plan = labeling.plan_budget(mech, 1.0, 1e-5, 2, k=1)
+  assert plan.total_delta == 1e-5 and plan.composed_delta <= 1e-5
+  if mech.startswith("local"):
+    assert plan.composed_delta == 0.0 and plan.delta_per_iteration == 0.0
+
+
 @pytest.mark.parametrize("eps,t", [(1.0, 44), (2.0, 20)])
 def test_shuffle_split_starts_from_a_share_basic_composition_covers(eps, t):
   plan = labeling.plan_budget("shuffle-single", eps, 1e-6, t, k=1)

@@ -1159,6 +1159,12 @@ def test_callers_splits_must_keep_private_records_out_of_d_pub_and_d_eval(splits
       labeling.run_labeling(tiny(), splits=data_lib.LabelingSplits(priv, public, evaluation))
     assert one_line(err).startswith(f"Expected splits whose public and evaluation images are not private records; "
                                     f"{counts} images are also in the private split")
+  # Nor D_pub images in D_eval: the student trains on D_pub (Acc_pc was measured partly on its training images).
+  seen_ev = data_lib.ImageData(np.concatenate([ev.images[:-3], pub.images[:3]]), ev.labels, ev.num_classes)
+  with pytest.raises(ValueError) as err:
+    labeling.check_splits(data_lib.LabelingSplits(priv, pub, seen_ev))
+  assert one_line(err) == (f"Expected evaluation images that are not public images; 3 of the {len(ev)} evaluation "
+                           "images are also in the public split, on which the student trains.")
   assert labeling.check_splits(splits) == 10
 
 
