@@ -774,6 +774,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   check_config(config, data, checkpoint_dir=checkpoint_dir, resume=resume)
   ckpt = None if checkpoint_dir is None else checkpoint_dir / CHECKPOINT_NAME  # created, checked and held
   vmap = _use_vmap(config)
+  x64 = bool(jax.config.jax_enable_x64)  # the two modes train different parameters (optax's Adam)
   n_parties = config.num_parties
   q = min(config.public_subset, len(data.public))
   fingerprint = config.fingerprint(data.description)
@@ -931,7 +932,6 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         raise ValueError(f"Checkpoint {ckpt} was made with record_releases={recorded} and this call passes "
                          f"record_releases={record_releases}: resuming would {lost}. Pass "
                          f"record_releases={recorded}.")
-    x64 = bool(jax.config.jax_enable_x64)
     saved_x64 = meta.get("x64", x64)  # older checkpoints did not record it
     if saved_x64 != x64:
       # Adam's bias correction runs in float64 under x64 (optax), so the two modes train different parameters: a
@@ -972,7 +972,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
       # started from that mode's weights.
       memo = (tuple(key_data), g.spec, tuple(g.parties), data.num_classes, config.learning_rate,
               config.pretrain_epochs, config.public_batch_size, vmap and len(g.parties) > 1, pub_id,
-              bool(jax.config.jax_enable_x64), jax.default_backend())
+              x64, jax.default_backend())
       if config.pretrain_epochs and memo in _PRETRAINED:
         g.state = _PRETRAINED[memo]
         continue
@@ -1009,7 +1009,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
             "timings": {**timings,
                         "earlier_sessions": timings["earlier_sessions"] + time.perf_counter() - t_start},
             "config": config.to_dict(), "data": description, "data_hashes": hashes,
-            "record_releases": record_releases, "vmap": vmap, "x64": bool(jax.config.jax_enable_x64)}
+            "record_releases": record_releases, "vmap": vmap, "x64": x64}
     arrays = {"accuracy": np.stack(acc_rows)}
     if config.collaborates and subsets:
       arrays["subsets"] = np.stack(subsets)

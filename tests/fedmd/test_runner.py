@@ -177,6 +177,7 @@ def test_the_pretraining_memo_keeps_the_x64_modes_apart(data3, monkeypatch):
   # One entry per group (parties of one architecture) and mode.
   assert len(fedmd._runner._PRETRAINED) == 2 * len(set(cfg.party_specs()))  # pylint: disable=protected-access
 
+
 def test_a_checkpoint_dir_is_held_by_one_run_and_tidied_after_an_early_failure(data3, tmp_path):
   # Two runs checkpointing into one folder would overwrite each other's rounds.
   cfg, key, ckpt = tiny_config(rounds=1), jax.random.key(5), tmp_path / "c"
