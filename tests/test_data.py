@@ -109,6 +109,27 @@ def test_damaged_idx_files_are_one_line_errors(tmp_path, damage, match):
   assert "train-images-idx3-ubyte.gz" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_an_idx_file_beside_a_different_copy_of_itself_is_refused(tmp_path):
+  # `gunzip -k` leaves x beside x.gz, and EMNIST names its test split both t10k- and test-. The plain file (or
+  # t10k-) was read without a word even where the other held other data: a data set the user did not mean.
+  imgs = np.random.default_rng(0).integers(0, 256, (6, 4, 4))
+  write_idx(tmp_path / "train-images-idx3-ubyte.gz", imgs)
+  write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.arange(6) % 3)
+  plain = tmp_path / "train-images-idx3-ubyte"
+  plain.write_bytes(gzip.decompress((tmp_path / "train-images-idx3-ubyte.gz").read_bytes()))
+  np.testing.assert_allclose(data.load_idx_dir(tmp_path).images[..., 0], imgs / 255.0, rtol=1e-6)  # a copy
+  write_idx(tmp_path / "other", imgs[::-1])
+  plain.write_bytes(gzip.decompress((tmp_path / "other").read_bytes()))
+  with pytest.raises(ValueError, match=r"holds both train-images-idx3-ubyte and train-images-idx3-ubyte\.gz, "
+                                       r"with different data: remove the one you do not mean\.$"):
+    data.load_idx_dir(tmp_path)
+  for part, labels in (("t10k", np.arange(6) % 3), ("test", np.arange(6) % 2)):
+    write_idx(tmp_path / f"{part}-images-idx3-ubyte.gz", imgs)
+    write_idx(tmp_path / f"{part}-labels-idx1-ubyte.gz", labels)
+  with pytest.raises(ValueError, match=r"holds both t10k-labels-idx1-ubyte\.gz and test-labels-idx1-ubyte\.gz"):
+    data.load_idx_dir(tmp_path, "test")
+
+
 def test_an_idx_header_whose_size_overflows_int64_is_named(tmp_path):
   # np.prod of (2^31, 2^31, 4) wrapped to 0 in int64: an empty body passed the size check, and reshape failed
   # with NumPy's message, which names no file.

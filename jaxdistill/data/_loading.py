@@ -234,12 +234,26 @@ def _same_shape(train: ImageData, test: ImageData, where: str) -> None:
 
 
 def _find(directory: pathlib.Path, stems: tuple[str, ...]) -> pathlib.Path:
-  for stem in stems:
-    for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz"):
-      p = directory / name
-      if p.exists():
-        return p
-  raise ValueError(f"Missing IDX file {' or '.join(s + '[.gz]' for s in stems)} in data directory {directory}.")
+  """The one IDX file named by any of ``stems`` (plain or ``.gz``, ``-idx`` or ``.idx``).
+
+  Where several exist (``gunzip -k`` leaves ``x`` beside ``x.gz``; EMNIST's ``test-`` beside ``t10k-``), they
+  must hold the same data: copies are read once, differing files are refused by name rather than one being
+  picked without a word.
+  """
+  found = [directory / name for stem in stems
+           for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz")
+           if (directory / name).exists()]
+  found = list(dict.fromkeys(found))  # "-idx" and ".idx" spell one name when the stem has no "-idx"
+  if not found:
+    raise ValueError(f"Missing IDX file {' or '.join(s + '[.gz]' for s in stems)} in data directory {directory}.")
+  if len(found) > 1:
+    first = _read_idx(found[0])
+    for other in found[1:]:
+      data = _read_idx(other)
+      if data.shape != first.shape or not np.array_equal(data, first):
+        raise ValueError(f"{directory} holds both {found[0].name} and {other.name}, with different data: "
+                         "remove the one you do not mean.")
+  return found[0]
 
 
 def load_idx_dir(directory: Any, split: str = "train", *, prefix: str = "", transpose: bool = False) -> ImageData:
