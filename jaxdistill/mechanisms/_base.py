@@ -60,7 +60,9 @@ class BsvsMechanism(abc.ABC):
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> Any:
     """One client's message from its ``buckets [k]`` and ``labels [r]`` (-1 pads).
 
-    Every implementation first calls :func:`~jaxdistill.mechanisms._bsvs.check_client`:
+    Every implementation first checks ``key`` (a ``ValueError`` for anything but a PRNG key or legacy
+    ``uint32`` key data, as :func:`jax.random.key` makes), then calls
+    :func:`~jaxdistill.mechanisms._bsvs.check_client`:
     a ``ValueError`` for a client wider than the shape's k or r (also under ``jit``),
     and for concrete inputs, an index out of range or listed twice; host inputs
     are then copied to int32 device arrays, never shared with the caller.

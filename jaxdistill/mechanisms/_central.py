@@ -138,8 +138,8 @@ class _Central(BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """int32 ``[d]``: the client's exact contribution (sent to the curator)."""
+    _validate.prng_key("key", key)  # unused (no client noise in the central model), checked like every mechanism's
     buckets, labels = check_client(self.shape, buckets, labels)
-    del key  # the client adds no noise in the central model
     return entry_indicator(client_entries(buckets, labels, self.shape.num_labels), self.shape.d)
 
   def analyze(self, message: jax.Array) -> jax.Array:

@@ -315,6 +315,7 @@ class Collision(CollisionRates, BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> CollisionMessage:
     """The message (hash seed, z) of one client."""
+    key = _validate.prng_key("key", key)
     buckets, labels = check_client(self.shape, buckets, labels)
     ent = client_entries(buckets, labels, self.shape.num_labels)
     return collision_randomize(key, ent, domain=self.shape.d, bloom_length=self.bloom_length,

@@ -203,6 +203,7 @@ class Separation(BsvsMechanism):
     return p, q
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> SeparationMessage:
+    key = _validate.prng_key("key", key)
     buckets, labels = check_client(self.shape, buckets, labels)
     k_bucket, k_label = jax.random.split(key)
     half = self.epsilon / 2
@@ -290,6 +291,7 @@ class _Concatenated(CollisionRates, BsvsMechanism):
     return default_bloom_length(self.epsilon, self.cardinality)
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> CollisionMessage:
+    key = _validate.prng_key("key", key)
     buckets, labels = check_client(self.shape, buckets, labels)
     s = self.shape.num_buckets
     ent = jnp.concatenate([buckets, jnp.where(labels >= 0, labels + s, -1)]).astype(jnp.int32)

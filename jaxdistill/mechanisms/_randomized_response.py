@@ -123,6 +123,7 @@ class RandomizedResponse(BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """bool ``[d]``: the client's bits of A^i, each flipped w.p. q (exactly)."""
+    key = _validate.prng_key("key", key)
     buckets, labels = check_client(self.shape, buckets, labels)
     d = self.shape.d
     truth = entry_indicator(client_entries(buckets, labels, self.shape.num_labels), d, jnp.bool_)

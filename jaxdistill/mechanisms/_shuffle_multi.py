@@ -210,6 +210,7 @@ class ShuffleMultiMessage(BsvsMechanism):
 
   def randomize(self, key: jax.Array, buckets: jax.Array, labels: jax.Array) -> jax.Array:
     """int32 ``[d, 2]``: the client's number of ``(j, +)`` and ``(j, -)`` messages."""
+    key = _validate.prng_key("key", key)
     buckets, labels = check_client(self.shape, buckets, labels)
     d = self.shape.d
     ent = client_entries(buckets, labels, self.shape.num_labels)

@@ -2,6 +2,7 @@
 
 import functools
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -425,6 +426,33 @@ def test_every_mechanisms_randomize_refuses_a_client_that_does_not_fit_its_shape
     with pytest.raises(ValueError, match=needle) as err:
       mech.randomize(jax.random.key(0), buckets, labels)
     assert "\n" not in str(err.value), type(mech).__name__
+
+
+@pytest.mark.parametrize("key, needle", [
+    (0, r"got int 0\.$"),
+    ("a", r"got str 'a'\.$"),
+    (np.zeros(3, np.uint32), r"got an array of dtype uint32 and shape \(3,\), which is not legacy key data either\.$"),
+    (jax.random.split(jax.random.key(0), 2), r"^Expected key to be a single PRNG key; got a batch of shape \(2,\)\.$"),
+])
+def test_every_mechanisms_randomize_refuses_what_is_not_one_prng_key(key, needle):
+  # Randomized response named the key; the Collision family raised JAX's TypeError ("invalid PRNG key data"),
+  # the central mechanisms ignored it, and a batch of keys reached the samplers.
+  shape = M.BsvsShape(num_buckets=4, num_labels=3, k=2, r=1)
+  for mech in _every_mechanism(shape):
+    with pytest.raises(ValueError, match=r"Expected key to be a") as err:
+      mech.randomize(key, np.array([0]), np.array([1]))
+    assert re.search(needle, str(err.value)) and "\n" not in str(err.value), (type(mech).__name__, str(err.value))
+
+
+def test_randomize_takes_legacy_key_data_as_the_same_key():
+  shape = M.BsvsShape(num_buckets=4, num_labels=3, k=2, r=1)
+  legacy = jax.random.PRNGKey(3)  # legacy uint32 key data: the same messages as the typed key
+  bits = lambda a: jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a
+  for mech in _every_mechanism(shape)[:2]:  # one of each sampler family (14 s for all nine, run op by op)
+    got = mech.randomize(legacy, np.array([0]), np.array([1]))
+    want = mech.randomize(jax.random.wrap_key_data(legacy), np.array([0]), np.array([1]))
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(bits(a), bits(b))), got, want)
+    assert jax.tree.all(same), type(mech).__name__
 
 
 def test_randomize_width_check_also_runs_under_jit_and_fitting_clients_pass():
