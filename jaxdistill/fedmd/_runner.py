@@ -240,8 +240,10 @@ _PRETRAINED_MAX = 64
 
 
 def _content_hash(d: ImageData) -> str:
-  """sha256 of an image set's pixels and labels."""
+  """sha256 of an image set's pixels and labels, with their shapes and dtypes (the same bytes as 28x28 or 14x56
+  images, or as float32 pixels or int32 labels, are different data)."""
   h = hashlib.sha256()
+  h.update(repr([(a.shape, np.asarray(a).dtype.str) for a in (d.images, d.labels)]).encode())
   h.update(np.ascontiguousarray(d.images).tobytes())
   h.update(np.ascontiguousarray(d.labels).tobytes())
   return h.hexdigest()

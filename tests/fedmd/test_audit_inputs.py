@@ -108,6 +108,17 @@ def test_the_data_hashes_stay_out_of_the_report(data3, tmp_path):
   assert all(h not in report for h in hashes["parties"] + [hashes["public"], hashes["test"]])
 
 
+def test_the_data_hash_tells_the_same_bytes_in_other_shapes_apart():
+  # sha256 of the pixel and label bytes alone: 2x4 images hashed as their 4x2 reshape, so a resume (or the
+  # pre-training memo) took a checkpoint of one for the other.
+  pixels = (np.arange(16) / 16).astype(np.float32)
+  a = ImageData(pixels.reshape(2, 2, 4, 1), np.array([0, 1], np.int32), 2)
+  b = ImageData(pixels.reshape(2, 4, 2, 1), np.array([0, 1], np.int32), 2)
+  c = ImageData(pixels.reshape(2, 2, 4, 1), np.array([0, 1], np.int32), 2, "another name")
+  digest = fedmd._runner._content_hash  # pylint: disable=protected-access
+  assert digest(a) != digest(b) and digest(a) == digest(c)
+
+
 def test_a_public_set_holding_private_records_is_refused():
   # FedMD's offline default (public MNIST digits, private Fashion-MNIST) and conftest's data are disjoint.
   private_train, private_test = synthetic(300, 10, 1), synthetic(200, 10, 2)
