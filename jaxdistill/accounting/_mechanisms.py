@@ -13,7 +13,7 @@ mechanism         parameter                                 PLD
 ================  =======================================  ==========================================
 Laplace           scale b (density ∝ exp(-|z|/b))           ``from_laplace_mechanism`` (pessimistic grid)
 discrete Laplace  a (pmf ∝ exp(-a|z|), integers)            exact, on the lattice a·Z
-Gaussian          sigma                                     ``from_gaussian_mechanism`` (pessimistic grid)
+Gaussian          sigma                                     one Gaussian of ratio sqrt(T) Delta/sigma (grid)
 k-ary RR          local epsilon0, K buckets                 exact, on the lattice eps0·Z
 ================  =======================================  ==========================================
 
@@ -25,10 +25,14 @@ so no loss is rounded and T-fold compositions do not drift (discrete Laplace mov
 half of ``value_discretization_interval`` and longer than ``_LATTICE_EXACT_POINTS`` points (a = 1/Delta with
 Delta in the millions: 2 Delta + 1 points) is coarsened instead: each loss is rounded up to a multiple of m·a,
 m the largest integer with m·a <= the interval, which is dp-accounting's pessimistic grid rounding (drift up to
-T steps) at the cost of a grid. On a grid (Laplace, Gaussian) each release's loss is rounded up by less than one
-step, so the T-fold epsilon can exceed the exact one by up to T steps: with the default step 1e-4 and T = 10^6, up to
+T steps) at the cost of a grid. On the Laplace grid each release's loss is rounded up by less than one step, so
+the T-fold epsilon can exceed the exact one by up to T steps: with the default step 1e-4 and T = 10^6, up to
 100. Randomized response with eps0 = 0.01 over 10^6 releases gave epsilon(1e-6) = 146.2 on the grid,
-against the exact 96.7 (binomial), which the lattice reproduces.
+against the exact 96.7 (binomial), which the lattice reproduces. T Gaussian releases are exactly one Gaussian
+of sensitivity-to-noise ratio mu = sqrt(T) Delta / sigma, whose PLD is built once on the grid and never
+composed (as dp-accounting's PLDAccountant does), so it does not drift either: the one-release grid composed
+10^5 times had given epsilon(1e-4) = 0.1004 for sigma = 11508.4, Delta = sqrt(2), where the exact value is
+0.0946.
 
 The ``sensitivity`` is measured under the stated ``relation`` (for a BSVS
 count under replace-one it is 2kr, under add/remove kr): the neighbouring
@@ -49,9 +53,9 @@ size its composition as ``size ** T`` (which never finished at T = 10^8).
 
 Round-off: the T-fold FFT composition is not exact. Its error was measured
 at up to 4e-17 per release, enough to make deltas below about 1e-10 too small
-(even negative) at T = 10^5. The Gaussian's epsilon and delta are therefore
-never reported below its exact closed form (Balle & Wang 2018, Theorem 8, for
-one Gaussian of ratio sqrt(T) Delta / sigma); the other accounts add
+(even negative) at T = 10^5. The Gaussian, which is not composed, is never
+reported below its exact closed form (Balle & Wang 2018, Theorem 8, for one
+Gaussian of ratio sqrt(T) Delta / sigma); the other accounts add
 ``count * FFT_ROUNDOFF_PER_RELEASE`` to every composed delta.
 """
 
@@ -280,12 +284,16 @@ class MechanismAccount:
   def grid_interval(self) -> float:
     """Discretisation interval actually used.
 
-    On a grid (Laplace, Gaussian): the requested one, coarsened to fit ``MAX_GRID_POINTS``. For discrete
+    On a grid (Laplace, Gaussian): the requested one, coarsened to fit ``MAX_GRID_POINTS`` (the Gaussian's grid
+    spans the loss of the one Gaussian its T releases make). For discrete
     Laplace and randomized response: the loss unit (a or eps0) times 1 + 2^-50, or for a long discrete-Laplace
     lattice finer than half the requested interval, the multiple of a coarsened to (:func:`_lattice_multiple`).
     """
     if self._on_lattice():
       return _lattice_step(self.parameter * _lattice_multiple(self))
+    if self.mechanism == "gaussian":  # one Gaussian of ratio mu: its loss lies within mu^2/2 +- 10 mu
+      mu = self._gaussian_mu()
+      return max(self.value_discretization_interval, (mu * mu + 20 * mu) / MAX_GRID_POINTS)
     t = self.count
     m = self._max_loss()
     width = min(2 * t * m, t * self._mean_loss() + 40 * math.sqrt(t) * m + 2 * m)
@@ -362,8 +370,9 @@ class MechanismAccount:
     if d == 0.0:
       return self.pure_epsilon()
     if self.mechanism == "gaussian":
-      # Never below the exact closed form: FFT round-off made the composed PLD's epsilon too small at tiny
-      # deltas (T = 10^5, delta = 1e-11: 25.515 against 25.671). Elsewhere the pessimistic PLD is the larger.
+      # Never below the exact closed form: the PLD's float evaluation rounds (when the Gaussian was composed
+      # T times, FFT round-off gave 25.515 against 25.671 at T = 10^5, delta = 1e-11). Elsewhere the pessimistic
+      # PLD is the larger, by at most one grid step.
       exact = _gaussian_epsilon(d, self._gaussian_mu())
       return max(exact, _pld_epsilon(self.pld(), d, exact))
     allowance = self._roundoff()
@@ -628,11 +637,13 @@ def _cached_pld(acct: MechanismAccount) -> pld_lib.PrivacyLossDistribution:
   elif acct.mechanism == "discrete-laplace":
     single = _discrete_laplace_single(acct)
   elif acct.mechanism == "gaussian":
-    # ``sensitivity`` is already the shift under ``relation``. dp-accounting's REPLACE_ONE would shift
-    # by twice its sensitivity (a clip norm), and for a single Gaussian its add and remove PLDs agree.
-    single = pld_lib.from_gaussian_mechanism(acct.parameter, sensitivity=acct.sensitivity,
-                                             value_discretization_interval=vdi,
-                                             neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    # T releases are one Gaussian of ratio mu = sqrt(T) Delta / sigma (their losses add to N(mu^2/2, mu^2)):
+    # built once, never composed, so the grid's rounding is paid once, not T times. ``sensitivity`` is already
+    # the shift under ``relation``: dp-accounting's REPLACE_ONE would shift by twice its sensitivity (a clip
+    # norm), and for a single Gaussian its add and remove PLDs agree.
+    return pld_lib.from_gaussian_mechanism(1.0, sensitivity=acct._gaussian_mu(),  # pylint: disable=protected-access
+                                           value_discretization_interval=vdi,
+                                           neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
   else:
     single = _rr_single(acct)
   return single if acct.count == 1 else _self_compose(single, acct.count)
@@ -703,9 +714,9 @@ def gaussian(sigma: Any, *, sensitivity: Any, relation: Any, count: Any = 1,
 
   T-fold composition equals one Gaussian with sigma / sqrt(T): the analytic
   Gaussian of Balle & Wang 2018 (Theorem 8) gives delta(eps) in closed form,
-  and the account reports the larger of it and the PLD's value (the PLD is
-  pessimistic on its grid, but its FFT round-off fell below the exact value
-  at tiny deltas and large T).
+  and the account reports the larger of it and the PLD's value, the PLD of
+  that one Gaussian on a pessimistic grid (one step of rounding, however
+  large T).
 
   Args:
     sigma: noise standard deviation > 0.
