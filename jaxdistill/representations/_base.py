@@ -42,7 +42,7 @@ def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -
     shape: required ``(H, W, C)`` (a fitted representation's input shape).
 
   Raises:
-    ValueError: not real numbers, not 4-D, empty, wrong ``(H, W, C)``,
+    ValueError: not real numbers, not 4-D, empty, 0 pixels or channels, wrong ``(H, W, C)``,
       NaN/inf, or values outside [0, 1].
   """
   if hasattr(images, "images") and hasattr(images, "labels"):
@@ -58,6 +58,8 @@ def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -
     raise ValueError(f"Expected {name} of shape [N, H, W, C]; got shape {arr.shape}.")
   if arr.shape[0] < 1:
     raise ValueError(f"Expected {name} to hold at least one image; got shape {arr.shape}.")
+  if 0 in arr.shape[1:]:  # NumPy's "zero-size array to reduction operation minimum" named nothing
+    raise ValueError(f"Expected {name} of at least 1x1 pixels and 1 channel; got shape {arr.shape}.")
   if shape is not None and tuple(arr.shape[1:]) != tuple(shape):
     raise ValueError(f"Expected {name} of shape [N, {', '.join(map(str, shape))}] (the shape the "
                      f"representation was fitted on); got {arr.shape}.")
@@ -68,6 +70,13 @@ def as_images(name: str, images: Any, *, shape: tuple[int, ...] | None = None) -
   if lo < 0.0 or hi > 1.0:
     raise ValueError(f"Expected {name} in [0, 1]; got range [{lo:g}, {hi:g}].")
   return arr
+
+
+def report_name(value: Any) -> str:
+  """A representation's name for reports and messages: a non-empty string (3 or ['a'] were stored as given)."""
+  if not isinstance(value, str) or not value.strip():
+    raise ValueError(f"Expected name to be a non-empty string; got {_validate.shown(value)}.")
+  return value
 
 
 def public_images(public: Any) -> np.ndarray:
@@ -122,8 +131,8 @@ class Representation:
     Args:
       images: float ``[N, H, W, C]`` in [0, 1], or an ImageData.
       batch_size: images per jitted call (smaller inputs use the next power
-        of two >= N; the last batch is zero-padded, so one compilation serves
-        every N).
+        of two >= N; the last batch is zero-padded, so there is one
+        compilation per power of two up to ``batch_size``, not one per N).
 
     Raises:
       ValueError: bad images (see :func:`as_images`) or batch size.

@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 
 from jaxdistill import _validate
-from jaxdistill.representations._base import Representation, public_images, register
+from jaxdistill.representations._base import Representation, public_images, register, report_name
 
 __all__ = ["raw_pixels", "hog", "RawPixels", "Hog", "Pca", "fit_pca"]
 
@@ -266,8 +266,10 @@ def fit_pca(public: Any, num_components: int = 50, *, base: Representation | Non
     A fitted :class:`Pca`.
 
   Raises:
-    ValueError: bad images or ``num_components``.
+    ValueError: bad images, ``num_components`` or ``name``.
   """
+  if name is not None:
+    name = report_name(name)
   x = public_images(public)
   base = RawPixels() if base is None else base
   if not isinstance(base, Representation):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdistill import _validate
-from jaxdistill.representations._base import Representation, public_images, register, unit_rows
+from jaxdistill.representations._base import Representation, public_images, register, report_name, unit_rows
 from jaxdistill.representations._classic import Hog, RawPixels, _check_hog, fit_pca
 from jaxdistill.representations._contrastive import ContrastiveConfig, fit_contrastive
 from jaxdistill.representations._scan import ScanConfig, fit_scan
@@ -44,10 +44,15 @@ class ModelEmbedding(Representation):
     return self.image_shape
 
   def features(self, x: jax.Array) -> jax.Array:
-    z = jnp.asarray(self.model_fn(x), jnp.float32)
-    if z.ndim != 2 or z.shape[0] != x.shape[0]:
-      raise ValueError(f"Expected model_fn to return [B, d] for a batch of B={x.shape[0]}; "
-                       f"got shape {tuple(z.shape)}.")
+    z = jnp.asarray(self.model_fn(x))
+    # A complex output lost its imaginary part in the float32 cast (a ComplexWarning, no error), as as_images
+    # refuses on the input side; 0 features gave an empty representation.
+    if z.dtype.kind not in "fiub" and not (z.dtype.kind == "V" and _validate.is_float_like(z.dtype)):
+      raise _BadFeatures(f"Expected model_fn to return real features; got dtype {z.dtype}.")
+    if z.ndim != 2 or z.shape[0] != x.shape[0] or z.shape[1] < 1:
+      raise _BadFeatures(f"Expected model_fn to return [B, d] (d >= 1) for a batch of B={x.shape[0]}; "
+                         f"got shape {tuple(z.shape)}.")
+    z = z.astype(jnp.float32)
     return unit_rows(z) if self.normalize else z
 
   def _shares_jit(self) -> bool:
@@ -58,7 +63,18 @@ class ModelEmbedding(Representation):
     # bakes them in as constants, so the shared jit (keyed on model_fn, a static field) returned the first
     # call's features after the model was trained further in place, for this representation and for any
     # new one wrapping an equal model_fn (the same bound method).
-    return jax.jit(self.features) if self.jit else self.features
+    run = jax.jit(self.features) if self.jit else self.features
+
+    def checked(x):
+      try:
+        return run(x)
+      except _BadFeatures as err:  # raised while tracing: jit appended its traceback note to the message
+        raise ValueError(_validate.first_line(err)) from None
+    return checked
+
+
+class _BadFeatures(ValueError):
+  """``model_fn``'s output is not real ``[B, d]`` features (re-raised as a one-line ValueError)."""
 
 
 register(ModelEmbedding, [], ["model_fn", "normalize", "jit", "image_shape", "name"])
@@ -102,7 +118,7 @@ def embed_with(model_fn: Callable[[jax.Array], jax.Array], *, normalize: bool = 
 
   Raises:
     ValueError: ``model_fn`` not callable, ``normalize`` or ``jit`` not a
-      bool, a bad ``image_shape``.
+      bool, a bad ``image_shape`` or ``name``; when called, ``model_fn`` returning non-real or empty features.
   """
   if not callable(model_fn):
     raise ValueError(f"Expected model_fn to be callable; got {type(model_fn).__name__}.")
@@ -116,7 +132,7 @@ def embed_with(model_fn: Callable[[jax.Array], jax.Array], *, normalize: bool = 
       raise ValueError(f"Expected image_shape=(H, W, C); got {image_shape}.")
   # Flags checked, not cast: bool("no") is True.
   return ModelEmbedding(model_fn, _validate.boolean("normalize", normalize), _validate.boolean("jit", jit),
-                        image_shape, name)
+                        image_shape, report_name(name))
 
 
 def fit_representation(key: jax.Array, name: str, public: Any, **options) -> Representation:

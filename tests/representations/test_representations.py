@@ -554,6 +554,9 @@ def test_bad_representation_options_are_named(name, options, match):
     (np.full((2, 28, 28, 1), 255.0), r"\[0, 1\]"),
     (np.zeros((0, 28, 28, 1)), "at least one"),
     (np.array([["a"]]), "real numbers"),
+    # 0 pixels or channels: NumPy's "zero-size array to reduction operation minimum", naming nothing
+    (np.zeros((2, 0, 28, 1)), r"images of at least 1x1 pixels and 1 channel; got shape \(2, 0, 28, 1\)\.$"),
+    (np.zeros((2, 28, 28, 0)), r"images of at least 1x1 pixels and 1 channel; got shape \(2, 28, 28, 0\)\.$"),
 ])
 def test_bad_images_raise_value_error(images, match):
   with pytest.raises(ValueError, match=match):
@@ -631,6 +634,23 @@ def test_embed_with_refuses_a_non_iterable_image_shape():
       R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=bad)
   with pytest.raises(ValueError, match=r"image_shape=\(H, W, C\); got \(8, 8\)"):
     R.embed_with(lambda z: z.reshape(z.shape[0], -1), image_shape=(8, 8))
+
+
+def test_embed_with_refuses_a_model_that_returns_complex_or_no_features_and_names_that_are_not_strings():
+  # A complex output lost its imaginary part in a float32 cast (a ComplexWarning), 0 features gave an empty
+  # representation, and any object was kept as the name that reports and messages print.
+  x = np.full((2, 4, 4, 1), 0.5, np.float32)
+  for fn, needle in ((lambda z: z.reshape(2, -1) * (1 + 1j), r"real features; got dtype complex64\.$"),
+                     (lambda z: z.reshape(2, -1)[:, :0], r"\[B, d\] \(d >= 1\) for a batch of B=2; got shape "
+                                                         r"\(2, 0\)\.$")):
+    with pytest.raises(ValueError, match=needle):
+      R.embed_with(fn)(x)
+  assert R.embed_with(lambda z: z.reshape(2, -1) > 0.4)(x).dtype == np.float32  # bools are real
+  for bad in (3, ["a"], ""):
+    for make in (lambda n: R.embed_with(lambda z: z.reshape(z.shape[0], -1), name=n),
+                 lambda n: R.fit_pca(np.repeat(x, 3, axis=0), 1, name=n)):
+      with pytest.raises(ValueError, match=r"^Expected name to be a non-empty string; got "):
+        make(bad)
 
 
 def test_embed_with_refuses_images_of_another_shape_than_image_shape():
