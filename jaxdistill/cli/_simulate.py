@@ -12,7 +12,8 @@ and 1e5, chunks 512 to 4096), a rule of thumb rather than a promise. An
 out-of-memory error says to lower ``--chunk-size``. Its default,
 :func:`jaxdistill.simulation.default_chunk_size`, is 4,096 on CPU and, on a
 GPU or TPU, the largest power of two that keeps chunk x width within 2^25
-values (width d, or kr + 1 for the multi-message shuffle's event path).
+values, clipped to [4,096, 2^18] (width: the values one client holds at once,
+``mechanism.chunk_width()`` plus the workload's; see that function).
 """
 
 from __future__ import annotations

@@ -22,10 +22,11 @@ representations are centred, unit-norm or bounded. :func:`kmeans`,
 about the public features (D_pub, or the queries; never the private records)
 when ``||mean||^2`` exceeds 1000 times their mean ``||x - mean||^2`` (at that
 ratio 0.2% of Gaussian records already changed nearest query), or else when
-more than 0.5% of up to 512 sampled rows have a float32 nearest other row
+for more than 0.5% of up to 512 sampled rows float32 picks a nearest row
+(of the row, or of a point just short of half way to its nearest other row)
 that float64 finds farther by more than 0.1% of the typical neighbour
 distance (tight groups far from the origin on opposite sides, whose overall
-mean is near 0).
+mean is near 0, even of two queries each).
 """
 
 from jaxdistill.connection._kmeans import KMeansResult

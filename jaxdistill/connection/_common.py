@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -101,16 +103,19 @@ PRECISION_MARGIN = 1e-3
 #: Fraction of lost sampled rows above which :func:`warn_if_off_centre` warns (3 or more of 512). A set losing
 #: 0.1% of its neighbours crosses it in 1.5% of samples (binomial). Measured (512 of 1,000-2,000 rows): centred
 #: Gaussian data (d = 2 to 784), exact duplicates, SCAN probabilities (mean top probability 0.77), the library's
-#: pixels and HOG features: 0; Gaussian data (d = 8) shifted to ratio 961: 0; to ratio 10^4: 0.6%; to 9 * 10^4:
-#: 11%; two groups at +-100 / +-300 / +-1000 / +-3000 in every coordinate (d = 8, unit spread, overall mean near 0:
-#: the ratio test is quiet): 0.4% / 6% / 43% / 96%. At +-3000, 90.6% of 5,000 such records lost their nearest of
-#: 200 queries. A softmax sharpened until 90% of the samples sit within 10^-6 of another (float32 resolves about
-#: 10^-7 at unit norm) lost 2.7%, and warns.
+#: pixels and HOG features: 0; Gaussian data (d = 8) shifted to ratio 961: 0; to ratio 10^4: 25%; to 9 * 10^4:
+#: 49%; two groups at +-30 / +-100 / +-300 / +-1000 / +-3000 in every coordinate (d = 8, unit spread, overall mean
+#: near 0: the ratio test is quiet): 0 / 24% / 47% / 75% / 100% (rows or their half-way points; the rows alone:
+#: 0.4% / 6% / 43% / 96% from +-100). At +-3000, 90.6% of 5,000 such records lost their nearest of 200 queries.
+#: Pairs of queries 1 apart at +-3000 (each query's nearest other query never in doubt; 45% of the records between
+#: them misplaced): the rows alone 0, with their half-way points 50%. Embedded MNIST and 5,000 Fashion-MNIST images
+#: as pixels, HOG or PCA-50, and a softmax of mean top probability 0.84: 0. A softmax sharpened until 90% of the
+#: samples sit within 10^-6 of another (float32 resolves about 10^-7 at unit norm) lost 2.7%, and warns.
 PRECISION_LOSS = 0.005
 
 
 def float32_neighbour_loss(x: jax.Array) -> tuple[float, int]:
-  """The fraction of sampled rows of ``x`` whose float32 nearest other row is meaningfully farther than float64's.
+  """The fraction of sampled rows of ``x`` for which float32 picks a meaningfully farther nearest row than float64.
 
   For up to :data:`PRECISION_SAMPLE` evenly spaced rows ``x_i`` (every row
   when there are fewer), the nearest other row ``j`` (``j != i``) among up to
@@ -120,12 +125,19 @@ def float32_neighbour_loss(x: jax.Array) -> tuple[float, int]:
   choices are then measured in float64 as ``d = sum((x_i - x_j)^2)``, and row
   i counts as lost when ``d(float32 choice) - d(float64 choice)`` exceeds
   :data:`PRECISION_MARGIN` times the 90th percentile over the sample of
-  ``d(float64 choice)``. An exact duplicate of ``x_i`` is at distance 0
+  ``d(float64 choice)``. The same is done for the point ``p_i`` a fraction
+  ``1/2 - 2 PRECISION_MARGIN`` of the way from ``x_i`` to its float64 nearest
+  other row (its nearest row among all of them, ``x_i`` itself included), and
+  row i also counts as lost when ``p_i`` is: rows in tight, well-separated
+  pairs far from the origin never doubt their own nearest row, while the
+  records between a pair are placed by the rounding. As ``p_i`` sits where
+  records are hardest to place, the fraction is an upper estimate of the
+  records lost. An exact duplicate of ``x_i`` is at distance 0
   whichever copy is chosen, so duplicates never count. (The float64 choice
   is itself exact only down to about 10^-13 of the centred rows' squared
-  norms.) Costs one
-  ``[sample, candidates, d]`` product in float32 and one in float64 (about
-  0.04 s for 512 of 1,000 rows at d = 784 on 2 CPU cores). Above
+  norms.) Costs two
+  ``[sample, candidates, d]`` products in float32 and two in float64 (about
+  0.08 s for 512 of 1,000 rows at d = 784 on 2 CPU cores). Above
   :data:`PRECISION_CANDIDATES` rows the search runs among an evenly spaced
   subset, whose neighbours are farther apart, so the loss may be
   underestimated there.
@@ -148,13 +160,43 @@ def float32_neighbour_loss(x: jax.Array) -> tuple[float, int]:
   rank32[rows, pos] = np.inf  # the row itself is not its own neighbour
   rank64[rows, pos] = np.inf
   own = x64[pos]
+  near = x64[np.argmin(rank64, axis=1)]
   d32 = np.sum((own - x64[np.argmin(rank32, axis=1)]) ** 2, axis=1)
-  d64 = np.sum((own - x64[np.argmin(rank64, axis=1)]) ** 2, axis=1)
-  lost = d32 - d64 > PRECISION_MARGIN * np.quantile(d64, 0.9)
+  d64 = np.sum((own - near) ** 2, axis=1)
+  margin = PRECISION_MARGIN * np.quantile(d64, 0.9)
+  lost = d32 - d64 > margin
+  # A point 2 PRECISION_MARGIN short of half way from the row to its nearest other row: its float64 nearest row is
+  # the row itself, ahead by 4 PRECISION_MARGIN of their squared distance, so float32 misplaces it once rounding
+  # reaches the margin. Rows in well-separated tight pairs far from the origin never doubt their own nearest row
+  # while the records between a pair are placed by the rounding (45% of them at +-3000, d = 8): only such points
+  # show it. They sit where records are hardest to place, so the fraction is an upper estimate of records lost.
+  probe = (own + (0.5 - 2 * PRECISION_MARGIN) * (near - own)).astype(np.float32)
+  prank32 = np.sum(xc * xc, axis=1)[None, :] + probe @ (np.float32(-2.0) * xc).T
+  p64 = np.asarray(probe, np.float64)  # the probe as a float32 record holds it
+  pc64 = p64 - x64.mean(axis=0)
+  prank64 = np.sum(c64 * c64, axis=1)[None, :] - 2.0 * (pc64 @ c64.T)
+  pd32 = np.sum((p64 - x64[np.argmin(prank32, axis=1)]) ** 2, axis=1)
+  pd64 = np.sum((p64 - x64[np.argmin(prank64, axis=1)]) ** 2, axis=1)
+  lost |= pd32 - pd64 > margin
   return float(np.mean(lost)), int(pos.shape[0])
 
 
-def warn_if_off_centre(name: str, x: jax.Array, *, stacklevel: int) -> None:
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _caller_stacklevel() -> int:
+  """``warnings.warn``'s stacklevel, from the function calling this, of the first frame outside jaxdistill.
+
+  A fixed stacklevel pointed into the library when a public function reached the check through another one
+  (``reverse_knn_connection``, ``connect``), and the default filter then showed the warning once per process.
+  """
+  frame, level = sys._getframe(1), 1  # pylint: disable=protected-access
+  while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+    frame, level = frame.f_back, level + 1
+  return level
+
+
+def warn_if_off_centre(name: str, x: jax.Array) -> None:
   """Warns (RuntimeWarning) when float32 distances on the public ``x`` lose nearest neighbours.
 
   The squared distances ``||x||^2 - 2 x.q + ||q||^2`` are rounded in
@@ -164,15 +206,17 @@ def warn_if_off_centre(name: str, x: jax.Array, *, stacklevel: int) -> None:
 
   * ``||mean||^2 > OFF_CENTRE_RATIO * mean ||x - mean||^2`` (the whole set
     sits off centre: subtracting D_pub's mean fixes it);
-  * otherwise, a direct measurement (:func:`float32_neighbour_loss`): more
-    than :data:`PRECISION_LOSS` (0.5%) of up to 512 sampled rows have a
-    float32 nearest other row that float64 finds farther, by more than
+  * otherwise, a direct measurement (:func:`float32_neighbour_loss`): for more
+    than :data:`PRECISION_LOSS` (0.5%) of up to 512 sampled rows, float32
+    picks a nearest row (of the row, or of a point just short of half way to
+    its nearest other row) that float64 finds farther, by more than
     :data:`PRECISION_MARGIN` of the typical neighbour distance. It catches
     what the ratio misses, e.g. tight groups far from the origin on opposite
-    sides (mean near 0).
+    sides (mean near 0), also of two queries each.
 
   Call it on public features only (D_pub, queries): the warning must reveal
-  nothing about private records.
+  nothing about private records. It points at the first line outside
+  jaxdistill that led here.
   """
   if x.shape[0] < 2:
     return
@@ -184,17 +228,18 @@ def warn_if_off_centre(name: str, x: jax.Array, *, stacklevel: int) -> None:
         f"{name} sit far from the origin compared with their spread (||mean||^2 / mean ||x - mean||^2 = "
         f"{offset / spread:.3g} > {OFF_CENTRE_RATIO:g}): float32 distances lose precision in proportion to "
         f"||x||^2, so nearest neighbours may change. Subtract D_pub's mean from every feature set first "
-        f"(public, so free).", RuntimeWarning, stacklevel=stacklevel + 1)
+        f"(public, so free).", RuntimeWarning, stacklevel=_caller_stacklevel())
     return
   lost, sampled = float32_neighbour_loss(x)
   if lost > PRECISION_LOSS:
     warnings.warn(
         f"{name} lose nearest neighbours to float32 rounding: for {lost:.1%} of {sampled} sampled rows "
-        f"(> {PRECISION_LOSS:.1%}) the float32 nearest other row is farther in float64, by more than "
-        f"{PRECISION_MARGIN:g} of the typical neighbour distance. Distances between neighbours are tiny next to "
+        f"(> {PRECISION_LOSS:.1%}) the float32 nearest row (of the row, or of a point just short of half way to "
+        f"its nearest other row) is farther in float64, by more than {PRECISION_MARGIN:g} of the typical "
+        f"neighbour distance. Distances between neighbours are tiny next to "
         f"||x||^2 (e.g. tight groups far from the origin, which the overall mean does not show): centre or "
         f"rescale the features so that they are not, e.g. PCA-whiten them on D_pub (public, so free).",
-        RuntimeWarning, stacklevel=stacklevel + 1)
+        RuntimeWarning, stacklevel=_caller_stacklevel())
 
 
 #: Largest streaming block (rows per block): every block is allocated in full (padded), and a block's row

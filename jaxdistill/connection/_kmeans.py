@@ -193,7 +193,7 @@ def _kmeans(key: jax.Array, x: jax.Array, s: int, max_iterations: Any, num_trial
   trials = 2 + int(math.log(s)) if num_trials is None else num_trials
   trials = _validate.integer("num_trials", trials, minimum=1, maximum=MAX_TRIALS)
   bs = min(_block_size(block_size), m)
-  warn_if_off_centre(name, x, stacklevel=3)  # 1 = _kmeans, 2 = kmeans or select_queries, 3 = their caller
+  warn_if_off_centre(name, x)
   seeds = _kmeans_pp(key, x, s, trials)
   centres, assignment, dmin, it, converged, history = _lloyd(x, x[seeds], s, max_iterations, bs)
   it = int(it)

@@ -145,9 +145,9 @@ def connection_privacy(rule: str, *, k: int, num_queries: int) -> ConnectionPriv
   rule = _validate.choice("rule", rule, RULES)
   s = _validate.integer("num_queries", num_queries, minimum=1)
   k = _validate.integer("k", k, minimum=1)
+  if rule != "knn-labeling" and k > s:  # each record takes k distinct queries (k-NN labeling: k records per query)
+    raise ValueError(f"Expected k={k} <= num_queries={s}.")
   if rule == "reverse-knn":
-    if k > s:
-      raise ValueError(f"Expected k={k} <= num_queries={s}.")
     return ConnectionPrivacy(
         rule, per_record=True, dp_valid=True, shape_k=k, models=_MODELS_ALL,
         relation=Relation.REPLACE_ONE,
@@ -259,7 +259,7 @@ def _check_pair(private_features: Any, query_features: Any, k: int, *, k_at_most
     raise ValueError(f"Expected k={k} <= num_queries s={q.shape[0]}.")
   if k_at_most == "n" and k > x.shape[0]:
     raise ValueError(f"Expected k={k} <= the number of private records n={x.shape[0]}.")
-  warn_if_off_centre("query_features", q, stacklevel=3)  # decided from the (public) queries alone
+  warn_if_off_centre("query_features", q)  # decided from the (public) queries alone
   return x, q, k
 
 

@@ -111,6 +111,10 @@ def test_privacy_statements_say_what_each_rule_guarantees():
     assert not b.dp_valid and b.models == () and b.sensitivity() is None
     d = b.to_dict()
     assert d["warnings"][0]["code"] == "balanced_connection_no_dp" and "I8" in d["warnings"][0]["message"]
+    # A record takes k distinct queries, so k > s is a set-up the rule refuses: its statement did not.
+    with pytest.raises(ValueError, match=r"^Expected k=41 <= num_queries=40\.$"):
+      connection.connection_privacy(rule, k=41, num_queries=40)
+  assert connection.connection_privacy("knn-labeling", k=41, num_queries=40).shape_k == 40  # k records per query
 
 
 def test_connect_dispatches_by_name():

@@ -54,11 +54,18 @@ def test_the_decision_reads_the_public_queries_only():
     connection.knn_labeling(x + 1e3, q, 2)
 
 
-@pytest.mark.parametrize("rule", ["knn-labeling", "balanced-max-min"])
-def test_every_rule_warns(rule):
+@pytest.mark.parametrize("rule", ["reverse-knn", "knn-labeling", "balanced-max-min"])
+def test_every_rule_warns_at_the_callers_line(rule):
+  # Through connect (and reverse_knn_connection) the fixed stacklevel pointed into the library, where the
+  # default filter shows a warning once per process.
   x, q = gaussian(4, 60, 3), gaussian(5, 6, 3)
-  with pytest.warns(RuntimeWarning, match=_MESSAGE):
+  with pytest.warns(RuntimeWarning, match=_MESSAGE) as caught:
     connection.connect(rule, x + 500.0, q + 500.0, 1)
+  assert [w.filename for w in caught] == [__file__]
+  if rule == "reverse-knn":
+    with pytest.warns(RuntimeWarning, match=_MESSAGE) as caught:
+      connection.reverse_knn_connection(x + 500.0, q + 500.0, 1)
+    assert [w.filename for w in caught] == [__file__]
 
 
 def test_kmeans_and_select_queries_warn_once_naming_their_parameter():
@@ -103,6 +110,24 @@ def test_two_far_groups_warn_although_the_ratio_is_small():
   with pytest.warns(RuntimeWarning, match=_LOSS) as caught:
     connection.select_queries(jax.random.key(0), q, 4)
   assert len(caught) == 1 and str(caught[0].message).startswith("public_features ")
+
+
+def test_pairs_of_queries_far_from_the_origin_warn_although_each_ones_nearest_query_is_clear():
+  # Two queries 1 apart at +3000 and two at -3000 in every coordinate (d = 8): each query's nearest other query is
+  # never in doubt, so the rows' own check measured no loss and nothing was said, while float32 placed 45% of the
+  # records between a pair at the wrong query (k-NN labeling took records 3-6 squared units farther than its true
+  # 50 nearest, at about 1).
+  d, c = 8, 3000.0
+  pair = np.stack([np.zeros(d), np.eye(d)[0]])
+  q = np.concatenate([c + pair, -c + pair])
+  rng = np.random.default_rng(0)
+  x = np.concatenate([s + pair.mean(0) + 0.5 * rng.normal(size=(500, d)) for s in (c, -c)])
+  with pytest.warns(RuntimeWarning, match=_LOSS) as caught:
+    got = np.asarray(connection.reverse_knn(x, q, 1))[:, 0]
+  assert len(caught) == 1 and caught[0].filename == __file__
+  assert np.mean(got != nearest_float64(x, q)) > 0.2  # the loss is real
+  with pytest.warns(RuntimeWarning, match=_LOSS):
+    connection.knn_labeling(x, q, 50)
 
 
 @pytest.mark.parametrize("n, d", [(200, 2), (1000, 8), (3000, 64), (1000, 784)])
