@@ -69,13 +69,31 @@ class Student:
     """Top-1 accuracy, float64."""
     return models.accuracy(self.logits(images), labels)
 
+  @property
+  def input_shape(self) -> tuple[int, int, int]:
+    """``(H, W, C)`` of the images the student was trained on (and takes)."""
+    return tuple(self.classifier.module(self.state).input_shape)
+
+  def _check_shape(self, name: str, images: Any) -> None:
+    got = np.shape(images.images if hasattr(images, "images") else images)
+    if len(got) == 4 and tuple(got[1:]) != self.input_shape:
+      raise ValueError(f"Expected {name} of shape [N, {', '.join(map(str, self.input_shape))}] (the images the "
+                       f"student was trained on); got {tuple(got)}.")
+
   def _penultimate_fn(self):
     state, clf = self.state, self.classifier
     return lambda x: _features(state, x, clf=clf)
 
   def penultimate(self, images: np.ndarray) -> np.ndarray:
-    """float32 ``[n, F]`` features feeding the dense head (eval mode)."""
-    rep = representations.embed_with(self._penultimate_fn(), name="student-penultimate")
+    """float32 ``[n, F]`` features feeding the dense head (eval mode).
+
+    Raises:
+      ValueError: images not of the student's :attr:`input_shape` (the convolutions take any size, so 10x10
+        images gave a student trained on 12x12 ones 64 features instead of 100, without a word).
+    """
+    self._check_shape("images", images)
+    rep = representations.embed_with(self._penultimate_fn(), name="student-penultimate",
+                                     image_shape=self.input_shape)
     return rep(images, batch_size=512)
 
   def embedding(self, key: jax.Array, public_images: np.ndarray) -> representations.Representation:
@@ -93,8 +111,12 @@ class Student:
     Returns:
       A :class:`jaxdistill.representations.Representation`:
       ``rep(images) -> float32 [n, embedding_dim]``.
+
+    Raises:
+      ValueError: a bad key, or ``public_images`` not of the student's :attr:`input_shape`.
     """
     key = _validate.prng_key("key", key)
+    self._check_shape("public_images", public_images)
     feats = self.penultimate(public_images)
     mean = feats.mean(0)
     dim = min(self.config.embedding_dim, feats.shape[0], feats.shape[1])
@@ -102,7 +124,7 @@ class Student:
     mean = jnp.asarray(mean)
     f = self._penultimate_fn()
     return representations.embed_with(lambda x: (f(x) - mean) @ comps, name="student-embedding",
-                                      image_shape=tuple(np.shape(public_images)[1:]))
+                                      image_shape=self.input_shape)
 
 
 def _pca_components(key: jax.Array, x: np.ndarray, dim: int, power_iterations: int = 4) -> np.ndarray:

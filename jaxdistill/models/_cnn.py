@@ -254,6 +254,8 @@ class FedMDCNN(nnx.Module):
   def __init__(self, spec: CNNSpec, num_classes: int, *, input_shape: Sequence[int] = (28, 28, 1),
                l2: float = 1e-3, rngs: nnx.Rngs):
     spec, num_classes, input_shape = _check_cnn(spec, num_classes, input_shape)
+    if not isinstance(rngs, nnx.Rngs):  # None or a seed failed inside nnx with an AttributeError
+      raise ValueError(f"Expected rngs to be an nnx.Rngs (e.g. nnx.Rngs(params=0)); got {_validate.shown(rngs)}.")
     self.spec = spec
     self.num_classes = num_classes
     self.l2 = _validate.nonnegative("l2", l2)
@@ -285,8 +287,15 @@ class FedMDCNN(nnx.Module):
       key: dropout key.
       mask: ``[B] bool``; rows with False are padding and are left out of
         the batch statistics.
+
+    Raises:
+      ValueError: ``x`` not of shape ``[B, *input_shape]``.
     """
     x = jnp.asarray(x, jnp.float32)
+    if x.ndim != 4 or tuple(x.shape[1:]) != self.input_shape:  # the convolutions take any size; XLA's
+      # dot_general error at the dense head named neither x nor the shape the model was built for
+      raise ValueError(f"Expected x of shape [B, {', '.join(map(str, self.input_shape))}] (the model's "
+                       f"input_shape); got {tuple(x.shape)}.")
     bn_mask = None if mask is None else mask[:, None, None, None]
     keys = [None] * len(self.layout)
     if train and self.spec.dropout > 0:

@@ -68,6 +68,21 @@ def test_student_penultimate_feeds_the_dense_head():
   np.testing.assert_allclose(student.logits(images), feats @ kernel, rtol=1e-4, atol=1e-5)
 
 
+def test_student_features_refuse_images_of_another_size_than_it_was_trained_on():
+  # The convolutions take any size and the dense head (the only shape check) is removed for the features, so a
+  # student trained on 12x12 images gave 10x10 ones 64 features instead of 100, and embedding() fitted its PCA
+  # on them and pinned itself to 10x10, to refuse the student's own images later, blaming those.
+  student, images = _tiny_student()
+  assert student.input_shape == (12, 12, 1)
+  other = np.zeros((8, 10, 10, 1), np.float32)
+  with pytest.raises(ValueError, match=r"^Expected images of shape \[N, 12, 12, 1\] \(the images the student was "
+                                       r"trained on\); got \(8, 10, 10, 1\)\.$"):
+    student.penultimate(other)
+  with pytest.raises(ValueError, match=r"^Expected public_images of shape \[N, 12, 12, 1\] .*got \(8, 10, 10, 1\)"):
+    student.embedding(jax.random.key(1), other)
+  assert student.embedding(jax.random.key(1), images).input_shape == (12, 12, 1)
+
+
 def test_student_embedding_projects_on_the_top_principal_directions():
   # x -> V^T (f(x) - mu): V the top principal directions of the centred penultimate features over D_pub.
   student, images = _tiny_student(embedding_dim=3)

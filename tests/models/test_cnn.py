@@ -86,6 +86,12 @@ def test_bad_specs(text):
     (lambda: M.forward_flops(M.FEDMD_SPECS[0], input_shape=()), r"input_shape=\(H, W, C\)"),
     (lambda: M.forward_flops(M.FEDMD_SPECS[0], input_shape=(28, 28, 0)), r"input_shape=0 >= 1"),
     (lambda: M.forward_flops(M.FEDMD_SPECS[0], input_shape=(28, 28.5, 1)), "input_shape to be an integer"),
+    # rngs None or a seed: AttributeError inside nnx; images of another size: XLA's dot_general TypeError.
+    (lambda: M.FedMDCNN(M.CNNSpec((2, 4), 0.2), 3, rngs=None), r"^Expected rngs to be an nnx.Rngs .*got None\.$"),
+    (lambda: M.FedMDCNN(M.CNNSpec((2, 4), 0.2), 3, rngs=0), r"^Expected rngs to be an nnx.Rngs .*got 0\.$"),
+    (lambda: M.FedMDCNN(M.CNNSpec((2, 4), 0.2), 3, input_shape=(12, 12, 1), rngs=nnx.Rngs(0))(
+        jnp.zeros((2, 10, 10, 1))), r"^Expected x of shape \[B, 12, 12, 1\] \(the model's input_shape\); got "
+                                    r"\(2, 10, 10, 1\)\.$"),
 ])
 def test_bad_model_arguments_name_the_parameter(make, needle):
   with pytest.raises(ValueError, match=needle):
