@@ -575,7 +575,9 @@ def test_partition_refuses_negative_labels(scheme):
     with pytest.raises(ValueError, match=rf"^Expected labels to be class indices >= 0; got labels with smallest "
                                          rf"value {smallest}\.$"):
       data.partition_clients(np.asarray(labels), 2, seed=0, scheme=scheme)
-  assert len(data.partition_clients(np.array([], np.int64), 1, seed=0)) == 1  # no labels: nothing to check
+  # No labels: one client with no records, whatever the scheme ("classes" blamed classes_per_client=2 <= 0).
+  empty = data.partition_clients(np.array([], np.int64), 1, seed=0, scheme=scheme)
+  assert len(empty) == 1 and empty[0].size == 0
 
 
 def test_tfds_route_without_tensorflow_datasets_names_the_extra(monkeypatch):

@@ -189,6 +189,8 @@ def partition_clients(labels: np.ndarray, num_clients: int, *, seed: int, scheme
   refuse_unused_settings("scheme", scheme, alpha=("alpha", a), classes=("classes_per_client", cpc))
   if scheme == "iid":
     return [np.sort(p) for p in np.array_split(rng.permutation(n), m)]
+  if n == 0:  # one client with no records, as iid gives ("classes" blamed classes_per_client=2 <= 0 classes)
+    return [np.zeros(0, np.int64)]
   classes = np.unique(labels)
   owners: list[list[np.ndarray]] = [[] for _ in range(m)]
   if scheme == "dirichlet":

@@ -24,7 +24,7 @@ one value) are exactly uniform by rejection sampling, where
 from __future__ import annotations
 
 import functools
-import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -72,8 +72,23 @@ def dyadic_ceil(prob: float, bits: int) -> int:
       outside [0, 1], NaN, infinite, or not a real number (a bool, a string, None).
   """
   bits = _check_bits(bits)
-  _validate.probability("prob", prob)  # checks only: t is computed from prob as given
-  return min(int(math.ceil(prob * 2**bits)), 2**bits)
+  _validate.probability("prob", prob)  # checks only: t is computed from prob as given, exactly
+  num, den = _exact_ratio(prob)
+  # In Python integers: prob * 2^bits in the argument's own dtype overflowed (float16 to inf, int8/int16/int32 to
+  # NumPy's OverflowError), and 0 * inf was NaN.
+  return min(-((-num << bits) // den), 2**bits)
+
+
+def _exact_ratio(value: Any) -> tuple[int, int]:
+  """``value`` (a real number checked by the caller) as an exact integer ratio."""
+  if isinstance(value, np.ndarray):
+    value = value[()]
+  if isinstance(value, np.integer):
+    return int(value), 1
+  try:
+    return value.as_integer_ratio()  # int, float, Fraction, Decimal, NumPy floats (long double included)
+  except AttributeError:
+    return float(value).as_integer_ratio()  # e.g. a 0-d JAX array: float32 and float64 convert exactly
 
 
 def uniform_words(key: jax.Array, num_words: int) -> jax.Array:
@@ -190,11 +205,13 @@ def uniform_below(key: jax.Array, bound: int, num: int) -> jax.Array:
   Args:
     key: PRNG key.
     bound: static Python int in [1, 2^31 - 1].
-    num: static number of values (>= 0).
+    num: static number of values in [0, :data:`MAX_DRAWS`].
   """
   key = _validate.prng_key("key", key)
   bound = _validate.integer("bound", bound, minimum=1, maximum=2**31 - 1)
-  num = _validate.integer("num", num, minimum=0)
+  # As bernoulli_dyadic: past it the error named num_words (never passed), after eager mode had allocated the
+  # values (16 GiB at num = 2^32), or a jitted argument overflowed int32 (an OverflowError).
+  num = _validate.integer("num", num, minimum=0, maximum=MAX_DRAWS)
   return _uniform_below(key, bound, num, uniform_plan(bound, num))
 
 
@@ -236,10 +253,12 @@ def uniform_index(key: jax.Array, bound: jax.Array) -> jax.Array:
   ``lax.while_loop`` draws more from ``fold_in(key, 2^31 + 1), ...`` if needed.
 
   Raises:
-    ValueError: ``key`` not a PRNG key; a concrete (not traced) ``bound``
+    ValueError: ``key`` not a PRNG key; ``bound`` not 0-d; a concrete (not traced) ``bound``
       outside [1, 2^31 - 1] (a traced one is the caller's to keep in range).
   """
   key = _validate.prng_key("key", key)
+  if jnp.ndim(bound) != 0:  # static under jit and vmap: an array of bounds shared one word for all its draws
+    raise ValueError(f"Expected bound to be one integer (0-d); got shape {tuple(jnp.shape(bound))}.")
   if not isinstance(bound, jax.core.Tracer):
     bounds = np.asarray(bound)
     if (bounds.dtype.kind not in "iu" or bounds.size == 0 or bounds.min() < 1

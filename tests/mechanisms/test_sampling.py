@@ -211,6 +211,30 @@ def test_dyadic_ceil_refuses_what_is_not_a_probability():
   # Valid probabilities of any real type give ceil(prob * 2^bits) as before (exact: 2^bits scales exactly).
   assert M.dyadic_ceil(np.float32(0.3), 16) == math.ceil(float(np.float32(0.3)) * 2**16)
   assert M.dyadic_ceil(0, 32) == 0 and M.dyadic_ceil(1, 32) == 2**32
+  # Small NumPy types: prob * 2^bits in their own dtype overflowed (float16 to inf, int8 to int32 to NumPy's
+  # OverflowError; float16 0 to 0 * inf = NaN). The reference is Fraction arithmetic, exact for every input.
+  from fractions import Fraction  # pylint: disable=import-outside-toplevel
+  for prob in (np.float16(0.3), np.float16(0.5), np.float16(0.0), np.int8(1), np.uint8(0), np.int16(1),
+               np.int32(1), np.longdouble(1) / 3, Fraction(1, 3), np.asarray(0.25)):
+    for bits in (16, 32):
+      value = prob[()] if isinstance(prob, np.ndarray) else prob
+      exact = Fraction(int(value)) if isinstance(value, np.integer) else Fraction(*value.as_integer_ratio())
+      want = min(math.ceil(exact * 2**bits), 2**bits)
+      assert M.dyadic_ceil(prob, bits) == want, (prob, bits)
+
+
+def test_uniform_below_caps_num_and_uniform_index_takes_one_bound():
+  # uniform_below took any num: past 2^31 - 1 it named num_words (never passed) or overflowed int32 as a jitted
+  # argument (OverflowError), after eager mode had asked for the values' memory (16 GiB at 2^32).
+  with pytest.raises(ValueError, match=r"^Expected num=2147483648 <= 2147483647\.$"):
+    M.uniform_below(jax.random.key(0), 2**31 - 1, 2**31)
+  # An array of bounds drew every value from one word: all equal for equal bounds, and each word was accepted by
+  # one entry's bound, biasing the others modulo theirs.
+  for bound in (np.array([1000, 1000]), jnp.ones((1, 1), jnp.int32)):
+    with pytest.raises(ValueError, match=r"^Expected bound to be one integer \(0-d\); got shape "):
+      M.uniform_index(jax.random.key(0), bound)
+  with pytest.raises(ValueError, match=r"one integer \(0-d\); got shape \(2,\)"):
+    jax.jit(M.uniform_index)(jax.random.key(0), jnp.array([3, 4]))
 
 
 @pytest.mark.parametrize("bad_bits, needle", [
