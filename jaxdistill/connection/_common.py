@@ -152,10 +152,13 @@ def float32_neighbour_loss(x: jax.Array) -> tuple[float, int]:
   pos = np.unique(np.linspace(0, cand.shape[0] - 1, min(cand.shape[0], PRECISION_SAMPLE)).round().astype(np.int64))
   xc = np.asarray(x if cand.shape[0] == m else x[jnp.asarray(cand)], np.float32)  # gathered on the device
   # The kernels' ranking value for "record" x_i against "query" x_j, in float32 (host BLAS: no compilation).
-  rank32 = np.sum(xc * xc, axis=1)[None, :] + xc[pos] @ (np.float32(-2.0) * xc).T
+  sq32, minus2 = np.sum(xc * xc, axis=1)[None, :], (np.float32(-2.0) * xc).T
+  rank32 = sq32 + xc[pos] @ minus2
   x64 = np.asarray(xc, np.float64)
-  c64 = x64 - x64.mean(axis=0)
-  rank64 = np.sum(c64 * c64, axis=1)[None, :] - 2.0 * (c64[pos] @ c64.T)
+  mean64 = x64.mean(axis=0)
+  c64 = x64 - mean64
+  sq64 = np.sum(c64 * c64, axis=1)[None, :]
+  rank64 = sq64 - 2.0 * (c64[pos] @ c64.T)
   rows = np.arange(pos.shape[0])
   rank32[rows, pos] = np.inf  # the row itself is not its own neighbour
   rank64[rows, pos] = np.inf
@@ -171,10 +174,9 @@ def float32_neighbour_loss(x: jax.Array) -> tuple[float, int]:
   # while the records between a pair are placed by the rounding (45% of them at +-3000, d = 8): only such points
   # show it. They sit where records are hardest to place, so the fraction is an upper estimate of records lost.
   probe = (own + (0.5 - 2 * PRECISION_MARGIN) * (near - own)).astype(np.float32)
-  prank32 = np.sum(xc * xc, axis=1)[None, :] + probe @ (np.float32(-2.0) * xc).T
+  prank32 = sq32 + probe @ minus2
   p64 = np.asarray(probe, np.float64)  # the probe as a float32 record holds it
-  pc64 = p64 - x64.mean(axis=0)
-  prank64 = np.sum(c64 * c64, axis=1)[None, :] - 2.0 * (pc64 @ c64.T)
+  prank64 = sq64 - 2.0 * ((p64 - mean64) @ c64.T)
   pd32 = np.sum((p64 - x64[np.argmin(prank32, axis=1)]) ** 2, axis=1)
   pd64 = np.sum((p64 - x64[np.argmin(prank64, axis=1)]) ** 2, axis=1)
   lost |= pd32 - pd64 > margin
