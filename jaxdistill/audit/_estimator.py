@@ -48,6 +48,7 @@ over the same clients) and the closed-form truth and variance of every entry:
 
 from __future__ import annotations
 
+import math
 import dataclasses
 from typing import Any
 
@@ -212,8 +213,9 @@ def check_variance(estimates: Any, variance: Any, *, alpha: float,
       stat = np.where(constant, 0.0, (m - 1) * ss * ((r * cs) / np.sqrt(var))**2)  # (m - 1) s^2 / sigma^2
     lo = float(stats.chi2.ppf(a / (2 * j), m - 1))
     hi = float(stats.chi2.isf(a / (2 * j), m - 1))
-    cdf = stats.chi2.cdf(stat, m - 1)
-    p_all = 2 * np.minimum(cdf, 1 - cdf)
+    # In logs, both tails: 1 - cdf rounded to 0 below 1e-16, so every strongly inflated entry had p = 0 and the
+    # first of them, not the most extreme, was reported as the worst.
+    log_p = np.minimum(stats.chi2.logcdf(stat, m - 1), stats.chi2.logsf(stat, m - 1)) + math.log(2)
     test = "chi2-variance"
   else:
     kurt = np.mean(w**4, axis=0) / ss**2
@@ -222,10 +224,11 @@ def check_variance(estimates: Any, variance: Any, *, alpha: float,
     stat = log_ratio / np.sqrt(np.maximum(kurt - (m - 3) / (m - 1), 1e-12) / m)
     hi = float(stats.norm.isf(a / (2 * j)))
     lo = -hi
-    p_all = 2 * stats.norm.sf(np.abs(stat))
+    log_p = stats.norm.logsf(np.abs(stat)) + math.log(2)
     test = "kurtosis-variance"
-  p_all = np.asarray(p_all)
-  worst = np.unravel_index(int(np.argmin(p_all)), p_all.shape) if p_all.ndim else ()
+  log_p = np.asarray(log_p)
+  p_all = np.minimum(np.exp(log_p), 1.0)
+  worst = np.unravel_index(int(np.argmin(log_p)), log_p.shape) if log_p.ndim else ()
   passed = bool(np.all((stat >= lo) & (stat <= hi)))
   return EstimatorCheck(test, passed, a, m, np.asarray(stat), lo, hi,
                         tuple(int(i) for i in worst), float(p_all[worst]))

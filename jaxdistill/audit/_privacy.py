@@ -154,6 +154,9 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
   out = np.concatenate(parts)[:num]
   if out.dtype.kind in "biu":
     return out.astype(np.int64)
+  if out.dtype.kind == "c":  # the cast kept the real part with only a ComplexWarning
+    raise ValueError(f"Expected a real statistic; got dtype {out.dtype} (complex values would lose their "
+                     "imaginary part).")
   out = out.astype(np.float64)
   if np.isnan(out).any():
     raise ValueError("Expected statistics without NaN; the mechanism or statistic produced NaN.")
@@ -238,13 +241,15 @@ def _threshold_events(sel0: np.ndarray, sel1: np.ndarray) -> list[_Event]:
   uniq = np.unique(pooled)
   if len(uniq) < 2:
     return []
+  # Cuts at sample values, with no arithmetic: midpoints overflowed (1e308 + 1.5e308 = inf, int64 5e18 + 6e18
+  # wrapped negative) or met +inf, and every event came out empty or certain: a mechanism of infinite epsilon
+  # passed. On the selection split "T > u" splits as "T > the midpoint after u" did.
   if len(uniq) <= _MAX_THRESHOLDS + 1:
-    cuts = (uniq[:-1] + uniq[1:]) / 2
+    cuts = uniq[:-1]
   else:
-    cuts = np.unique(np.quantile(pooled, np.linspace(0, 1, _MAX_THRESHOLDS + 2)[1:-1]))
+    cuts = np.unique(np.quantile(pooled, np.linspace(0, 1, _MAX_THRESHOLDS + 2)[1:-1], method="inverted_cdf"))
   events: list[_Event] = []
-  for t in cuts:
-    t = float(t)
+  for t in cuts:  # NumPy scalars, so int64 cuts stay exact
     events.append((f"T > {t:.6g}", lambda v, t=t: v > t))
     events.append((f"T <= {t:.6g}", lambda v, t=t: v <= t))
   return events
@@ -314,7 +319,8 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
     x0: one input (pytree).
     x1: a neighbouring input (same structure and shapes).
     num_samples: samples per input (>= 10), selection and estimation
-      together.
+      together; each split at most 2^32 (about 5.4e9 in all at the default
+      selection fraction).
     alpha: false-alarm probability in (0, 1): Pr[epsilon_lower > true
       epsilon] <= alpha, family-wise over events and directions.
     claimed_epsilon: the claim to test (>= 0), or None to only estimate.
@@ -383,6 +389,9 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   num_est = n - num_sel
   if num_est < 1 or (not given and num_sel < 1):
     raise ValueError(f"Expected num_samples={n} large enough for both splits.")
+  if max(num_sel, num_est) > 2**32:  # sample_statistic's limit, which named a split's size, not num_samples
+    raise ValueError(f"Expected num_samples={n} at most {int(2**32 / max(1.0 - frac, frac))} (2^32 samples per "
+                     f"split, selection_fraction={frac!r}).")
   k_sel0, k_sel1, k_est0, k_est1 = jax.random.split(key, 4)
 
   def draw(k, x, count):

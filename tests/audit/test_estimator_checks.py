@@ -185,3 +185,17 @@ def test_replicate_estimates_refuses_more_runs_than_max_runs(rr_setup, monkeypat
   with pytest.raises(ValueError, match=rf"^Expected num_runs={num_runs} <= 1000000\.$"):
     audit.replicate_estimates(jax.random.key(7), M.RandomizedResponse(shape, 1.0), inp, num_runs)
   assert audit.MAX_RUNS == 10**6
+
+
+def test_check_variance_reports_the_most_extreme_entry_when_p_values_underflow():
+  # Two-sided p = 2 min(cdf, 1 - cdf): 1 - cdf rounds to 0 below 1e-16, so entries 1 and 2 (sd 1.6 and 2.0 against a
+  # claimed variance 1) both had p = 0 and the first was reported. Their p-values (scipy's sf, computed here) are
+  # 6e-29 and 3e-66; the kurtosis test's 2 sf(|z|) underflowed the same way.
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  x = np.random.default_rng(0).standard_normal((200, 3)) * np.array([1.0, 1.6, 2.0])
+  c = audit.check_variance(x, 1.0, alpha=0.01)
+  want = 2 * stats.chi2.sf(c.statistic, 199)
+  assert not c.passed and c.worst_entry == (2,) and c.worst_p_value == pytest.approx(want[2], rel=1e-6)
+  x = np.random.default_rng(1).standard_normal((4000, 3)) * np.array([1.0, 3.0, 4.0])
+  k = audit.check_variance(x, 1.0, alpha=0.01, method="kurtosis")
+  assert not k.passed and k.worst_entry == (2,)  # z = 96 and 119: both p-values underflow to 0 in float64

@@ -522,3 +522,38 @@ def test_local_randomizer_validates_before_caching():
     rand.check_input("x0", (jnp.array([5], jnp.int32), jnp.array([0], jnp.int32)))
   hashable = M.RandomizedResponse(M.BsvsShape(2, 1, 1), 1.0)
   assert audit.local_randomizer(hashable) is audit.local_randomizer(hashable)
+
+
+def _host_coin(keys, x):
+  """Batched host draws of Pr[heads] = 0.1 + 0.8 x (x in {0, 1}: the two outputs' epsilon is ln 9)."""
+  return np.asarray(jax.vmap(jax.random.uniform)(keys)) < 0.1 + 0.8 * x
+
+
+@pytest.mark.parametrize("heads, tails, claimed", [
+    (np.inf, 0.0, 1.0),  # x0 never gives inf, x1 mostly: infinite epsilon
+    (1.5e308, 1e308, 1.0),  # the midpoint overflowed to inf
+    (np.int64(6 * 10**18), np.int64(5 * 10**18), 1.0),  # the int64 midpoint wrapped negative
+])
+def test_threshold_events_on_extreme_statistics_still_find_the_leak(heads, tails, claimed):
+  # Threshold cuts were midpoints of adjacent values: with +inf, a float sum past 1.8e308 or an int64 sum past
+  # 9.2e18, every event came out empty or certain (epsilon_lower 0, no alarm) for mechanisms of epsilon ln 9 or
+  # infinity. With 4,000 samples per input the audit at alpha = 0.05 finds epsilon_lower > 1 except with
+  # negligible probability (the inf case: ln(Clopper-Pearson bounds) > 5; the others about 2.1), fixed seed.
+  def mech(keys, x):
+    coin = _host_coin(keys, x)
+    if np.isinf(heads):
+      coin &= x > 0  # x0 never gives inf (x1: w.p. 0.9)
+    return np.where(coin, heads, tails)
+  r = audit.audit_privacy(jax.random.key(0), mech, 0.0, 1.0, num_samples=4000, claimed_epsilon=claimed,
+                          alpha=0.05, batched=True, events="thresholds")
+  assert r.alarm and r.epsilon_lower > 1.5, (r.epsilon_lower, [e.description for e in r.events])
+
+
+def test_sample_statistic_refuses_complex_and_audit_privacy_names_a_num_samples_past_its_limit():
+  # A complex statistic was cast to its real part (a ComplexWarning); 8.6e9 samples were refused naming the
+  # estimation split's 6.9e9, a number the caller never passed.
+  with pytest.raises(ValueError, match=r"^Expected a real statistic; got dtype complex128 "):
+    audit.sample_statistic(jax.random.key(0), lambda keys, x: np.full(len(keys), 1j * x), 1.0, 5, batched=True)
+  with pytest.raises(ValueError, match=r"^Expected num_samples=8589934592 at most 5368709120 \(2\^32 samples per "
+                                       r"split, selection_fraction=0.2\)\.$"):
+    audit.audit_privacy(jax.random.key(0), _host_coin, 0.0, 1.0, num_samples=2**33, batched=True)
