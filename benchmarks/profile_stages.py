@@ -87,7 +87,7 @@ def connection_stages(args):
                       args.repeats)
         checks = timed(lambda: (_common.as_features("q", q), _common.as_features("x", x))[1].block_until_ready(),
                        args.repeats)
-        centre = timed(lambda: _common.warn_if_off_centre("q", qd, stacklevel=1), args.repeats)
+        centre = timed(lambda: _common.warn_if_off_centre("q", qd), args.repeats)
       kern = timed(lambda: _distances.nearest_columns(xd, qd, k, args.block_size)[0].block_until_ready(),
                    args.repeats)
       idx = _distances.nearest_columns(xd, qd, k, args.block_size)[0].block_until_ready()
