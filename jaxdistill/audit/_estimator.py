@@ -48,8 +48,8 @@ over the same clients) and the closed-form truth and variance of every entry:
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np

@@ -150,13 +150,13 @@ def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: i
     if vals.shape != (batch,):
       raise ValueError(f"Expected the statistic to give one scalar per sample ([{batch}]); "
                        f"got shape {vals.shape}.")
+    if vals.dtype.kind == "c":  # the float64 cast below kept the real part with only a ComplexWarning
+      raise ValueError(f"Expected a real statistic; got dtype {vals.dtype} (complex values would lose their "
+                       "imaginary part).")
     parts.append(vals)
   out = np.concatenate(parts)[:num]
   if out.dtype.kind in "biu":
     return out.astype(np.int64)
-  if out.dtype.kind == "c":  # the cast kept the real part with only a ComplexWarning
-    raise ValueError(f"Expected a real statistic; got dtype {out.dtype} (complex values would lose their "
-                     "imaginary part).")
   out = out.astype(np.float64)
   if np.isnan(out).any():
     raise ValueError("Expected statistics without NaN; the mechanism or statistic produced NaN.")
