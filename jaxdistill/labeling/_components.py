@@ -34,6 +34,15 @@ PCA = ("pca", "hog-pca")
 LEARNED = ("contrastive", "scan")
 
 
+def default_encoder(name: str) -> "representations.ContrastiveConfig | None":
+  """The contrastive encoder config ``name`` fits when no encoder option is given (None: not a learned one)."""
+  if name == "contrastive":
+    return representations.ContrastiveConfig()
+  if name == "scan":
+    return representations.ScanConfig().contrastive
+  return None
+
+
 def _encoder_config(name: str, encoder: dict | None) -> dict:
   """Options that change the contrastive encoder of ``contrastive`` (its config) or ``scan`` (its backbone)."""
   if not encoder:

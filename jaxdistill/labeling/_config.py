@@ -54,6 +54,8 @@ _PCA = _components.PCA  # pca_dim applies to these only
 #: Bounds that keep a typo from starting a days-long fit.
 _MAX_ENCODER = {"encoder_width": 1024, "encoder_steps": 1_000_000}
 _EMBEDDED_SIZES = (3000, 1000, 1000)  # D_priv, D_pub, D_eval of the 5,000 embedded digits
+#: Sizes a data set's splits take when left unset, where they do not depend on the files found (``sizes``).
+_DEFAULT_SIZES = {"mnist-embedded": _EMBEDDED_SIZES, "fashion-mnist": (None, 5000, 5000)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +168,12 @@ class LabelingConfig:
       noise from ``seed`` (reproducible, but anyone who knows ``seed`` can
       remove the noise: fine for experiments, not for a real release; the
       report warns). It is never written to the report or the ledger.
-      ``mechanism="none"`` draws no noise and refuses it.
+      The noise key folds in the release settings and the mechanism's
+      input, so one secret seed used for releases that differ in a setting
+      (epsilon, say) or in the data draws independent noise for each (they
+      compose as separate releases), and the same settings on the same data
+      give the same release again. ``mechanism="none"`` draws no noise and
+      refuses it.
     private_size, public_size, eval_size: |D_priv|, |D_pub|, |D_eval|
       (``None``: the paper's protocol for the data set). With splits the
       caller passes to :func:`run_labeling`, ``None`` or their sizes.
@@ -394,8 +401,17 @@ class LabelingConfig:
     d = self.to_dict()
     for name in ("out_dir", "baselines", "ceiling_seeds", "student_seeds", "student", "data_dir"):
       d.pop(name)
+    # A setting given as its default is stored as left unset (the form older ledgers hold), so that a resume
+    # spelling out a default (--delta 0, the embedded set's sizes, the encoder's width) is not refused.
+    if d["delta"] == 0.0 and not self.mechanism.startswith("shuffle"):  # resolved_delta's default there
+      d["delta"] = None
+    defaults = _DEFAULT_SIZES.get(self.dataset)
+    for name, default in zip(("private_size", "public_size", "eval_size"), defaults or ()):
+      if d[name] == default:
+        d[name] = None
+    encoder = _components.default_encoder(self.representation)
     for name in ("encoder_width", "encoder_steps"):  # absent when default: older ledgers stay valid
-      if d[name] is None:
+      if d[name] is None or (encoder is not None and d[name] == getattr(encoder, name.split("_")[1])):
         d.pop(name)
     return d
 

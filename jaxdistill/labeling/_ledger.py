@@ -58,10 +58,17 @@ _VERSION = 1
 
 
 def data_fingerprint(*arrays: np.ndarray) -> str:
-  """sha256 over the arrays' shapes, dtypes and bytes (which data a release is about)."""
+  """sha256 over the arrays' shapes, dtypes and bytes (which data a release is about).
+
+  Raises:
+    ValueError: an array that is not numeric (bool, integer, float or complex): the bytes of an object array
+      are pointers, so equal data would hash differently from run to run.
+  """
   h = hashlib.sha256()
-  for a in arrays:
+  for i, a in enumerate(arrays):
     a = np.ascontiguousarray(a)
+    if a.dtype.kind not in "biufc":
+      raise ValueError(f"Expected arrays[{i}] to be a numeric array; got dtype {a.dtype}.")
     h.update(str((a.shape, a.dtype.str)).encode())
     h.update(a.tobytes())
   return h.hexdigest()
@@ -201,6 +208,10 @@ class ReleaseLedger:
               and all(isinstance(e, dict) for e in index["releases"] + index["runs"])):
         raise ValueError(f"{self.index_path} lacks the 'releases' and 'runs' lists (of JSON objects) of a ledger; "
                          "move it away to continue.")
+      bad = [e.get("iteration") for e in index["releases"] if not _is_iteration(e.get("iteration"))]
+      if bad:
+        raise ValueError(f"{self.index_path} lists a release of iteration {bad[0]!r}; expected an int >= 1. It is "
+                         "damaged: inspect or move it away to continue.")
       return index
     return {"version": _VERSION, "releases": [], "runs": []}
 
@@ -245,8 +256,12 @@ class ReleaseLedger:
                        "already paid for, so it is not overwritten: inspect or move it.") from None
 
   def _check_compatible(self, record: dict, path: pathlib.Path) -> None:
-    if record.get("fingerprint") != self.fingerprint:
-      old, new = record.get("fingerprint", {}), self.fingerprint
+    if not isinstance(record.get("fingerprint"), dict):
+      raise ValueError(f"Stored release {path} has no settings record (its 'fingerprint' is "
+                       f"{type(record.get('fingerprint')).__name__}, not a JSON object); it may hold a release "
+                       "already paid for, so it is not overwritten: inspect or move it.")
+    if record["fingerprint"] != self.fingerprint:
+      old, new = record["fingerprint"], self.fingerprint
       diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
       shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff[:4])
       raise ValueError(f"Output directory {str(self.dir)!r} holds a release ({path.name}) made with other "
@@ -298,17 +313,26 @@ class ReleaseLedger:
     return stored
 
   def lookup(self, iteration: int) -> StoredRelease | None:
-    """The stored release of ``iteration``, or None (then the caller may release)."""
+    """The stored release of ``iteration``, recorded as reused, or None (then the caller may release).
+
+    A caller that checks the release further before using it calls :meth:`peek`, then :meth:`mark_reused`.
+    """
     stored = self.peek(iteration)
-    if stored is None:
-      return None
+    if stored is not None:
+      self.mark_reused(stored)
+    return stored
+
+  def mark_reused(self, stored: StoredRelease) -> None:
+    """Records in ledger.json that this run reuses ``stored`` (a release :meth:`peek` returned)."""
+    if not isinstance(stored, StoredRelease):
+      raise ValueError(f"Expected stored to be a StoredRelease (from peek); got {type(stored).__name__}.")
     iteration, path = stored.iteration, pathlib.Path(stored.path)
     if not any(e.get("iteration") == iteration for e in self.index["releases"]):
       # Written but not indexed (interrupted between the two writes): index it now.
       self.index["releases"].append({**_summary(stored.record, path), "indexed": "recovered"})
-    self.run["reused"].append(iteration)
+    if iteration not in self.run["reused"]:
+      self.run["reused"].append(iteration)
     self._write_index()
-    return stored
 
   def record(self, iteration: int, votes: np.ndarray, queries: np.ndarray, assignment: np.ndarray,
              record: dict) -> StoredRelease:
@@ -371,9 +395,13 @@ class ReleaseLedger:
     return list(self.index["releases"])
 
 
+def _is_iteration(value: Any) -> bool:
+  return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)) and value >= 1
+
+
 def _iteration(value: Any) -> int:
   """An iteration t as an int >= 1 (``"3"`` or ``True`` would name a file the index then cannot match)."""
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+  if not _is_iteration(value):
     raise ValueError(f"Expected iteration to be an int >= 1; got {value!r}.")
   return int(value)
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import pathlib
@@ -569,11 +570,12 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
   student_settings = json.loads(json.dumps(config.student.to_dict()))  # as a ledger record reads back
   for t in range(1, config.iterations + 1):
     timer = _Timer()
-    stored = ledger.lookup(t) if ledger is not None else None
+    stored = ledger.peek(t) if ledger is not None else None
     other_student = None
     if stored is not None:
       queries, assignment, votes = stored.queries, stored.assignment, stored.votes
       _check_stored(stored, s, num_classes, len(pub))
+      ledger.mark_reused(stored)  # only once it is known to fit: the history must not record a refused reuse
       recorded = stored.record.get("query_student")
       if recorded is not None and recorded != student_settings:  # None: t = 1, or a release recorded before this
         other_student = recorded
@@ -615,7 +617,7 @@ def _run_chain(config: LabelingConfig, plan: BudgetPlan, splits: data_lib.Labeli
         if mech is None:
           votes = np.asarray(mech_lib.bsvs_counts(inputs, shape), np.float64)
         else:
-          noise_root = key if config.noise_seed is None else secret_key(config.noise_seed)
+          noise_root = key if config.noise_seed is None else _secret_release_key(config, buckets, priv.labels)
           noise_key = jax.random.fold_in(jax.random.fold_in(noise_root, _NOISE), t)
           votes = simulate(noise_key, mech, inputs).estimate
       if ledger is not None:
@@ -683,6 +685,25 @@ def _check_first_queries(stored: StoredRelease, embed0: Callable[[np.ndarray], n
                      f"then, {source!r} now): reusing it would label with another representation's clusters. "
                      "Pass the representation it was made with, or use another --out-dir.")
   cache[(1, "pub")] = pub_emb
+
+
+def _secret_release_key(config: LabelingConfig, buckets: Any, labels: np.ndarray) -> jax.Array:
+  """The secret noise root of one release: ``noise_seed``'s key folded with a digest of what it releases.
+
+  The digest covers the release settings (:meth:`LabelingConfig.release_fingerprint`: epsilon, mechanism,
+  s, k, ...) and the mechanism's input (every record's buckets and label). Without it, one secret seed used
+  for two releases that differ in a setting or in the data would add the SAME draw twice: at two scales
+  (epsilon 1 and 2) the two releases solve for the exact votes, and on two data sets their difference is the
+  exact difference of the votes. With it, such releases draw independent noise (each covered by its own
+  statement; together they compose), while the same settings on the same data give the same release again,
+  which reveals nothing new. The key stays secret: the digest is folded into the secret seed's key.
+  """
+  h = hashlib.sha256(json.dumps(config.release_fingerprint(), sort_keys=True).encode())
+  h.update(data_fingerprint(np.asarray(buckets), np.asarray(labels)).encode())
+  root = secret_key(config.noise_seed)
+  for word in np.frombuffer(h.digest()[:8], dtype="<u4"):  # 64 bits of the digest
+    root = jax.random.fold_in(root, int(word))
+  return root
 
 
 def _check_stored(stored: StoredRelease, s: int, num_classes: int, num_public: int) -> None:
@@ -841,6 +862,12 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
       digest = data_fingerprint(priv.images, priv.labels, pub.images)
     ledger = ReleaseLedger(config.out_dir, config.release_fingerprint(), digest,
                            check=_privacy_check(_release_statement(config, mech), plan))
+    # Every stored release is read and checked now, before minutes of fitting and training: a missing or
+    # damaged file (budget already spent) is refused at once, not after the representation is fitted.
+    for t in range(1, config.iterations + 1):
+      early = ledger.peek(t)
+      if early is not None:
+        _check_stored(early, config.num_queries, num_classes, len(pub))
   with timer("representation"):
     if representation is not None:
       embed0 = _checked_embedding(representation)
