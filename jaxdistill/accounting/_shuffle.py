@@ -43,8 +43,8 @@ alpha = e^{eps0}/(e^{eps0}+1) on one side and 1 - alpha on the other:
 So delta(eps) <= sum_c Pr[C=c] max(H_{e^eps}(P_c||Q_c), H_{e^eps}(Q_c||P_c)).
 The likelihood ratio P_c/Q_c is monotone in the count, so each hockey-stick
 divergence is one pair of binomial CDFs at a closed-form cutoff; we evaluate
-every c in a window that holds all but a negligible mass of C (that tail mass
-is added to delta), vectorised, and bisect over eps. Unlike the reference
+every c in a window that holds all but a negligible mass of C (the tails
+are binned, as below), vectorised, and bisect over eps. Unlike the reference
 implementation's block-maximum shortcut, each c is summed exactly, up to
 ``MAX_CLONE_POINTS`` values of c (n up to about 2e8 at eps0 = 4). Wider
 windows are cut into that many bins, each evaluated at its smallest c; the
@@ -247,8 +247,9 @@ def clone_delta(eps: Any, eps0: Any, n: Any, *, max_points: Any = MAX_CLONE_POIN
 
   Returns:
     delta (float64) such that shuffling n eps0-LDP messages is (eps, delta)-DP.
-    The mass of C outside the evaluated window (about 2e-15) is added to
-    delta, so the result stays an upper bound.
+    C's mass outside the window of exactly evaluated values is binned, each
+    bin evaluated at its smallest c, so no mass is left out and the result
+    stays an upper bound at any delta.
   """
   eps = _validate.nonnegative("eps", eps)
   eps0 = _check_eps0_cap("eps0", _check_eps_floor("eps0", _validate.positive("eps0", eps0)))
@@ -275,9 +276,12 @@ def _window_delta(eps: float, eps0: float, c: np.ndarray, weight: np.ndarray, mi
   # H(P||Q) = P(A' <= m) - e^eps Q(A' <= m) with m = floor(beta (c + 1)).
   p_le, q_le = below(np.floor(beta * (c + 1)))
   h_pq = np.clip(p_le - g * q_le, 0.0, None)
-  # H(Q||P) = Q(A' > m) - e^eps P(A' > m) with m = floor(beta' (c + 1)).
-  p_le2, q_le2 = below(np.floor(beta_q * (c + 1)))
-  h_qp = np.clip((1 - q_le2) - g * (1 - p_le2), 0.0, None)
+  # H(Q||P) = Q(A' > m) - e^eps P(A' > m) with m = floor(beta' (c + 1)), from survival functions: as
+  # 1 - CDF, an upper tail of 1e-20 rounded to +-1e-16, which decided every delta below 1e-15.
+  m2 = np.floor(beta_q * (c + 1))
+  s_m, s_m1 = stats.binom.sf(m2, c, 0.5), stats.binom.sf(m2 - 1, c, 0.5)
+  p_gt, q_gt = alpha * s_m + (1 - alpha) * s_m1, (1 - alpha) * s_m + alpha * s_m1
+  h_qp = np.clip(q_gt - g * p_gt, 0.0, None)
   d_pq = float(np.sum(weight * h_pq))
   d_qp = float(np.sum(weight * h_qp))
   return min(1.0, max(d_pq, d_qp) + missing)
@@ -302,34 +306,59 @@ def _clone_delta_at_most(eps: float, eps0: float, n: int, delta: float) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _coarse_window(n: int, eps0: float, max_points: int) -> tuple[np.ndarray, np.ndarray, float] | None:
-  """:func:`_clone_window` merged into about :data:`_COARSE_POINTS` bins; None when it is small already."""
-  c, weight, missing = _clone_window(n, eps0, max_points)
+  """:func:`_clone_window` merged into about :data:`_COARSE_POINTS` bins; None when it is small already.
+
+  The bins below the window stay as they are: merged into the window's first bin, they would have it
+  evaluated at c = 0, and the coarse sum would decide nothing.
+  """
+  tail_c, tail_w, c, weight = _window_parts(n, eps0, max_points)
   if c.size <= 4 * _COARSE_POINTS:
     return None
   starts = np.arange(0, c.size, -(-c.size // _COARSE_POINTS))
-  c_coarse, w_coarse = c[starts], np.add.reduceat(weight, starts)
+  c_coarse = np.concatenate([tail_c, c[starts]])
+  w_coarse = np.concatenate([tail_w, np.add.reduceat(weight, starts)])
   c_coarse.flags.writeable = False
   w_coarse.flags.writeable = False
-  return c_coarse, w_coarse, missing
+  return c_coarse, w_coarse, 0.0
+
+
+#: Left ends of the bins below :func:`_clone_window`'s window: C's quantiles 10^-30, 10^-45, ..., 10^-300 (and 0).
+_TAIL_QUANTILES = tuple(10.0**-e for e in range(30, 301, 15))
 
 
 @functools.lru_cache(maxsize=64)
 def _clone_window(n: int, eps0: float, max_points: int) -> tuple[np.ndarray, np.ndarray, float]:
-  """Values of C ~ Bin(n - 1, e^{-eps0}) to evaluate, their weights, and the mass left out.
+  """Values of C ~ Bin(n - 1, e^{-eps0}) to evaluate, their weights, and the mass left out (0.0).
 
   Every c in a window holding all but ~2e-15 of C's mass (this halves the work at n = 1e6 compared
   with a 1e-30 window), or, for a window wider than ``max_points``, the left ends of that many bins
-  of consecutive c and the bins' masses. It depends on neither eps nor delta, so the bisections
-  over eps reuse it (cached; the arrays are read-only).
+  of consecutive c and the bins' masses. The mass outside is not dropped: the mass above the window
+  joins its last value, and below it a few bins whose left ends are C's quantiles 1e-30, 1e-45, ...,
+  1e-300 and 0 hold the rest, each evaluated at its smallest c. The divergence does not increase with
+  c, so both keep the sum an upper bound, and no mass is left out. (Counting the ~2e-15 outside as a
+  loss of 1 made any delta below it unreachable: the numeric method returned eps0 at delta = 1e-16
+  where the closed form gives 0.01, at n = 1e8 and eps0 = 2.) It depends on neither eps nor delta, so
+  the bisections over eps reuse it (cached; the arrays are read-only).
   """
+  tail_c, tail_w, c, weight = _window_parts(n, eps0, max_points)
+  c, weight = np.concatenate([tail_c, c]), np.concatenate([tail_w, weight])
+  c.flags.writeable = False
+  weight.flags.writeable = False
+  return c, weight, 0.0
+
+
+@functools.lru_cache(maxsize=64)
+def _window_parts(n: int, eps0: float, max_points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """(c, weight) of the bins below the window, then of the window with the mass above it (:func:`_clone_window`)."""
   c_dist = stats.binom(n - 1, math.exp(-eps0))
   with warnings.catch_warnings():
     # Boost's quantile search warns "unable to bracket root" for p = e^-eps0 below about 1e-12 (eps0 in 29..37
-    # at n = 1e5) and returns a neighbouring integer; the window only decides the work, since the mass outside
-    # it is computed from the tails below and counted.
+    # at n = 1e5) and returns a neighbouring integer; the quantiles only place the bins, whose masses come
+    # from the CDFs.
     warnings.filterwarnings("ignore", message=".*do_inverse_discrete_quantile", category=RuntimeWarning)
     lo = int(max(0, c_dist.ppf(1e-15) - 1))
     hi = int(min(n - 1, c_dist.isf(1e-15) + 1))
+    tail = np.array([c_dist.ppf(q) for q in _TAIL_QUANTILES])
   if hi - lo + 1 <= max_points:
     c = np.arange(lo, hi + 1, dtype=np.float64)
     weight = c_dist.pmf(c)
@@ -342,11 +371,18 @@ def _clone_window(n: int, eps0: float, max_points: int) -> tuple[np.ndarray, np.
     upper = edges[:-1] >= c_dist.median()
     c = edges[:-1].astype(np.float64)
     weight = np.clip(np.where(upper, above[:-1] - above[1:], below[1:] - below[:-1]), 0.0, None)
-  # The mass outside the window, from the tails themselves too: 1 - sum(weight) alone can round below it.
-  missing = max(0.0, 1.0 - float(np.sum(weight)), float(c_dist.cdf(lo - 1) + c_dist.sf(hi)))
-  c.flags.writeable = False
-  weight.flags.writeable = False
-  return c, weight, missing
+  weight[-1] += c_dist.sf(hi)  # C > hi, evaluated at hi
+  # Below lo: bins [t_j, t_j+1) starting at 0 and at the tail quantiles, the last ending at lo.
+  if lo > 0:
+    starts = np.unique(np.concatenate([[0], tail[np.isfinite(tail) & (tail > 0) & (tail < lo)]])).astype(np.int64)
+    ends = np.append(starts[1:], lo)
+    tail_c = starts.astype(np.float64)
+    tail_w = np.clip(c_dist.cdf(ends - 1) - c_dist.cdf(starts - 1), 0.0, None)
+  else:
+    tail_c, tail_w = np.zeros(0), np.zeros(0)
+  for a in (tail_c, tail_w, c, weight):
+    a.flags.writeable = False
+  return tail_c, tail_w, c, weight
 
 
 def _numeric_epsilon(eps0: float, n: int, delta: float, tol: float) -> float:

@@ -157,7 +157,7 @@ def test_binned_clone_window_is_an_upper_bound_close_to_the_exact_sum(n, eps0, e
   # The windows here hold 2,200 to 6,000 values of c, summed exactly by default; 64 and 512 bins
   # must stay above that sum (the bins are evaluated at their smallest c) and approach it.
   exact = accounting.clone_delta(eps, eps0, n)
-  assert 1e-9 < exact < 1e-2  # far above the window's 2e-15 of missing mass
+  assert 1e-9 < exact < 1e-2  # a delta where the bins, not float rounding, make the difference
   coarse, finer = (accounting.clone_delta(eps, eps0, n, max_points=m) for m in (64, 512))
   assert exact <= finer <= coarse
   assert finer <= exact * 1.002 and coarse <= exact * 1.02
@@ -305,8 +305,65 @@ def test_closed_form_takes_huge_n_and_tiny_delta():
   e0 = math.e
   want = math.log1p(math.tanh(0.5) * (8 * math.sqrt(e0 * (math.log(4) + 320 * math.log(10)) / 1e17) + 8 * e0 / 1e17))
   assert eps == pytest.approx(want, rel=1e-9)
-  # The numeric method adds C's ~2e-15 tail mass to delta: it cannot certify delta = 1e-320 below eps0.
+  # The clone reduction cannot certify delta = 1e-320 below eps0 at n = 1000: with probability
+  # (1 - 1/e)^999 = 1e-199 there is no clone at all, and the message is then only eps0-private.
   assert accounting.shuffle_epsilon(1.0, 1000, 1e-320).epsilon == 1.0
+
+
+@pytest.mark.parametrize("eps0,n,delta", [(1.0, 10**5, 1e-15), (1.0, 10**5, 1e-20), (2.0, 10**8, 1e-16),
+                                          (4.0, 10**6, 1e-30), (1.0, 10**5, 1e-100)])
+def test_numeric_beats_the_closed_form_at_deltas_below_the_windows_tail_mass(eps0, n, delta):
+  # C's mass outside the window (~2e-15) used to count as a loss of 1: below that delta the numeric method
+  # silently gave eps0 itself (n = 1e8, eps0 = 2, delta = 1e-16: 2.0 where the closed form gives 0.0102), and
+  # the inverse calibrated eps0 = target (no amplification). The tails are now binned, no mass left out.
+  assert accounting.fmt_closed_form_valid(eps0, n, delta)
+  closed = accounting.fmt_closed_form_epsilon(eps0, n, delta)
+  got = accounting.shuffle_epsilon(eps0, n, delta).epsilon
+  assert 0 < got <= closed
+  # The answer is certified, not assumed (up to float rounding of the sum: 1e-9 of delta is 1e-13 in eps).
+  assert accounting.clone_delta(got, eps0, n) <= delta * (1 + 1e-9)
+  amp = accounting.shuffle_local_epsilon(closed, n, delta)
+  assert amp.eps0 >= eps0 and accounting.clone_delta(closed, amp.eps0, n) <= delta * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("n,eps0", [(10**5, 1.0), (10**6, 4.0)])
+def test_both_directions_of_the_symmetric_clone_pair_agree_far_into_the_tails(n, eps0):
+  # a' -> c + 1 - a' maps P_c onto Q_c, so H(P||Q) = H(Q||P) at every c. The Q||P side, computed as 1 - CDF,
+  # rounded an upper tail of 1e-20 to 1e-16 and so set clone_delta for every delta below 1e-15.
+  from jaxdistill.accounting import _shuffle
+  c, weight, _ = _shuffle._clone_window(n, eps0, _shuffle.MAX_CLONE_POINTS)
+  for eps in np.linspace(0.02, 0.5, 7) * eps0:
+    both = []
+    for side in (slice(None), None):
+      alpha, beta, beta_q = _shuffle._hockey_cutoffs(eps, eps0)
+      b = beta if side is not None else beta_q
+      m = np.floor(b * (c + 1))
+      if side is not None:  # P(A' <= m) - e^eps Q(A' <= m), lower tails
+        f, f1 = stats.binom.cdf(m, c, 0.5), stats.binom.cdf(m - 1, c, 0.5)
+        h = alpha * f + (1 - alpha) * f1 - math.exp(eps) * ((1 - alpha) * f + alpha * f1)
+      else:  # Q(A' > m) - e^eps P(A' > m), upper tails
+        f, f1 = stats.binom.sf(m, c, 0.5), stats.binom.sf(m - 1, c, 0.5)
+        h = (1 - alpha) * f + alpha * f1 - math.exp(eps) * (alpha * f + (1 - alpha) * f1)
+      both.append(float(np.sum(weight * np.clip(h, 0.0, None))))
+    got = accounting.clone_delta(eps, eps0, n)
+    assert got == pytest.approx(max(both), rel=1e-12, abs=1e-300)
+    assert both[0] == pytest.approx(both[1], rel=1e-9, abs=1e-300)
+
+
+@pytest.mark.parametrize("n,eps0", [(10**5, 1.0), (60000, 5.0), (10**8, 2.0), (10**12, 0.3), (100, 1.0)])
+def test_clone_window_places_all_of_cs_mass_below_above_and_inside(n, eps0):
+  # Each entry's weight must be the mass of C from its c up to the next entry's c (the last: all above it), so
+  # that evaluating the non-increasing divergence at each entry's c bounds the sum from above.
+  from jaxdistill.accounting import _shuffle
+  c, weight, missing = _shuffle._clone_window(n, eps0, _shuffle.MAX_CLONE_POINTS)
+  dist = stats.binom(n - 1, math.exp(-eps0))
+  assert missing == 0.0 and c[0] == 0 and np.all(np.diff(c) > 0)
+  assert math.isclose(weight.sum(), 1.0, rel_tol=1e-12)
+  for j in (0, 1, 2, c.size // 2, c.size - 2):
+    lo, hi = c[j], c[j + 1]
+    want = dist.cdf(hi - 1) - dist.cdf(lo - 1) if lo < dist.median() else dist.sf(lo - 1) - dist.sf(hi - 1)
+    assert math.isclose(weight[j], want, rel_tol=1e-9, abs_tol=1e-300), (j, lo, hi)
+  assert math.isclose(weight[-1], dist.sf(c[-1] - 1), rel_tol=1e-9)
 
 
 @pytest.mark.parametrize("target", [45.0, 60.0])
