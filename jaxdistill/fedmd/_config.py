@@ -90,7 +90,9 @@ class FedMDConfig:
       is accepted only under ``relation="replace-one"``: under add/remove n_i
       changes with the data, and a sigma calibrated to p(n_i) would make the
       noise scale itself depend on the private data (sigma_i(n) differs from
-      sigma_i(n - 1), which many noisy releases reveal). With ``nfdp`` it
+      sigma_i(n - 1), which many noisy releases reveal). A default p of 0.5
+      or more (k close to n_i) is refused by the run: such a delta is no
+      guarantee. With ``nfdp`` it
       is the delta of the report's FedMD-LDP sigma table; other methods
       refuse it.
     ldp_clip: L2 clip norm of logits releases under FedMD-LDP (and of the

@@ -39,7 +39,10 @@ Secret randomness: with ``secret_seed`` the two draws the privacy rests on,
 NFDP's samples and FedMD-LDP's noise, come from that seed's key instead of
 the root key; initialisation, batches and public subsets still come from the
 root key. Whoever knows the root key (the CLI records ``--seed``) can then
-recompute neither which records were sampled nor the noise.
+recompute neither which records were sampled nor the noise. The noise key
+also folds in a digest of the configuration, root key and data, so a secret
+seed reused for another sigma or other data draws independent noise (a
+shared draw would let two releases cancel it).
 
 Checkpoints: after the initial training (before round 1 releases anything)
 and after every round, one ``.npz`` file (written atomically) holds the
@@ -99,6 +102,9 @@ CHECKPOINT_NAME = "fedmd_checkpoint.npz"
 
 # Phase tags for fold_in.
 _INIT, _PRETRAIN, _SAMPLE, _TRAIN1, _PUBLIC, _NOISE, _DIGEST, _REVISIT = range(8)
+#: NFDP deltas p from here up make no FedMD-LDP sigma: neither the run's default ldp_delta nor a side-table row
+#: (eps > 0). Such a delta is no guarantee (one in two runs may publish a record verbatim).
+_NO_GUARANTEE_DELTA = 0.5
 
 
 def _phase(root: jax.Array, tag: int, r: int = 0) -> jax.Array:
@@ -436,6 +442,27 @@ def _data_hashes(data: FedMDData) -> dict:
   """
   return {"public": _content_hash(data.public), "test": _content_hash(data.test),
           "parties": [_content_hash(p) for p in data.parties]}
+
+
+def _secret_noise_root(secret_root: jax.Array, fingerprint: str, key_data: list, data: FedMDData,
+                       hashes: dict | None) -> jax.Array:
+  """FedMD-LDP's secret noise root: the secret seed's key folded with a digest of what the run releases.
+
+  The digest covers the configuration (sigma and epsilon among it), the root key (training and public
+  subsets) and the public and private data. One secret seed reused for a run that differs in any of them
+  would otherwise add the SAME Gaussian draws to other logits: at two sigmas the two releases solve for the
+  exact logits, and on two data sets their difference is the exact difference. With the digest such runs draw
+  independent noise (they compose as separate releases); the same run again (a resume included) draws the
+  same. NFDP's samples stay on the seed's own key: reusing a sample costs nothing more.
+  """
+  h = hashlib.sha256(json.dumps([fingerprint, key_data]).encode())
+  hashes = hashes or {"public": _content_hash(data.public), "parties": [_content_hash(p) for p in data.parties]}
+  for part in (hashes["public"], *hashes["parties"]):
+    h.update(part.encode())
+  root = secret_root
+  for word in np.frombuffer(h.digest()[:8], dtype="<u4"):  # 64 bits of the digest
+    root = jax.random.fold_in(root, int(word))
+  return root
 
 
 def _short(value: Any) -> str:
@@ -783,6 +810,9 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
   hashes = None if ckpt is None else _data_hashes(data)  # checkpoint only (see _data_hashes)
   description = json.loads(json.dumps(data.description, default=str))  # as the checkpoint's JSON holds it
   key_data = np.asarray(jax.random.key_data(key)).tolist()
+  noise_root = rand_root
+  if secret_seed is not None and config.method == "ldp":
+    noise_root = _secret_noise_root(rand_root, fingerprint, key_data, data, hashes)
   # Stage timings are cumulative over sessions (a resume restores them); "earlier_sessions" is the wall time of
   # the sessions before this one, up to their last checkpoint (0 in a checkpoint written before it was kept).
   timings: dict[str, float] = {"pretrain": 0.0, "init_train": 0.0, "predict": 0.0, "digest": 0.0,
@@ -835,14 +865,17 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
     for n in data.party_sizes:
       delta = _ldp_delta(config, n)
       try:
+        if config.ldp_delta is None and delta >= _NO_GUARANTEE_DELTA:
+          # Refused by rule, not left to the accountant (which reaches some such deltas: sigma 0.835 at
+          # p = 1 - 6e-10 after 44 s of PLDs, the calibration that had failed before).
+          raise ValueError(f"a delta of {_NO_GUARANTEE_DELTA} or more is no guarantee")
         ldp_sigmas.append(calibrate_ldp_sigma(config.ldp_epsilon, delta, sensitivity=sens, count=ldp_count,
                                               relation=config.relation))  # memoised per (eps, delta, T)
-      except ValueError as err:  # a delta p near 1 said "target_delta=0.9999999987 ... certifies no delta this small"
+      except ValueError as err:
         if config.ldp_delta is not None:
           raise ValueError(f"FedMD-LDP cannot be calibrated to ldp_epsilon={config.ldp_epsilon:g} at "
                            f"ldp_delta={delta:g}: {_validate.first_line(err)}") from None
-        why = ("a delta this close to 1 is no guarantee, and the accountant does not reach it" if delta >= 0.5
-               else _validate.first_line(err))
+        why = _validate.first_line(err).rstrip(".")
         raise ValueError(f"FedMD-LDP cannot be calibrated to ldp_epsilon={config.ldp_epsilon:g} at its default "
                          f"ldp_delta, NFDP's p = {delta:.10g} for n={n}, k={config.k}, "
                          f"{'WR' if config.with_replacement else 'WOR'} (method='ldp' samples no records: k only "
@@ -881,8 +914,11 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
               if config.ldp_delta is None else f"the configured ldp_delta = {p0:.6g} (not NFDP's delta)")
     rows, skipped, reason = [], [], ""
     for eps in DEFAULT_LDP_EPSILONS if table_epsilons is None else table_epsilons:
-      # A side table never blocks the run: at a delta p near 1 (k >> n with replacement; k = n) the accountant
-      # finds no sigma, which was the run's error ("Expected delta=1.0 in (0, 1)").
+      # A side table never blocks the run: at a delta p near 1 (k >> n with replacement; k = n) it has no rows
+      # but eps = 0, where a failed calibration was the run's error ("Expected delta=1.0 in (0, 1)").
+      if eps > 0 and p0 >= _NO_GUARANTEE_DELTA:
+        skipped.append(eps)
+        continue
       try:
         rows += ldp_sigma_table(p0, sensitivity=sens, count=ldp_count, relation=config.relation, epsilons=(eps,))
       except ValueError as err:
@@ -895,8 +931,8 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         "delta": p0, "count": ldp_count, "sensitivity": sens, "rows": rows,
     }
     if skipped:
-      why = ("the accountant finds no sigma this close to 1 (and such a delta is no privacy guarantee)"
-             if p0 >= 0.5 else reason.rstrip("."))
+      why = (f"a delta of {_NO_GUARANTEE_DELTA} or more is no privacy guarantee, so no sigma is calibrated to it"
+             if p0 >= _NO_GUARANTEE_DELTA else reason.rstrip("."))
       table["skipped_epsilons"] = skipped
       table["note"] = (f"No row for epsilon {', '.join(f'{e:g}' for e in skipped)} at delta = {p0:.10g}: {why}. "
                        "The run itself is unaffected.")
@@ -1058,7 +1094,7 @@ def _run_fedmd(key: jax.Array, config: FedMDConfig, data: FedMDData, *, checkpoi
         if config.method == "ldp":
           if config.aggregation == "logits":
             rel = clip_rows(rel, config.ldp_clip)
-          rel = _ldp_noised(_phase(rand_root, _NOISE, r), rel, ldp_sigmas)
+          rel = _ldp_noised(_phase(noise_root, _NOISE, r), rel, ldp_sigmas)
         cons = aggregate(rel, weights)
         if config.method == "ldp" and config.aggregation != "logits":
           cons = project_to_simplex(cons)  # post-processing: valid soft targets

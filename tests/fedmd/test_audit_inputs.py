@@ -432,6 +432,9 @@ def test_the_ldp_side_table_never_blocks_an_nfdp_run(data3):
                    r"records: k only sets its default ldp_delta.*Pass ldp_delta \(CLI: --ldp-delta\)"),
     (dict(k=500, with_replacement=True), r"at its default ldp_delta, NFDP's p = 0.99999\d+ for n=24, k=500, WR "
                                          r"\(method='ldp' samples no records"),
+    # Refused by rule: p = 0.5 calibrates, and p = 1 - 6e-10 now does too (sigma 0.835, after 44 s of PLDs).
+    (dict(k=12), r"at its default ldp_delta, NFDP's p = 0.5 for n=24, k=12, WOR \(method='ldp' samples no records: "
+                 r"k only sets this default\): a delta of 0.5 or more is no guarantee\. Pass ldp_delta"),
 ])
 def test_ldp_k_errors_say_that_k_only_sets_the_delta(data3, monkeypatch, kw, needle):
   no_training(monkeypatch)

@@ -242,6 +242,26 @@ def test_secret_seed_draws_the_samples_and_the_noise(data3):
   assert abs(np.corrcoef(noises[0].ravel(), noises[1].ravel())[0, 1]) < 0.15  # 5 sd of an independent pair
 
 
+def test_one_secret_seed_at_two_ldp_budgets_draws_independent_noise(data3):
+  # The same secret seed at ldp_epsilon 2 and 4 used to add one Gaussian draw at two sigmas, so that
+  # (s1 r2 - s2 r1) / (s1 - s2) gave back the exact clipped logits. The noise key now folds in a digest of the
+  # configuration, key and data. Up to round 1's releases np and ldp train the same models with the same keys.
+  key, secret = jax.random.key(5), 2**40 + 7
+  clean = run(key, tiny_config(method="np", rounds=1), data3, record_releases=True).releases[0].astype(np.float64)
+  noises = []
+  for eps in (2.0, 4.0):
+    res = run(key, tiny_config(method="ldp", rounds=1, ldp_epsilon=eps, relation="replace-one"), data3,
+              record_releases=True, secret_seed=secret)
+    sigma = np.array([p["sigma"] for p in res.privacy])[:, None, None]
+    noises.append((res.releases[0] - clean) / sigma)
+  # A shared draw gives correlation 1 (up to float32 rounding); independent ones, |r| < 0.15 (5 sd of 1,152 pairs).
+  assert abs(np.corrcoef(noises[0].ravel(), noises[1].ravel())[0, 1]) < 0.15
+  # The same run again draws the same noise: a resume, or a repeat, reveals nothing new.
+  again = run(key, tiny_config(method="ldp", rounds=1, ldp_epsilon=4.0, relation="replace-one"), data3,
+              record_releases=True, secret_seed=secret)
+  assert np.array_equal(again.releases[0], res.releases[0])
+
+
 @pytest.mark.parametrize("secret_seed", [None, 2**40 + 7])
 def test_samples_for_smaller_k_are_prefixes_of_larger_k(data3, secret_seed):
   # What the CLI's runs_share_parties warning says of runs from one key: paired, not independent.
