@@ -86,7 +86,8 @@ def _run(kernel: Callable[..., jax.Array], fallback: Callable[..., np.ndarray], 
   flushes subnormal inputs such as beta = 1e-320 to 0) are recomputed with
   ``fallback``, the same bound rearranged in log space in NumPy float64, as
   are entries flagged by ``suspect`` (an intermediate that overflows while
-  the result stays finite). Other entries keep the kernel's value bitwise. A
+  the result stays finite) and entries with a subnormal argument (flushed
+  to 0, the kernel may still return a finite but wrong value). Other entries keep the kernel's value bitwise. A
   result that still does not fit in float64 (the true value overflows) raises
   ``ValueError`` naming the arguments, as do arrays that do not broadcast.
   """
@@ -102,6 +103,11 @@ def _run(kernel: Callable[..., jax.Array], fallback: Callable[..., np.ndarray], 
     out = kernel(*(jnp.asarray(a, jnp.float64) for a in args))
     out = np.asarray(out, dtype=np.float64)
   redo = ~np.isfinite(out)
+  # XLA flushes a subnormal input to 0 and may still give a finite answer (scale 1e-310: alpha 0 instead of
+  # 7e-311, a false bound): entries with any subnormal argument are recomputed in NumPy too.
+  tiny = np.finfo(np.float64).tiny
+  for h in host:
+    redo = redo | np.broadcast_to((h != 0) & (np.abs(h) < tiny), shape)
   with np.errstate(all="ignore"):
     if suspect is not None:
       redo = redo | np.broadcast_to(suspect(*host), shape)

@@ -274,6 +274,8 @@ def _mp_bound(name, *args, **kw):
     ("laplace_alpha", (1.0, 1e-320), {}),  # m / beta overflowed: inf instead of about 737
     ("laplace_alpha", (2.0, 0.5), {"num_entries": 1e308}),
     ("laplace_beta", (1e-320, 0.0), {}),  # 0 / 0 once XLA flushed the subnormal scale
+    ("laplace_alpha", (1e-310, 0.5), {}),  # the flushed scale gave alpha = 0 (finite, so kept): Pr[|N| > 0] <= 0.5
+    ("laplace_beta", (1e-310, 1e-309), {}),  # exp(-alpha / 0) = 0: beta 0 instead of e^-10
     ("discrete_laplace_alpha", (0.5, 1e-320), {}),
     ("collision_alpha", (1e-320,), {"p": 0.5, "q": 0.25, "num_clients": 10}),
     ("collision_alpha", (0.1,), {"p": 2e-300, "q": 1e-300, "num_clients": 1}),  # (p - q)^2 underflows
