@@ -909,8 +909,8 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
 
   unverified = ValueError(
       f"Could not verify a private starting point for {mech} at target_epsilon={eps!r}, target_delta={delta!r}: "
-      "dp-accounting's PLD (its tail truncation) certifies no delta this small (measured for the Gaussian: 1e-14 "
-      "works, 1e-15 does not); ask for a larger target_delta.")
+      "dp-accounting's PLD (its tail truncation) certifies no delta this small (measured for the Gaussian at "
+      "epsilon 1: 1e-23 works, 1e-25 does not); ask for a larger target_delta.")
   if mech == "gaussian":
     # The exact least sigma (Balle & Wang's closed form) is a lower end that needs no PLD: the account's epsilon
     # is never below the closed form, so any smaller sigma fails. The PLD (one build per check: about 10 s at

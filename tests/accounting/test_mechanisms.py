@@ -296,6 +296,30 @@ def test_gaussian_calibration_at_1e5_compositions_matches_analytic():
   assert acct.parameter == pytest.approx(analytic, rel=2e-4)
 
 
+@pytest.mark.parametrize("eps,delta,count", [(1.0, 1e-20, 1), (0.05, 1e-6, 3), (500.0, 1e-5, 10**5), (0.3, 1e-8, 2)])
+def test_gaussian_calibration_is_within_rtol_of_the_exact_least_sigma(eps, delta, count):
+  # calibrate starts from the exact least sigma of the closed form (no PLD below it): the answer must meet the
+  # target at 50 digits, and the least sigma that does must lie within rtol below it (bisected here at 50 digits).
+  # (At an epsilon near the PLD's grid step, 1e-4, the accountant's own least sigma is further up: not a case here.)
+  rtol = 1e-3
+  acct = accounting.calibrate("gaussian", target_epsilon=eps, target_delta=delta, relation="replace-one",
+                              count=count, rtol=rtol)
+  scale = math.sqrt(count)
+  assert acct.epsilon(delta) <= eps and float(_mp_gaussian_delta(eps, scale / acct.parameter)) <= delta
+  lo, hi = acct.parameter / 4, acct.parameter  # sigma: lo fails, hi meets
+  assert float(_mp_gaussian_delta(eps, scale / lo)) > delta
+  for _ in range(60):
+    mid = (lo + hi) / 2
+    lo, hi = (lo, mid) if float(_mp_gaussian_delta(eps, scale / mid)) <= delta else (mid, hi)
+  assert hi <= acct.parameter <= hi * (1 + 2 * rtol)
+
+
+def test_gaussian_calibration_below_the_pld_floor_is_refused_by_name():
+  with pytest.raises(ValueError, match=r"Could not verify a private starting point for gaussian at "
+                                       r"target_epsilon=1.0, target_delta=1e-30: .* certifies no delta this small"):
+    accounting.calibrate("gaussian", target_epsilon=1.0, target_delta=1e-30, relation="replace-one")
+
+
 def test_the_gaussian_account_does_not_drift_over_1e5_releases():
   # FedMD-LDP at the paper's T = 5000 queries x 20 rounds, one-hot releases (Delta = sqrt 2). The one-release PLD
   # composed 10^5 times rounded every release's loss up one grid step: epsilon(1e-4) came out 0.1004 against the
