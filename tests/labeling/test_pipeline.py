@@ -19,7 +19,7 @@ from jaxdistill import _files
 from jaxdistill import data as data_lib
 from jaxdistill import labeling
 from jaxdistill.labeling import _pipeline
-from tests.labeling._tiny import tiny
+from tests.labeling._tiny import release_then_interrupt, tiny
 
 
 @pytest.fixture(scope="module")
@@ -244,21 +244,11 @@ def test_the_student_embedding_of_d_priv_compiles_once_per_iteration(monkeypatch
   assert result.private.iterations[1].votes.sum() == 4400  # all of D_priv was embedded and voted
 
 
-class Interrupt(Exception):
-  pass
-
-
 def test_resume_reuses_released_votes_and_never_releases_twice(splits, tmp_path, monkeypatch):
   cfg = tiny(mechanism="central", epsilon=2.0, iterations=2, out_dir=str(tmp_path), noise_seed=11)
 
   # Run 1 is interrupted while training the first student, i.e. after iteration 1's release.
-  def boom(*args, **kwargs):
-    raise Interrupt()
-
-  with monkeypatch.context() as m:
-    m.setattr(_pipeline, "train_student", boom)
-    with pytest.raises(Interrupt):
-      labeling.run_labeling(cfg, splits=splits)
+  release_then_interrupt(cfg, splits, monkeypatch)
   ledger = json.loads((tmp_path / "ledger.json").read_text())
   assert [r["iteration"] for r in ledger["releases"]] == [1]
   with np.load(tmp_path / "release-iter1.npz") as z:
@@ -1193,13 +1183,7 @@ def test_a_callers_representation_output_is_checked_by_name(splits):
 def test_a_damaged_stored_release_is_refused_and_kept(splits, tmp_path, monkeypatch, damage, match):
   cfg = tiny(mechanism="central", epsilon=2.0, out_dir=str(tmp_path))
 
-  def boom(*args, **kwargs):
-    raise Interrupt()
-
-  with monkeypatch.context() as m:  # released, then interrupted: no student needed for this test
-    m.setattr(_pipeline, "train_student", boom)
-    with pytest.raises(Interrupt):
-      labeling.run_labeling(cfg, splits=splits)
+  release_then_interrupt(cfg, splits, monkeypatch)  # released, then interrupted: no student needed here
   path = tmp_path / "release-iter1.npz"
   with np.load(path) as z:
     arrays = dict(z)

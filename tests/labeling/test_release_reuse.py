@@ -11,27 +11,12 @@ import pytest
 from jaxdistill import data as data_lib
 from jaxdistill import labeling
 from jaxdistill.labeling import _pipeline
-from tests.labeling._tiny import tiny
+from tests.labeling._tiny import release_then_interrupt, tiny
 
 
 @pytest.fixture(scope="module")
 def splits():
   return labeling.load_splits(tiny())
-
-
-class Interrupt(Exception):
-  pass
-
-
-def _release_then_interrupt(cfg, splits, monkeypatch):
-  """Runs ``cfg`` until its first release is saved, then stops it (as a kill during the student would)."""
-  def boom(*args, **kwargs):
-    raise Interrupt()
-
-  with monkeypatch.context() as m:
-    m.setattr(_pipeline, "train_student", boom)
-    with pytest.raises(Interrupt):
-      labeling.run_labeling(cfg, splits=splits)
 
 
 def _first_votes(cfg, splits):
@@ -85,7 +70,7 @@ def test_one_secret_seed_with_the_same_settings_and_data_gives_the_same_release(
 
 def test_a_missing_release_is_refused_before_the_representation_is_fitted(splits, tmp_path, monkeypatch):
   cfg = tiny(mechanism="central", epsilon=1.0, out_dir=str(tmp_path))
-  _release_then_interrupt(cfg, splits, monkeypatch)
+  release_then_interrupt(cfg, splits, monkeypatch)
   (tmp_path / "release-iter1.npz").unlink()  # ledger.json still lists it
   fitted = []
   monkeypatch.setattr(_pipeline, "fit_first_representation", lambda *a, **k: fitted.append(1))
@@ -112,7 +97,7 @@ def test_a_damaged_later_release_is_refused_before_any_fit_or_student(splits, tm
 
 def test_a_refused_reuse_is_not_recorded_as_reused(splits, tmp_path, monkeypatch):
   cfg = tiny(mechanism="central", epsilon=2.0, out_dir=str(tmp_path))
-  _release_then_interrupt(cfg, splits, monkeypatch)
+  release_then_interrupt(cfg, splits, monkeypatch)
   path = tmp_path / "release-iter1.npz"
   with np.load(path) as z:
     arrays = dict(z)
@@ -132,8 +117,8 @@ def test_a_resume_that_spells_out_a_default_reuses_the_release(tmp_path, monkeyp
   base = labeling.LabelingConfig(mechanism="central", epsilon=2.0, num_queries=20, representation="pca",
                                  student=tiny().student, baselines=False, out_dir=str(tmp_path))
   base_splits = labeling.load_splits(base)
-  _release_then_interrupt(base, base_splits, monkeypatch)
-  _release_then_interrupt(base.replace(**explicit), base_splits, monkeypatch)
+  release_then_interrupt(base, base_splits, monkeypatch)
+  release_then_interrupt(base.replace(**explicit), base_splits, monkeypatch)
   runs = json.loads((tmp_path / "ledger.json").read_text())["runs"]
   assert [(r["released"], r["reused"]) for r in runs] == [([1], []), ([], [1])]
   assert base.replace(delta=1e-9).release_fingerprint() != base.release_fingerprint()  # not the default
