@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 
 import jax
+import numpy as np
 
 from jaxdistill import _validate
 
@@ -60,3 +61,15 @@ def secret_key(seed: int | None = None) -> jax.Array:
   """
   seed = draw_secret_seed() if seed is None else check_secret_seed("seed", seed)
   return jax.random.fold_in(seed_key(seed & 0xFFFFFFFF), (seed >> 32) & 0xFFFFFFFF)
+
+
+def fold_in_digest(key: jax.Array, digest: bytes) -> jax.Array:
+  """``key`` folded with the first 64 bits of ``digest`` (two 32-bit words, little-endian).
+
+  Ties a secret key to what one release is about (a sha256 of its settings and data): one secret seed
+  used for two different releases then draws independent noise, while the same release drawn again
+  gets the same noise.
+  """
+  for word in np.frombuffer(digest[:8], dtype="<u4"):
+    key = jax.random.fold_in(key, int(word))
+  return key

@@ -901,7 +901,9 @@ def calibrate(mechanism: str, *, target_epsilon: Any, target_delta: Any, relatio
                        f"count={count}: its starting noise {x!r} is outside what the accounting supports "
                        f"({_validate.first_line(err)})") from None
 
-  # Floating point may put T * (pure loss) an ulp above eps: step the pure-DP end towards more noise.
+  # Floating point may put T * (pure loss) an ulp above eps: step the pure-DP end towards more noise. (For the
+  # Gaussian, start() only checks that the analytic sigma is in the supported range, by name: the search
+  # below starts from the exact closed form.)
   for _ in range(8):
     if start(safe).pure_epsilon() <= eps or mech == "gaussian":
       break

@@ -459,10 +459,7 @@ def _secret_noise_root(secret_root: jax.Array, fingerprint: str, key_data: list,
   hashes = hashes or {"public": _content_hash(data.public), "parties": [_content_hash(p) for p in data.parties]}
   for part in (hashes["public"], *hashes["parties"]):
     h.update(part.encode())
-  root = secret_root
-  for word in np.frombuffer(h.digest()[:8], dtype="<u4"):  # 64 bits of the digest
-    root = jax.random.fold_in(root, int(word))
-  return root
+  return _keys.fold_in_digest(secret_root, h.digest())
 
 
 def _short(value: Any) -> str:

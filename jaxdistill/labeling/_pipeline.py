@@ -56,7 +56,7 @@ import numpy as np
 
 from jaxdistill import _validate
 from jaxdistill._files import atomic_write, claimed_dir, keep_earlier_report
-from jaxdistill._keys import secret_key, seed_key
+from jaxdistill._keys import fold_in_digest, secret_key, seed_key
 from jaxdistill import data as data_lib
 from jaxdistill.data._overlap import shared_images
 from jaxdistill import mechanisms as mech_lib
@@ -700,10 +700,7 @@ def _secret_release_key(config: LabelingConfig, buckets: Any, labels: np.ndarray
   """
   h = hashlib.sha256(json.dumps(config.release_fingerprint(), sort_keys=True).encode())
   h.update(data_fingerprint(np.asarray(buckets), np.asarray(labels)).encode())
-  root = secret_key(config.noise_seed)
-  for word in np.frombuffer(h.digest()[:8], dtype="<u4"):  # 64 bits of the digest
-    root = jax.random.fold_in(root, int(word))
-  return root
+  return fold_in_digest(secret_key(config.noise_seed), h.digest())
 
 
 def _check_stored(stored: StoredRelease, s: int, num_classes: int, num_public: int) -> None:

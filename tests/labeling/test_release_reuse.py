@@ -125,6 +125,14 @@ def test_a_resume_that_spells_out_a_default_reuses_the_release(tmp_path, monkeyp
   assert base.replace(public_size=999).release_fingerprint() != base.release_fingerprint()
 
 
+def test_fashion_mnist_sizes_at_the_papers_protocol_are_the_default_release():
+  # No data is read: the fingerprint is a function of the settings.
+  base = labeling.LabelingConfig(dataset="fashion-mnist", mechanism="central", epsilon=0.1, num_queries=200)
+  assert base.replace(public_size=5000, eval_size=5000).release_fingerprint() == base.release_fingerprint()
+  assert base.replace(public_size=4000).release_fingerprint() != base.release_fingerprint()
+  assert base.replace(private_size=60000).release_fingerprint() != base.release_fingerprint()  # None: all records
+
+
 @pytest.mark.parametrize("representation,field,value", [("contrastive", "encoder_width", 16),
                                                         ("contrastive", "encoder_steps", 2000),
                                                         ("scan", "encoder_width", 16)])
