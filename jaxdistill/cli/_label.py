@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import re
 from typing import Any
 
 from jaxdistill import _validate
@@ -89,11 +90,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.set_defaults(func=run_label)
 
 
+#: Release settings the default folder's name spells out; the others are named only where they differ from
+#: the defaults (see :func:`default_out_dir`).
+_NAMED = ("dataset", "mechanism", "epsilon", "num_queries", "k", "iterations", "seed", "noise_seed")
+#: How a release setting outside ``_NAMED`` reads in the default folder's name.
+_TOKENS = {"delta": "delta{:g}", "private_size": "priv{}", "public_size": "pub{}", "eval_size": "eval{}",
+           "pca_dim": "dim{}", "encoder_width": "width{}", "encoder_steps": "steps{}"}
+
+
 def default_out_dir(config: labeling.LabelingConfig) -> str:
+  """``runs/label-<settings>``: one folder per release fingerprint, so the ledger never meets other settings.
+
+  The name spells out data set, mechanism, epsilon, s, k, T and seed; every other setting of the release
+  fingerprint (delta, connection, representation, sizes, ...) is appended only where it differs from the
+  default. Before, a second default run that changed only ``--delta`` or ``--representation`` landed in the
+  first run's folder and was refused there. Student settings stay out: they do not change a release, so a
+  run that changes only them re-uses the folder's releases (the earlier report moves to ``history/``).
+  """
   eps = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
-  return str(pathlib.Path("runs") / (f"label-{config.dataset.replace(':', '_')}-{config.mechanism}-eps{eps}"
-                                     f"-s{config.num_queries}-k{config.k}-T{config.iterations}-seed{config.seed}"
-                                     + ("-secret-noise" if config.noise_seed is not None else "")))
+  name = (f"label-{config.dataset}-{config.mechanism}-eps{eps}-s{config.num_queries}-k{config.k}"
+          f"-T{config.iterations}-seed{config.seed}" + ("-secret-noise" if config.noise_seed is not None else ""))
+  fingerprint = config.release_fingerprint()
+  reference = labeling.LabelingConfig(**{n: getattr(config, n) for n in _NAMED}).release_fingerprint()
+  for setting, value in fingerprint.items():
+    if setting not in _NAMED and (setting not in reference or reference[setting] != value):
+      name += "-" + _TOKENS.get(setting, "{}").format(value)
+  return str(pathlib.Path("runs") / re.sub(r"[^A-Za-z0-9._+=-]", "_", name))
 
 
 def config_from_args(args: argparse.Namespace) -> labeling.LabelingConfig:

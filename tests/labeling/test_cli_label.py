@@ -194,7 +194,37 @@ def test_seed_secret_noise_and_release_flags_reach_the_configuration(tmp_path):
   assert secret.seed == 7 and secret.mechanism == "shuffle-single" and secret.delta == 1e-7
   assert secret.out_dir == str(tmp_path)
   assert isinstance(secret.noise_seed, int) and secret.noise_seed != 7
-  assert _label.default_out_dir(secret).endswith("-seed7-secret-noise")
+  assert _label.default_out_dir(secret).endswith("-seed7-secret-noise-delta1e-07")
+
+
+@pytest.mark.parametrize("base", [["--mechanism", "central"], ["--mechanism", "shuffle-multi"],
+                                  ["--mechanism", "shuffle-single", "--secret-noise"]])
+def test_default_out_dir_differs_exactly_when_the_release_fingerprint_does(base):
+  # The default folder named only dataset, mechanism, eps, s, k, T and seed: a second default run changing only
+  # --delta, --representation, --connection, a size or a noise/encoder setting landed in the first run's folder,
+  # whose ledger then refused it. Folders must coincide exactly when the releases' fingerprints do.
+  from jaxdistill.cli import _label  # pylint: disable=import-outside-toplevel
+  from jaxdistill.cli.main import build_parser  # pylint: disable=import-outside-toplevel
+  shuffle = base[1].startswith("shuffle")
+  variants = [[], ["--delta", "1e-7" if shuffle else "0"], ["--representation", "pca"],
+              ["--representation", "pca", "--pca-dim", "20"], ["--representation", "contrastive"],
+              ["--representation", "contrastive", "--encoder-width", "32"],
+              ["--representation", "contrastive", "--encoder-steps", "2000"],  # the default, spelled out
+              ["--private-size", "2000"], ["--private-size", "3000"], ["--public-size", "500"], ["--eval-size", "900"],
+              ["--student-epochs", "2"], ["--student-targets", "soft"], ["--no-baselines"]]
+  if not shuffle:
+    variants += [["--connection", "knn-labeling"], ["--connection", "balanced-harmonic"],
+                 ["--central-noise", "laplace"], ["--central-noise", "discrete-laplace"]]
+  if base[1] == "shuffle-single":
+    variants += [["--shuffle-local", "rr"], ["--shuffle-local", "collision"]]
+  configs = [_label.config_from_args(build_parser().parse_args(["label", *base, *v])) for v in variants]
+  fingerprints = [json.dumps(c.release_fingerprint(), sort_keys=True) for c in configs]
+  assert len(set(fingerprints)) >= 8  # the variants do change the releases
+  for a, fa in zip(configs, fingerprints):
+    for b, fb in zip(configs, fingerprints):
+      assert (a.out_dir == b.out_dir) == (fa == fb), (a.out_dir, b.out_dir)
+  assert configs[0].out_dir.startswith("runs/label-mnist-embedded-")  # the README's default folder keeps its name
+  assert all(c.out_dir.startswith(configs[0].out_dir) for c in configs)
 
 
 def test_mechanism_and_representation_flags_reach_the_configuration_where_read():
