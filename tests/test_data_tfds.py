@@ -18,6 +18,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tfds = pytest.importorskip("tensorflow_datasets")
+tf = pytest.importorskip("tensorflow")
 
 from jaxdistill import data  # pylint: disable=wrong-import-position
 from jaxdistill.cli.main import main  # pylint: disable=wrong-import-position
@@ -60,15 +61,47 @@ def test_load_tfds_reads_every_example_in_order_and_scales_bytes(name, shape, cl
   assert got.num_classes == classes and got.name == f"tfds:{name}"
 
 
-@pytest.mark.parametrize("name", ["emnist/letters", "emnist/digits"])
+def fixed_examples(labels, shape=(28, 28, 1)):
+  """A mock whose split holds these labels (tfds's own mock draws labels over all declared classes)."""
+  labels = np.asarray(labels, np.int64)
+  images = np.random.default_rng(0).integers(0, 256, (len(labels), *shape), dtype=np.uint8)
+
+  def as_dataset_fn(self, split, shuffle_files=False, decoders=None, read_config=None):  # pylint: disable=unused-argument
+    return tf.data.Dataset.from_tensor_slices({"image": images, "label": labels})
+
+  return images, tfds.testing.mock_data(as_dataset_fn=as_dataset_fn)
+
+
+# "emnist:3.1.0" (byclass) and "emnist/letters:3.*.*" are EMNIST too: matching the name's prefix left them transposed.
+@pytest.mark.parametrize("name", ["emnist/letters", "emnist/digits", "emnist:3.1.0", "emnist/letters:3.*.*"])
 def test_emnist_is_transposed_upright_like_mnist(name):
   # tfds (like the EMNIST release) stores every image transposed; jaxdistill turns it back.
-  with mock(9):
-    ref_images, ref_labels = reference(name, "train")
+  labels = np.arange(9) + 1  # letters are 1..26
+  images, mocked = fixed_examples(labels)
+  with mocked:
     got = data.load_tfds(name, "train", batch_size=4)
-  assert ref_images.shape == (9, 28, 28, 1)
-  np.testing.assert_array_equal(got.images, np.swapaxes(ref_images, 1, 2).astype(np.float32) / np.float32(255))
-  np.testing.assert_array_equal(got.labels, ref_labels)
+  np.testing.assert_array_equal(got.images, np.swapaxes(images, 1, 2).astype(np.float32) / np.float32(255))
+  np.testing.assert_array_equal(got.labels, labels)
+
+
+@pytest.mark.parametrize("name, classes", [("emnist/letters", 27), ("emnist/letters:3.1.0", 27),
+                                           ("emnist/digits", 10), ("emnist/balanced", 47), ("emnist", 62)])
+def test_emnist_has_the_class_count_of_the_idx_route(name, classes):
+  # tfds declares 37 classes for emnist/letters (labels 1..26): the votes and the student got 10 empty classes
+  # that the IDX route (27) does not have.
+  from jaxdistill.data._loading import _KNOWN_CLASSES  # pylint: disable=import-outside-toplevel
+  config = name.split(":")[0].split("/")[1] if "/" in name else "byclass"
+  assert _KNOWN_CLASSES[f"emnist-{config}"] == classes
+  _, mocked = fixed_examples([1, 9, 3])
+  with mocked:
+    assert data.load_tfds(name, "train").num_classes == classes
+
+
+def test_emnist_letters_label_beyond_its_classes_is_refused():
+  _, mocked = fixed_examples([1, 30, 3])
+  with mocked, pytest.raises(ValueError, match=r"expected labels in \[0, 27\) \(EMNIST letters\); got labels in "
+                                                r"\[1, 30\]"):
+    data.load_tfds("emnist/letters", "test")
 
 
 def test_load_tfds_does_not_depend_on_batch_size():

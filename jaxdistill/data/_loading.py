@@ -331,7 +331,8 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
   stored transposed, as in the original release ("inverted horizontally
   and rotated 90 degrees anti-clockwise", tfds's description); it is
   transposed back, so its letters and digits are upright like MNIST's (the
-  public set FedMD pairs it with).
+  public set FedMD pairs it with). Its class count is the IDX route's
+  (``emnist/letters``: 27, labels 1..26, where tfds declares 37).
 
   Args:
     name: a tfds name with ``image`` and ``label`` features, e.g. ``mnist``,
@@ -381,9 +382,22 @@ def load_tfds(name: str, split: str = "train", *, data_dir: Any = None, batch_si
   x = np.concatenate(images)
   if x.dtype != np.uint8:
     raise ValueError(f"tfds data set {name!r}: expected uint8 images; got {x.dtype}.")
-  if name.split("/", 1)[0] == "emnist":
+  y = np.concatenate(labels).astype(np.int32)
+  num_classes = int(label.num_classes)
+  # The builder, not the name, says whether it is EMNIST: "emnist:3.1.0" and "emnist/letters:3.*.*" are EMNIST
+  # too (matching the name's prefix left them transposed).
+  if getattr(builder, "name", None) == "emnist":
     x = np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # [N, W, H, C] as stored -> upright [N, H, W, C]
-  return ImageData(_to_float(x), np.concatenate(labels).astype(np.int32), int(label.num_classes), f"tfds:{name}")
+    config = getattr(getattr(builder, "builder_config", None), "name", None)
+    known = _KNOWN_CLASSES.get(f"emnist-{config}")
+    # tfds declares 37 classes for emnist/letters, whose labels are 1..26 as in the release: 27 classes, as the
+    # IDX route gives (37 added 10 empty label columns to the votes, which noise alone could make win).
+    if known is not None and known != num_classes:
+      if y.size and (y.min() < 0 or y.max() >= known):
+        raise ValueError(f"tfds data set {name!r}, split {split!r}: expected labels in [0, {known}) (EMNIST "
+                         f"{config}); got labels in [{y.min()}, {y.max()}].")
+      num_classes = known
+  return ImageData(_to_float(x), y, num_classes, f"tfds:{name}")
 
 
 def load_dataset(name: str, data_dir: Any = None) -> tuple[ImageData, ImageData | None]:
