@@ -54,8 +54,7 @@ _PCA = _components.PCA  # pca_dim applies to these only
 #: Bounds that keep a typo from starting a days-long fit.
 _MAX_ENCODER = {"encoder_width": 1024, "encoder_steps": 1_000_000}
 _EMBEDDED_SIZES = (3000, 1000, 1000)  # D_priv, D_pub, D_eval of the 5,000 embedded digits
-#: Sizes a data set's splits take when left unset, where they do not depend on the files found (``sizes``).
-_DEFAULT_SIZES = {"mnist-embedded": _EMBEDDED_SIZES, "fashion-mnist": (None, 5000, 5000)}
+_TEST_SPLIT_SIZES = (None, 5000, 5000)  # every data set with a test split: D_pub and D_eval from it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,10 +333,7 @@ class LabelingConfig:
   # -- derived settings ------------------------------------------------------------
   def sizes(self, has_test_split: bool) -> tuple[int | None, int, int]:
     """``(private_size, public_size, eval_size)`` with the data set's defaults filled in."""
-    if has_test_split:
-      default = (None, 5000, 5000)
-    else:
-      default = _EMBEDDED_SIZES
+    default = _TEST_SPLIT_SIZES if has_test_split else _EMBEDDED_SIZES
     priv = self.private_size if self.private_size is not None else default[0]
     pub = self.public_size if self.public_size is not None else default[1]
     ev = self.eval_size if self.eval_size is not None else default[2]
@@ -405,8 +401,11 @@ class LabelingConfig:
     # spelling out a default (--delta 0, the embedded set's sizes, the encoder's width) is not refused.
     if d["delta"] == 0.0 and not self.mechanism.startswith("shuffle"):  # resolved_delta's default there
       d["delta"] = None
-    defaults = _DEFAULT_SIZES.get(self.dataset)
-    for name, default in zip(("private_size", "public_size", "eval_size"), defaults or ()):
+    # Every data set but the embedded one has a test split (load_dataset reads both), so its defaults are
+    # 5,000 + 5,000: only Fashion-MNIST's were normalised, and a resume of mnist, idx, emnist-* or tfds:* that
+    # spelled them out was refused.
+    defaults = _EMBEDDED_SIZES if self.dataset == "mnist-embedded" else _TEST_SPLIT_SIZES
+    for name, default in zip(("private_size", "public_size", "eval_size"), defaults):
       if d[name] == default:
         d[name] = None
     encoder = _components.default_encoder(self.representation)
