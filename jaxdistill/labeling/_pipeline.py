@@ -373,6 +373,21 @@ def _nominal_only(warnings: Any, connection: str) -> tuple[PrivacyWarning, ...]:
                for w in warnings)
 
 
+def group_privacy_note(epsilon: float, delta: float) -> str:
+  """What the per-record statement gives a client holding m records: group privacy over m replacements.
+
+  An (eps, delta)-DP mechanism is (m eps, m e^{(m-1) eps} delta)-DP for data sets that differ in m records
+  (Dwork & Roth 2014, group privacy; a chain of m neighbours): delta grows by far more than m when
+  delta > 0 (spec §5 I11). The note used to say "m*epsilon-protected" for the shuffle mechanisms too.
+  """
+  if delta == 0:
+    return (f"A client holding m records is (m*epsilon, 0)-DP by group privacy: for m = 10, ({10 * epsilon:.6g}, 0).")
+  log_delta = math.log(10) + 9 * epsilon + math.log(delta)
+  delta_10 = 1.0 if log_delta >= 0 else math.exp(log_delta)
+  return ("A client holding m records is (m*epsilon, m*e^((m-1)*epsilon)*delta)-DP by group privacy: for m = 10, "
+          f"({10 * epsilon:.6g}, {delta_10:.3g}){' (no guarantee)' if delta_10 >= 1 else ''}.")
+
+
 def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list[PrivacyStatement | None],
                    n: int) -> dict[str, Any]:
   """The report's privacy section: the total statement, how it composes, warnings, notes.
@@ -406,8 +421,11 @@ def privacy_report(config: LabelingConfig, plan: BudgetPlan, per_iteration: list
       "post-processing of the releases (evaluation uses public labels only), except the noise-free baseline.",
   ]
   if config.mechanism.startswith(("local", "shuffle")):
-    notes.append("Every record sends one message per iteration (T messages in all); the guarantee is per "
-                 "record, and a client holding m records would be m*epsilon-protected (spec §5 I11).")
+    messages = ("its shuffle-multi messages (several per record) each iteration" if config.mechanism == "shuffle-multi"
+                else "one message per iteration (T in all)")
+    notes.append(f"Every record sends {messages}; the guarantee is per record (one record per client, spec §5 I11).")
+  if valid and math.isfinite(total.epsilon):
+    notes.append(group_privacy_note(total.epsilon, total.delta))
   return {"statement": total.to_dict(), "neighbouring_relation": RELATION_TEXT,
           "connection": rule.to_dict(),
           "composition": plan.describe() if valid else (

@@ -987,6 +987,34 @@ def test_delta_at_least_1_over_n_is_warned_for_every_mechanism(mechanism, delta,
     assert codes["delta_at_least_1_over_n"]["details"] == {"delta": plan.composed_delta, "one_over_n": 1 / n}
 
 
+@pytest.mark.parametrize("mechanism,delta", [("central", None), ("local-rr", None), ("local-collision", None),
+                                             ("shuffle-single", 1e-6), ("shuffle-multi", 1e-6), ("none", None)])
+def test_the_group_privacy_note_inflates_delta_for_approximate_dp(mechanism, delta):
+  # The note said "a client holding m records would be m*epsilon-protected" for the shuffle mechanisms too,
+  # whose delta grows to m e^((m-1) eps) delta (0.08 at eps = 1, delta = 1e-6, m = 10); and "one message per
+  # iteration" for shuffle-multi, which sends several.
+  eps = None if mechanism == "none" else 1.0
+  rep = statement_for(mechanism=mechanism, epsilon=eps, delta=delta, num_queries=20)
+  group = [n for n in rep["notes"] if "group privacy" in n]
+  if mechanism == "none":
+    assert group == []  # nothing to scale: no guarantee
+    return
+  [note] = group
+  if delta is None:
+    assert "(m*epsilon, 0)-DP" in note and "for m = 10, (10, 0)" in note
+  else:
+    st = rep["statement"]
+    assert st["delta"] == pytest.approx(1e-6, rel=1e-12)
+    expected = 10 * math.exp(9 * st["epsilon"]) * st["delta"]  # Dwork & Roth's group privacy, k = 10
+    assert 0.05 < expected < 0.1 and f"for m = 10, ({10 * st['epsilon']:.6g}, {expected:.3g})" in note
+  assert ("several per record" in " ".join(rep["notes"])) == (mechanism == "shuffle-multi")
+
+
+def test_no_group_privacy_note_without_a_guarantee():
+  rep = statement_for(mechanism="central", epsilon=0.5, num_queries=20, connection="balanced-harmonic")
+  assert not any("group privacy" in n for n in rep["notes"])
+
+
 @pytest.mark.parametrize("rule", ["balanced-max-min", "balanced-harmonic"])
 def test_balanced_rules_claim_no_guarantee(rule):
   rep = statement_for(mechanism="central", epsilon=0.5, num_queries=20, connection=rule)
