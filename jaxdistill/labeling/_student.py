@@ -174,10 +174,16 @@ def train_student(key: jax.Array, config: StudentConfig, images: np.ndarray, tar
     targets = np.asarray(targets)
   if np.ndim(images) != 4:
     raise ValueError(f"Expected images of shape [n, H, W, C]; got shape {np.shape(images)}.")
+  if progress is not None and not callable(progress):  # it failed with a TypeError after the first epoch
+    raise ValueError(f"Expected progress to be None or a callable progress(epochs_done); got "
+                     f"{_validate.shown(progress)}.")
   init_key, fit_key = jax.random.split(key)
   seed = int(jax.random.randint(init_key, (), 0, 2**31 - 1, jnp.int32))  # int32: the same seed with x64 on
   spec = models.CNNSpec(config.widths, config.dropout)
-  model = models.FedMDCNN(spec, num_classes, input_shape=tuple(images.shape[1:]), rngs=nnx.Rngs(params=seed))
+  # A key of the caller's key's implementation: an int seed became a key of JAX's default one, so under
+  # JAX_DEFAULT_PRNG_IMPL=rbg the same key gave other initial weights (and other queries from t = 2 on).
+  init = jax.random.key(seed, impl=jax.random.key_impl(init_key))
+  model = models.FedMDCNN(spec, num_classes, input_shape=tuple(images.shape[1:]), rngs=nnx.Rngs(params=init))
   clf, state = models.create(model, optax.adam(config.learning_rate))
   # jit caches key on the Classifier's identity: reuse one per architecture so
   # that every student of a run shares compiled steps.
@@ -230,6 +236,9 @@ def vote_shares(votes: np.ndarray, assignment: np.ndarray) -> np.ndarray:
     raise ValueError(f"Expected assignment in [0, s={votes.shape[0]}); found values in "
                      f"[{assignment.min()}, {assignment.max()}].")
   pos = np.clip(votes, 0.0, None)
+  with np.errstate(over="ignore"):
+    big = ~np.isfinite(pos.sum(axis=1, keepdims=True))  # rows whose sum overflows (votes near 1e308) gave 0 rows
+  pos = np.where(big, pos / np.where(big, pos.max(axis=1, keepdims=True), 1.0), pos)
   tot = pos.sum(axis=1, keepdims=True)
   shares = np.where(tot > 0, pos / np.where(tot > 0, tot, 1.0), 1.0 / votes.shape[1])
   return shares[np.asarray(assignment)].astype(np.float32)

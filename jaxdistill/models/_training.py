@@ -498,7 +498,7 @@ def fit(key: jax.Array, clf: Classifier, state: TrainState, images: Any, targets
       another width, non-finite, (for ``cross_entropy``) not probability
       rows, or (for ``mse``) beyond +-:data:`MAX_MSE_TARGET`. Only the
       records that train (the first ``size``) are checked. A ``state`` with
-      NaN or inf parameters is refused after training (it cannot recover).
+      NaN or inf parameters is refused before training (it cannot recover).
     DivergedError: a ``ValueError``: training left NaN or inf parameters or
       batch statistics (too large a learning rate), checked once per call.
   """

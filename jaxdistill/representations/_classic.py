@@ -278,6 +278,11 @@ def fit_pca(public: Any, num_components: int = 50, *, base: Representation | Non
   p = _validate.integer("num_components", num_components, minimum=1,
                         maximum=min(f.shape[0], f.shape[1]))
   mean, comps, var = _pca_fit(f, p)
+  # Finite features above ~1e18 overflow the float32 covariance and eigh returns NaN: the Pca held NaN and
+  # only its first use failed, naming neither fit_pca nor the base.
+  if not all(bool(jnp.isfinite(a).all()) for a in (mean, comps, var)):
+    raise ValueError(f"fit_pca: the float32 covariance of the features of base {base.name!r} overflowed (largest "
+                     f"|feature| {float(jnp.max(jnp.abs(f))):.3g}); rescale the base's features.")
   if name is None:
     name = "pca" if isinstance(base, RawPixels) else f"{base.name}-pca"
   return Pca(mean, comps, var, base, tuple(x.shape[1:]), name)

@@ -8,7 +8,8 @@ keeps all clusters in use. The reverse k-NN paper uses such end-to-end
 clusterings (DTI, SCAN) when s = |Y| is small (its Fig. 5, local DP).
 
 Here the backbone is :func:`fit_contrastive`'s encoder, the neighbours are
-mined in its projection space, and the output features are the head's softmax
+mined in its output space (the projection, or the backbone's features with
+``output="backbone"``), and the output features are the head's softmax
 probabilities ``[N, num_clusters]``. The pipeline uses them unchanged
 (k-means++ with s = ``num_clusters`` centres, queries nearest the centres,
 reverse k-NN in L2). Once the head is confident, its cells are the head's
@@ -230,7 +231,8 @@ def fit_scan(key: jax.Array, public: Any, config: ScanConfig | None = None, *,
 
   First :func:`fit_contrastive` (``config.contrastive``) trains the backbone;
   each public image's ``num_neighbours`` nearest public images are mined in
-  its projection space. Then a linear head of width s = ``num_clusters`` on
+  its output space (``config.contrastive.output``: the projection by
+  default). Then a linear head of width s = ``num_clusters`` on
   the backbone, and the backbone with it, minimise SCAN's loss over batches
   of anchors a with a random mined neighbour n, both augmented:
 

@@ -46,6 +46,14 @@ def test_vote_shares_clip_normalise_and_fill_empty_clusters():
   assert got.dtype == np.float32
 
 
+def test_vote_shares_of_votes_whose_row_sum_overflows_still_sum_to_one():
+  # The row total overflowed to inf and every share became 0 (a row the student then refused as soft targets).
+  votes = np.array([[1e308, 1e308, -5.0], [1.5e308, 5e307, 0.0], [3.0, 1.0, 0.0]])
+  got = labeling.vote_shares(votes, np.array([0, 1, 2]))
+  np.testing.assert_allclose(got, [[0.5, 0.5, 0], [0.75, 0.25, 0], [0.75, 0.25, 0]], rtol=1e-6)
+  np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-6)
+
+
 def test_refined_targets_are_prediction_times_shares(splits, student):
   x = splits.public.images[:40]
   p = _softmax(student.logits(x))

@@ -173,6 +173,38 @@ def test_train_student_and_refine_targets_name_bad_arguments():
       labeling.refine_targets(student, bad, shares)
 
 
+def test_train_student_refuses_a_progress_that_is_not_callable_before_training():
+  # It failed with "TypeError: 'int' object is not callable" after the first epoch had trained.
+  cfg = labeling.StudentConfig(widths=(2, 2), epochs=1, batch_size=4)
+  rng = np.random.default_rng(0)
+  images, labels = rng.random((8, 8, 8, 1)), rng.integers(0, 2, 8)
+  calls = []
+  with pytest.raises(ValueError, match="progress to be None or a callable progress.epochs_done.; got 5"):
+    _student.train_student(jax.random.key(0), cfg, images, labels, 2, progress=5)
+  _student.train_student(jax.random.key(0), cfg, images, labels, 2, progress=calls.append)
+  assert calls == [1]
+
+
+def test_the_students_weights_depend_on_its_key_not_on_jaxs_default_prng():
+  # train_student turned the key into an int seed, which nnx made into a key of JAX's default implementation:
+  # under JAX_DEFAULT_PRNG_IMPL=rbg the same threefry key gave other weights, so the same recorded seed gave
+  # other queries (and releases) from t = 2 on.
+  cfg = labeling.StudentConfig(widths=(2, 2), epochs=1, batch_size=4)
+  rng = np.random.default_rng(0)
+  images, labels = rng.random((8, 8, 8, 1)).astype(np.float32), rng.integers(0, 2, 8)
+  key = jax.random.key(3, impl="threefry2x32")
+  want = jax.tree.leaves(_student.train_student(key, cfg, images, labels, 2).state.params)
+  old = jax.config.jax_default_prng_impl
+  jax.config.update("jax_default_prng_impl", "rbg")
+  try:
+    got = jax.tree.leaves(_student.train_student(key, cfg, images, labels, 2).state.params)
+  finally:
+    jax.config.update("jax_default_prng_impl", old)
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
 @pytest.mark.parametrize("field", ["batch_size", "embedding_dim"])
 def test_student_config_caps_sizes_at_int32(field):
   with pytest.raises(ValueError, match=f"{field}=9223372036854775808 <= 2147483647"):

@@ -470,6 +470,17 @@ def test_one_call_traces_the_model_once_for_all_its_batches(mnist):
   np.testing.assert_array_equal(whole, x.reshape(7, -1)[:, :4])
 
 
+def test_pca_whose_float32_covariance_overflows_is_refused_by_fit_pca():
+  # Finite base features of 1e20 overflowed the covariance: fit_pca returned NaN components without a word
+  # and only the first use failed ("produced NaN or inf features"), naming neither fit_pca nor the base.
+  x = np.random.default_rng(0).random((50, 8, 8, 1)).astype(np.float32)
+  big = R.embed_with(lambda z: z.reshape(z.shape[0], -1) * 1e20, name="big")
+  with pytest.raises(ValueError, match=r"fit_pca: .*base 'big' overflowed \(largest \|feature\| 1e\+20\)"):
+    R.fit_pca(x, 3, base=big)
+  fine = R.fit_pca(x, 3, base=R.embed_with(lambda z: z.reshape(z.shape[0], -1) * 1e15, name="fine"))
+  assert np.isfinite(np.asarray(fine(x))).all()
+
+
 def test_pca_over_a_model_embedding_reads_the_weights_at_each_call(mnist):
   # Pca's features went through the shared jit, where its base's model_fn is a static field: the first trace's
   # weights (constants in it) served every later call, so a Pca fitted after training in place was off its
