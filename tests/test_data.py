@@ -522,6 +522,23 @@ def test_paper_splits_keep_copies_of_one_image_on_one_side():
   np.testing.assert_array_equal(sp.private.images, d.images[perm[30:]])
 
 
+def test_a_private_subsample_draws_copied_images_uniformly():
+  # Copies were moved behind every once-only image, so a D_priv smaller than the rest took the once-only images
+  # first (here always 10 of its 20 records were copies instead of 60/70 of them on average).
+  d = data.load_embedded_mnist().take(np.arange(100))
+  doubled = data.ImageData(np.concatenate([d.images, d.images[:30]]), np.concatenate([d.labels, d.labels[:30]]),
+                           d.num_classes)
+  copy_rows = {x.tobytes() for x in d.images[:30]}
+  counts = []
+  for seed in range(200):
+    sp = data.paper_splits(doubled, None, seed=seed, public_size=30, eval_size=30, private_size=20)
+    assert not _copies(sp.private, sp.public) and not _copies(sp.private, sp.evaluation)
+    counts.append(sum(x.tobytes() in copy_rows for x in sp.private.images))
+  # The rest holds 60 copy rows and 10 once-only images: hypergeometric, mean 20 * 60/70 = 17.14, sd 1.33, so the
+  # mean of 200 seeds has sd 0.094; +-0.6 is 6.4 sd (false failure < 1e-9 with these fixed seeds, which pass).
+  assert abs(np.mean(counts) - 20 * 60 / 70) < 0.6, np.mean(counts)
+
+
 def test_first_copies_and_shared_images_treat_minus_zero_as_zero(monkeypatch):
   from jaxdistill.data import _overlap  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(2)

@@ -38,9 +38,11 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
   that occurs more than once enters the pool once (copies in D_pub and D_eval
   would evaluate the student on its own training images). Without a test
   split (the embedded 5,000 digits), all three are disjoint random parts of
-  ``train``, and an image that occurs more than once in ``train`` goes to
-  D_priv with its copies. Data without such copies (MNIST, Fashion-MNIST) is
-  split as if these rules did not exist.
+  ``train``: an image that occurs more than once in ``train`` is kept out of
+  D_pub and D_eval, and D_priv is a uniform draw from the other images,
+  copies included (with ``private_size`` smaller than them, some copies of
+  an image may be left out). Data without such copies (MNIST, Fashion-MNIST)
+  is split as if these rules did not exist.
 
   SVHN and CIFAR-10 (tfds) get the same protocol (their test splits hold
   26,032 and 10,000 images). The paper's own splits for them are not
@@ -113,7 +115,13 @@ def paper_splits(train: ImageData, test: ImageData | None, *, seed: int,
       raise ValueError(f"Expected train to hold public_size + eval_size = {public_size + eval_size} images that "
                        f"occur once; {len(train) - once} of its {len(train)} images have copies in train (a copy in "
                        f"D_pub or D_eval would put a D_priv record there), leaving {once}.")
-    perm = np.concatenate([perm[~copied[perm]], perm[copied[perm]]])
+    # D_priv is then a uniform draw from the rest (a second permutation: the once-only images left over come late
+    # in the first one). Copies moved behind every once-only image were left out of a D_priv smaller than the rest.
+    chosen = perm[~copied[perm]][:public_size + eval_size]
+    taken = np.zeros(len(train), bool)
+    taken[chosen] = True
+    rest_idx = np.flatnonzero(~taken)
+    perm = np.concatenate([chosen, rest_idx[rng.permutation(rest_idx.size)]])
   a, b = public_size, public_size + eval_size
   return LabelingSplits(train.take(perm[b:b + private_size]), train.take(perm[:a]), train.take(perm[a:b]))
 
