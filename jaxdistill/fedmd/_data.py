@@ -152,7 +152,8 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
       only with ``dirichlet``.
     classes_per_party: for ``classes``; another value than the default (2)
       only with it.
-    public_size: keep this many public images (None: all).
+    public_size: keep this many public images, a uniform draw of its own (None: all); the parties and the
+      test set do not depend on it.
 
   Raises:
     ValueError: on data sets that are not :class:`ImageData`, alpha or
@@ -192,7 +193,10 @@ def make_fedmd_data(public: ImageData, private_train: ImageData, private_test: I
   pub = public
   if public_size is not None:
     public_size = _validate.integer("public_size", public_size, minimum=1, maximum=len(public))
-    pub = public.take(np.sort(rng.choice(len(public), public_size, replace=False)))
+    # From its own stream: drawn from rng, it shifted the class selection and partition, so another public_size
+    # gave other parties and another test set for the same seed (an ablation over it compared other data).
+    public_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    pub = public.take(np.sort(public_rng.choice(len(public), public_size, replace=False)))
   pub = ImageData(pub.images, pub.labels, num_classes, pub.name)
   pool = _select_classes(private_train, classes, private_per_class, n_pub, num_classes, rng, "private")
   # Test images that are also parties' records would measure training accuracy (one set passed as both splits

@@ -158,6 +158,22 @@ def test_test_images_held_by_the_parties_are_left_out():
   assert "test_images_left_out_as_party_records" not in d.description
 
 
+def test_public_size_changes_the_public_set_only():
+  # The public subsample was drawn from the stream that then selects the private classes, the test images and
+  # the partition: public_size=30 gave other parties and another test set than the full public set, for one seed.
+  public, private_train, private_test = synthetic(60, 10, 0), synthetic(300, 10, 1), synthetic(200, 10, 2)
+  args = dict(num_parties=3, seed=4, private_per_class=12, test_per_class=4)
+  full = fedmd.make_fedmd_data(public, private_train, private_test, **args)
+  for size in (30, 45):
+    part = fedmd.make_fedmd_data(public, private_train, private_test, public_size=size, **args)
+    assert len(part.public) == size
+    for a, b in zip(full.parties, part.parties, strict=True):
+      np.testing.assert_array_equal(a.images, b.images)
+    np.testing.assert_array_equal(full.test.images, part.test.images)
+    kept = {x.tobytes() for x in public.images}
+    assert all(x.tobytes() in kept for x in part.public.images)
+
+
 @pytest.mark.parametrize("kw,needle", [
     (dict(private_test=ImageData(np.zeros((200, 6, 6, 1), np.float32), np.arange(200) % 10, 10, "t")),
      r"Expected private_test images of the private training images' shape \(12, 12, 1\); got \(6, 6, 1\)"),
