@@ -66,7 +66,7 @@ def fixed_examples(labels, shape=(28, 28, 1)):
   labels = np.asarray(labels, np.int64)
   images = np.random.default_rng(0).integers(0, 256, (len(labels), *shape), dtype=np.uint8)
 
-  def as_dataset_fn(self, split, shuffle_files=False, decoders=None, read_config=None):  # pylint: disable=unused-argument
+  def as_dataset_fn(self, split, **kwargs):  # pylint: disable=unused-argument
     return tf.data.Dataset.from_tensor_slices({"image": images, "label": labels})
 
   return images, tfds.testing.mock_data(as_dataset_fn=as_dataset_fn)
