@@ -52,8 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--delta", type=float, default=None, help="delta (shuffle mechanisms)")
   p.add_argument("--seed", type=count, default=0, help="PRNG seed (default 0)")
   p.add_argument("--chunk-size", type=count, default=None,
-                 help="clients per vmapped chunk (default: 4096 on CPU, larger on a GPU or TPU, see "
-                      "simulation.default_chunk_size); working memory grows with it, measured at about 9 bytes x "
+                 help="clients per vmapped chunk (default: at most 4096 on CPU, evened out over the chunks; larger "
+                      "on a GPU or TPU, see simulation.default_chunk_size); working memory grows with it, measured at about 9 bytes x "
                       "chunk x s|Y| for rr and collision on CPU (lower it if out of memory)")
   p.add_argument("--devices", type=count, default=None, help="devices to shard over (default all)")
   p.add_argument("--json", action="store_true", help="print one JSON object")
