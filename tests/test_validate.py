@@ -86,6 +86,15 @@ def test_positive_allows_inf_on_request():
     v.positive("epsilon", True, allow_inf=True)
 
 
+def test_minus_zero_is_returned_as_zero():
+  # nfdp_privacy(300, 3).statement(epsilon=-0.0) recorded epsilon=-0.0 in its report.
+  from jaxdistill import accounting  # pylint: disable=import-outside-toplevel
+  for check in (v.nonnegative, v.probability):
+    out = check("x", -0.0)
+    assert out == 0.0 and math.copysign(1.0, out) == 1.0
+  assert math.copysign(1.0, accounting.nfdp_privacy(300, 3).statement(epsilon=-0.0).epsilon) == 1.0
+
+
 @pytest.mark.parametrize("value", [0.0, 1.0, 1.5, -0.1, float("nan")])
 def test_open_unit_rejects(value):
   with pytest.raises(ValueError, match="delta"):

@@ -200,6 +200,10 @@ def _shifts(k: Any, r: Any) -> int:
   return k * r
 
 
+#: Smallest ``tail_mass`` :func:`multi_message_pld` takes (its half stays a normal float64).
+MIN_TAIL_MASS = 1e-300
+
+
 def _check_noise(noise: Any) -> "MultiMessageNoise":
   if not isinstance(noise, MultiMessageNoise):
     raise ValueError(f"Expected noise to be a MultiMessageNoise; got {type(noise).__name__} {noise!r:.80}.")
@@ -225,7 +229,11 @@ def min_calibration_epsilon(*, k: Any = 1, r: Any = 1, dlap_fraction: Any = 0.5)
   shifts = _shifts(k, r)
   fraction = _validate.open_unit("dlap_fraction", dlap_fraction)
   a = math.log(2.0 / DEFAULT_TAIL_MASS) / (2.0 * (MAX_VIEW_OUTCOMES // 2))
-  return 2.0 * shifts * a / fraction
+  least = 2.0 * shifts * a / fraction
+  if not math.isfinite(least):  # dlap_fraction=5e-324 returned inf
+    raise ValueError(f"Expected dlap_fraction={fraction!r} large enough for a finite epsilon; 2kr a / dlap_fraction "
+                     "overflows.")
+  return least
 
 
 def _check_flood_mean(noise: MultiMessageNoise, tail_mass: float) -> None:
@@ -381,7 +389,8 @@ def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
       ``MAX_GRID_INTERVAL``]; one so fine that one release's loss range would
       take more than ``MAX_GRID_POINTS`` points is coarsened to fit (the PLD
       stays an upper bound).
-    tail_mass: mass moved onto pessimistic tail outcomes (reduced view only).
+    tail_mass: mass moved onto pessimistic tail outcomes (reduced view only), in
+      [``MIN_TAIL_MASS`` = 1e-300, 1).
     lattice_size: if given, an integer in [2, ``MAX_LATTICE_SIZE``] (4096):
       build each entry's pair from the 2-D lattice [0, lattice_size]^2
       instead of the lossless 1-D reduction (for checks; the box's outside
@@ -395,6 +404,9 @@ def multi_message_pld(noise: MultiMessageNoise, *, k: Any = 1, r: Any = 1,
   shifts = _shifts(k, r)
   vdi = _check_vdi(value_discretization_interval)
   tail = _validate.open_unit("tail_mass", tail_mass)
+  if tail < MIN_TAIL_MASS:  # 5e-324 failed with "math domain error" (tail_mass / 2 underflows to 0)
+    raise ValueError(f"Expected tail_mass={tail!r} >= {MIN_TAIL_MASS:g}: the truncation windows use tail_mass / 2 "
+                     "and its logarithm.")
   size = None if lattice_size is None else _validate.integer("lattice_size", lattice_size, minimum=2,
                                                                maximum=MAX_LATTICE_SIZE)
   return _cached_pld(noise, shifts, vdi, tail, size)
@@ -436,7 +448,11 @@ def multi_message_expected_messages(noise: MultiMessageNoise, *, num_clients: An
   d = _validate.integer("d", d, minimum=1, maximum=MAX_COUNT)
   c = _validate.integer("c", c, minimum=0, maximum=MAX_COUNT)
   p, rho, pf = noise.p, noise.rho, noise.p_flood
-  return c + 2.0 * d * p / (n * (1.0 - p)) + 2.0 * d * rho * pf / (n * (1.0 - pf))
+  expected = c + 2.0 * d * p / (n * (1.0 - p)) + 2.0 * d * rho * pf / (n * (1.0 - pf))
+  if not math.isfinite(expected):  # rho=1e308 returned inf
+    raise ValueError(f"Expected noise={noise} with a finite expected message count; 2d rho p_flood / (n (1 - p_flood)) "
+                     f"overflows (rho={rho!r}).")
+  return expected
 
 
 #: Below this delta(eps), a doubling of rho that does not halve it means the PLD is at its float64 floor
@@ -521,8 +537,11 @@ def _calibrate(eps: float, delta: float, shifts: int, fraction: float, multiplie
       best = (cost, pf)
   if best is None:
     more = f" (and {len(failures) - 1} more like it)" if len(failures) > 1 else ""
-    raise ValueError(f"No flood multiplier in {multipliers} calibrates epsilon={eps}, delta={delta}: "
-                     f"{failures[0]}{more}")
+    # The failures name noise=..., which the caller never passed: say which of their settings drives it.
+    hint = (f" The flooding gets (1 - dlap_fraction) = {1.0 - fraction:.3g} of epsilon: lower dlap_fraction="
+            f"{fraction!r}." if fraction > 0.5 else "")
+    raise ValueError(f"No flood multiplier in {multipliers} calibrates epsilon={eps}, delta={delta} with "
+                     f"dlap_fraction={fraction!r}: {failures[0]}{more}{hint}")
   pf = best[1]
   rho = _least_rho(p, pf, eps, delta, shifts, vdi, rtol)
   return MultiMessageNoise(p, rho, pf)
@@ -572,7 +591,7 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
       (0, 1). Larger means less estimation noise and more flooding.
     flood_multipliers: positive multipliers m of (1 - f) eps / (2kr) tried for
       b, each with p' = e^{-b} in (0, 1) in float64.
-    rtol: relative precision of rho, >= ``MIN_RTOL`` = 1e-15.
+    rtol: relative precision of rho, in [``MIN_RTOL`` = 1e-15, 0.1].
     value_discretization_interval: dp-accounting grid step, in (0,
       ``MAX_GRID_INTERVAL``].
 
@@ -612,9 +631,7 @@ def calibrate_multi_message(target_epsilon: Any, target_delta: Any, *, k: Any = 
       raise ValueError(f"Expected flood_multipliers[{i}]={mult!r} to give a flooding probability "
                        f"p' = e^(-m (1 - dlap_fraction) eps/(2kr)) in (0, 1); it gives {math.exp(-mult * base_b)!r} "
                        f"at target_epsilon={eps!r}, dlap_fraction={fraction!r}, k*r={shifts}.")
-  rtol = _validate.positive("rtol", rtol)
-  if rtol < MIN_RTOL:
-    raise ValueError(f"Expected rtol={rtol!r} >= {MIN_RTOL:g}: float64 cannot resolve a finer relative step.")
+  rtol = _validate.relative_tolerance("rtol", rtol, minimum=MIN_RTOL)
   vdi = _check_vdi(value_discretization_interval)
   return _calibrate(eps, delta, shifts, fraction, mults, rtol, vdi)
 

@@ -114,10 +114,7 @@ MIN_TOL = 1e-15
 
 
 def _check_tol(value: Any) -> float:
-  out = _validate.positive("tol", value)
-  if out < MIN_TOL:
-    raise ValueError(f"Expected tol={out!r} >= {MIN_TOL:g}: float64 cannot resolve a finer relative step.")
-  return out
+  return _validate.relative_tolerance("tol", value, minimum=MIN_TOL)
 
 
 def _check_eps0_cap(name: str, value: float) -> float:
@@ -606,7 +603,7 @@ def shuffle_epsilon(eps0: Any, n: Any, delta: Any, *, method: str = "numeric",
     method: ``numeric`` (tighter; clone reduction) or ``closed-form``.
     on_invalid: for ``closed-form`` outside its validity range: ``raise``
       (default) or ``numeric`` (fall back explicitly; recorded in the result).
-    tol: relative bisection tolerance for ``numeric``, >= ``MIN_TOL`` = 1e-15.
+    tol: relative bisection tolerance for ``numeric``, in [``MIN_TOL`` = 1e-15, 0.1].
     releases: T in [1, ``MAX_SHUFFLE_RELEASES``]: T shuffled releases (n fresh
       messages each, adaptive choices allowed) stated together at ``delta``.
       Above 1 it needs ``numeric`` and composes :func:`clone_pld` T times
@@ -658,7 +655,7 @@ def shuffle_local_epsilon(target_epsilon: Any, n: Any, delta: Any, *, method: st
     n: number of messages.
     delta: central delta in (0, 1).
     method: ``numeric`` or ``closed-form``.
-    tol: relative tolerance on eps0, >= ``MIN_TOL`` = 1e-15.
+    tol: relative tolerance on eps0, in [``MIN_TOL`` = 1e-15, 0.1].
     releases: T in [1, ``MAX_SHUFFLE_RELEASES``]; above 1 (``numeric`` only) the
       largest eps0 whose T releases, composed through :func:`clone_pld`,
       meet the target together (as :func:`shuffle_epsilon` with

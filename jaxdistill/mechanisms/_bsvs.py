@@ -119,8 +119,14 @@ def make_bsvs_input(buckets: Any, labels: Any, *, num_buckets: int, num_labels: 
     ValueError: mismatched shapes, indices out of range, duplicated indices
       within a client, NaN or non-integer values, k > s, r < 1.
   """
-  b = np.asarray(buckets)
-  lab = np.asarray(labels)
+  arrays = {}
+  for name, value, width in (("buckets", buckets, "k"), ("labels", labels, "r")):
+    try:  # ragged rows gave NumPy's "inhomogeneous shape" message, which names neither
+      arrays[name] = np.asarray(value)
+    except ValueError:
+      raise ValueError(f"Expected {name} to be a rectangular [n, {width}] array; got ragged rows (pad short rows "
+                       "with -1).") from None
+  b, lab = arrays["buckets"], arrays["labels"]
   for name, arr in (("buckets", b), ("labels", lab)):
     if arr.dtype.kind == "f":
       if not np.isfinite(arr).all():  # inf was cast to -2^63 and named so

@@ -370,6 +370,10 @@ def compound_poisson_sample(key: jax.Array, tables: CompoundPoissonTables) -> ja
   return flat.reshape(cells, streams)
 
 
+#: Most draws one call of :func:`sample_negative_binomial` makes (int32 indexing; 8 GiB of int32 output).
+MAX_DRAWS = 2**31 - 1
+
+
 def sample_negative_binomial(key: jax.Array, r: Any, p: Any, shape: Any = ()) -> jax.Array:
   """Independent NB(r, p) draws, exact up to a stated total variation.
 
@@ -386,7 +390,8 @@ def sample_negative_binomial(key: jax.Array, r: Any, p: Any, shape: Any = ()) ->
     r: shape > 0.
     p: in [``MIN_PROB`` = 1e-20, 1), and not so close to 1 that the
       Logarithmic table exceeds 2^22 entries (about 1 - p >= 2e-5).
-    shape: output shape (a tuple of ints).
+    shape: output shape (a tuple of ints), at most ``MAX_DRAWS`` = 2^31 - 1
+      draws in all.
 
   Returns:
     int32 array of ``shape``.
@@ -404,9 +409,12 @@ def sample_negative_binomial(key: jax.Array, r: Any, p: Any, shape: Any = ()) ->
   p = _validate.open_unit("p", p)
   try:
     dims = shape if isinstance(shape, tuple) else tuple(shape)
-    shape = tuple(_validate.integer("shape", s, minimum=0) for s in dims)
+    shape = tuple(_validate.integer("shape", s, minimum=0, maximum=MAX_DRAWS) for s in dims)
   except TypeError:
     raise ValueError(f"Expected shape to be a tuple of non-negative ints; got {shape!r}.") from None
+  if math.prod(shape) > MAX_DRAWS:  # (2**40,) returned a lazy out-of-memory array; reading it aborted the process
+    raise ValueError(f"Expected shape={shape} to hold at most {MAX_DRAWS} draws (int32 indexing); got "
+                     f"{math.prod(shape)}.")
   return _sample_jit(key, _public_tables(r, p), shape)
 
 

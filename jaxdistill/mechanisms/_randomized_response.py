@@ -183,7 +183,7 @@ class RandomizedResponse(BsvsMechanism):
     p = self.keep_probability
     q = 1.0 - p
     d = self.shape.d
-    log_target = math.log(beta / (2 * d))
+    log_target = math.log(beta) - math.log(2 * d)  # beta / (2d) underflowed to 0 at beta = 5e-324 (math domain error)
 
     def fails(a: float) -> bool:  # the union bound at t = n (a - q) still exceeds beta
       kl = float(special.rel_entr(a, q) + special.rel_entr(1.0 - a, 1.0 - q))

@@ -314,6 +314,30 @@ def test_gaussian_calibration_is_within_rtol_of_the_exact_least_sigma(eps, delta
   assert hi <= acct.parameter <= hi * (1 + 2 * rtol)
 
 
+def _mp_laplace_delta(eps, scale, sens):
+  """Hockey-stick divergence of Lap(0, b) over Lap(sens, b) at eps, by 50-digit quadrature (no closed form)."""
+  import mpmath  # pylint: disable=import-outside-toplevel  (a dependency of dp-accounting)
+  with mpmath.workdps(50):
+    b, d = mpmath.mpf(scale), mpmath.mpf(sens)
+    p = lambda x: mpmath.exp(-abs(x) / b) / (2 * b)  # pylint: disable=unnecessary-lambda-assignment
+    q = lambda x: mpmath.exp(-abs(x - d) / b) / (2 * b)  # pylint: disable=unnecessary-lambda-assignment
+    cut = (d - b * eps) / 2  # p = e^eps q there, when it lies in [0, d]
+    points = sorted({mpmath.mpf(0), d, min(max(cut, 0), d)})
+    return mpmath.quad(lambda x: max(0, p(x) - mpmath.exp(eps) * q(x)), [-mpmath.inf, *points, mpmath.inf])
+
+
+@pytest.mark.parametrize("eps,delta,sens", [(1.0, 1e-6, 1.0), (0.1, 1e-3, 2.0), (5.0, 1e-9, 1.0)])
+def test_laplace_calibration_of_one_release_is_within_rtol_of_the_least_scale(eps, delta, sens):
+  # One Laplace release with delta > 0 starts from its exact least scale (it bisected from T Delta / eps with
+  # about 11 PLD builds: 235 s at eps = 1000). The answer must meet the target by quadrature, and a scale
+  # 2 rtol smaller must not.
+  rtol = 1e-3
+  acct = accounting.calibrate("laplace", target_epsilon=eps, target_delta=delta, relation="add-remove",
+                              sensitivity=sens, rtol=rtol)
+  assert acct.epsilon(delta) <= eps and float(_mp_laplace_delta(eps, acct.parameter, sens)) <= delta
+  assert float(_mp_laplace_delta(eps, acct.parameter / (1 + 2 * rtol), sens)) > delta
+
+
 def test_gaussian_calibration_below_the_pld_floor_is_refused_by_name():
   with pytest.raises(ValueError, match=r"Could not verify a private starting point for gaussian at "
                                        r"target_epsilon=1.0, target_delta=1e-30: .* certifies no delta this small"):
@@ -552,6 +576,16 @@ def test_a_discrete_laplace_sensitivity_of_millions_is_accounted():
   s = 2_000_000
   eps = accounting.discrete_laplace(1.0 / s, sensitivity=s, relation="replace-one", count=10).epsilon(1e-6)
   assert 9.9 < eps <= 10.0 + 10 * 1e-4
+
+
+@pytest.mark.parametrize("a", [1e-300, 1e-308, 5e-324])
+def test_a_subnormal_discrete_laplace_parameter_is_accounted(a):
+  # From a = 2.2e-308 down, the tail cut's quotient was inf and ceil raised OverflowError. Such a mechanism is
+  # (a, 0)-DP and its (eps, delta) curve is flat at eps = 0 from delta = TV (about a / 2) on.
+  acct = accounting.discrete_laplace(a, sensitivity=1, relation="add-remove")
+  assert acct.epsilon(1e-6) == 0.0
+  assert acct.epsilon(0.0) == a
+  assert 0.0 <= acct.delta(0.0) <= 1e-12
 
 
 def test_a_long_fine_discrete_laplace_lattice_is_coarsened_to_at_most_the_interval():

@@ -7,6 +7,7 @@ against a direct (non-cutoff) evaluation of the clone pair.
 
 import itertools
 import math
+import re
 import warnings
 
 import numpy as np
@@ -384,6 +385,21 @@ def test_tolerance_below_float64_resolution_is_refused(call):
   # Once lo and hi were adjacent floats the bisection's midpoint never moved: these looped forever.
   with pytest.raises(ValueError, match=r"tol=\S+ >= 1e-15"):
     call()
+
+
+@pytest.mark.parametrize("name,call", [
+    ("tol", lambda t: accounting.shuffle_epsilon(1.0, 1000, 1e-6, tol=t)),
+    ("tol", lambda t: accounting.shuffle_local_epsilon(0.5, 1000, 1e-6, tol=t)),
+    ("rtol", lambda t: accounting.calibrate("laplace", target_epsilon=1.0, target_delta=0.0, relation="add-remove",
+                                            rtol=t)),
+    ("rtol", lambda t: accounting.calibrate_multi_message(1.0, 1e-6, rtol=t, flood_multipliers=(1.0,))),
+])
+def test_a_relative_tolerance_above_a_tenth_is_refused(name, call):
+  # No upper bound: shuffle_epsilon(1, 1000, 1e-6, tol=1e308) returned 0.6496 against 0.1824 at the default tol
+  # (safe, but 3.5x loose, without a word); shuffle_local_epsilon's eps0 came out 1.0 against 1.90.
+  for bad in (1e308, 2.5, 0.11):
+    with pytest.raises(ValueError, match=rf"Expected {name}={re.escape(repr(bad))} <= 0.1: a relative tolerance"):
+      call(bad)
 
 
 @pytest.mark.parametrize("method", ["closed-form", "numeric"])

@@ -47,6 +47,11 @@ def test_counts_match_dense_reference():
     (dict(buckets=[[-3]], labels=[[0]], num_buckets=2, num_labels=2), "buckets"),
     (dict(buckets=np.zeros((2, 1, 2), int), labels=[0, 1], num_buckets=4, num_labels=2), r"buckets \[n, k\]"),
     (dict(buckets=np.zeros(0, int), labels=np.zeros(0, int), num_buckets=2, num_labels=2), "at least one client"),
+    # Ragged rows gave NumPy's "inhomogeneous shape" message, which named neither argument.
+    (dict(buckets=[[0, 1], [2]], labels=[[0], [2]], num_buckets=4, num_labels=3),
+     r"buckets to be a rectangular \[n, k\] array; got ragged rows"),
+    (dict(buckets=[[0], [2]], labels=[[0, 1], [2]], num_buckets=4, num_labels=3),
+     r"labels to be a rectangular \[n, r\] array; got ragged rows"),
 ])
 def test_bad_input(kwargs, name):
   with pytest.raises(ValueError, match=name):

@@ -181,3 +181,13 @@ def test_bad_epsilon():
     M.RandomizedResponse(M.BsvsShape(2, 2, 1), math.nan)
   with pytest.raises(ValueError, match="epsilon"):
     M.RandomizedResponse(M.BsvsShape(2, 2, 1), 1e-12)
+
+
+def test_max_error_bound_at_a_subnormal_beta_is_the_cap():
+  # log(beta / (2d)) failed with "math domain error" at beta = 5e-324 (the quotient underflowed to 0). So small a
+  # beta asks for more than n(1 - q) / (p - q) = n p / (2p - 1), the most |error| can be: the bound is that cap.
+  mech = M.RandomizedResponse(M.BsvsShape(4, 3, 1), 1.0)
+  p = mech.keep_probability
+  cap = 100 * p / (2 * p - 1)
+  assert mech.max_error_bound(5e-324, num_clients=100) == pytest.approx(cap, rel=1e-12)
+  assert mech.max_error_bound(0.05, num_clients=100) < mech.max_error_bound(1e-300, num_clients=100) <= cap

@@ -621,6 +621,22 @@ def test_bad_accounting_and_sampler_input():
     M.sample_negative_binomial(jax.random.key(0), 0.0, 0.5, (3,))
   with pytest.raises(ValueError, match="p"):
     M.sample_negative_binomial(jax.random.key(0), 1.0, 1.5, (3,))
+  # tail_mass=5e-324 was "math domain error"; dlap_fraction=5e-324 gave an infinite least epsilon; rho=1e308 an
+  # infinite expected message count; dlap_fraction near 1 named only noise=..., which the caller never passed.
+  with pytest.raises(ValueError, match=r"Expected tail_mass=5e-324 >= 1e-300"):
+    accounting.multi_message_pld(accounting.MultiMessageNoise(0.5, 1.0, 0.5), tail_mass=5e-324)
+  with pytest.raises(ValueError, match=r"Expected dlap_fraction=5e-324 large enough for a finite epsilon"):
+    accounting.min_calibration_epsilon(dlap_fraction=5e-324)
+  with pytest.raises(ValueError, match=r"finite expected message count; .* \(rho=1e\+308\)"):
+    accounting.multi_message_expected_messages(accounting.MultiMessageNoise(0.5, 1e308, 0.5), num_clients=10, d=4,
+                                               c=1)
+  with pytest.raises(ValueError, match=r"with dlap_fraction=0.9999: .*lower dlap_fraction=0.9999\.$"):
+    M.ShuffleMultiMessage(M.BsvsShape(4, 3, 1), 1.0, 1e-6, 1000, dlap_fraction=0.9999)
+  # No bound on the shape: (2**40,) returned a lazy out-of-memory array, and reading it aborted the process.
+  with pytest.raises(ValueError, match=r"Expected shape=1099511627776 <= 2147483647\."):
+    M.sample_negative_binomial(jax.random.key(0), 1e-3, 0.5, (2**40,))
+  with pytest.raises(ValueError, match=r"shape=\(65536, 65536\) to hold at most 2147483647 draws .*got 4294967296"):
+    M.sample_negative_binomial(jax.random.key(0), 1e-3, 0.5, (2**16, 2**16))
 
 
 # -- the runner's fast path: random access into a draw's words -------------------------------
