@@ -109,9 +109,11 @@ def test_sampler_flag_must_be_a_bool(wr):
     fedmd.FedMDConfig(with_replacement=wr)
 
 
-def test_k_equal_n_with_replacement_is_allowed():
-  s = fedmd.nfdp_sample(jax.random.key(0), 3, 7, with_replacement=True)
-  assert s.shape == (7,)
+@pytest.mark.parametrize("k", [3, 7])
+def test_k_at_least_n_with_replacement_is_allowed(k):
+  s = np.asarray(fedmd.nfdp_sample(jax.random.key(0), 3, k, with_replacement=True))
+  assert s.shape == (k,) and s.dtype == np.int32
+  assert 0 <= s.min() and s.max() < 3  # indices of the 3 records
 
 
 def records(n):

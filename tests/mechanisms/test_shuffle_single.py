@@ -236,8 +236,121 @@ def test_bad_input(kwargs, param):
     M.ShuffleSingleMessage(**args)
 
 
-def test_collision_local_randomizer_when_available():
-  pytest.importorskip("jaxdistill.mechanisms._collision")
+def test_collision_local_randomizer_is_wired_to_eps0():
   mech = M.ShuffleSingleMessage(M.BsvsShape(4, 2, 1), 1.0, 1e-6, 10**4, local="collision")
-  assert mech.local_mechanism.epsilon == mech.eps0
+  assert isinstance(mech.local_mechanism, M.Collision) and mech.local_mechanism.epsilon == mech.eps0
   assert mech.privacy().parameters["local"] == "collision"
+
+
+# -- the Collision randomizer under the shuffle: exact check and audit (they covered RR only) ---------------
+def _merge(dist, pmf):
+  """The multiset pmf ``dist`` with one more client's message drawn from ``pmf``."""
+  out = {}
+  for ms, p in dist.items():
+    for m, q in pmf.items():
+      key = tuple(sorted(ms + (m,)))
+      out[key] = out.get(key, 0.0) + p * q
+  return out
+
+
+def collision_message_pmf(eps0, l, entries):
+  """pmf over a client's (hash table, z) on d = 2 entries, c = 1 (Definition 5; the seed matters only via its
+  table, which is uniform whatever the data, so the profile of (seed, z) multisets is that of (table, z))."""
+  from tests.mechanisms.test_collision import joint_pmf  # pylint: disable=import-outside-toplevel
+  tables, pmf = joint_pmf(entries, 2, l, eps0, 1)
+  return {(t, z): pmf[i, z] for i, t in enumerate(tables) for z in range(l)}
+
+
+def aligned(p, q):
+  keys = sorted(set(p) | set(q))
+  return tuple(np.array([d.get(k, 0.0) for k in keys]) for d in (p, q))
+
+
+def test_collision_shuffled_output_meets_the_claim_exactly_at_tiny_n():
+  # As the RR test above, with local="collision": n = 4 clients on d = 2 entries, each holding entry 0, entry 1 or
+  # nothing; every neighbouring pair's shuffled multiset of (hash table, z) messages (l = 3: 27 messages) meets the
+  # claim at its epsilon. One message alone (no shuffle) does not: the amplification is real.
+  n, eps, delta = 4, 0.5, 0.1
+  mech = M.ShuffleSingleMessage(AUDIT_SHAPE, eps, delta, n, local="collision")
+  claim, l = mech.privacy(), mech.local_mechanism.bloom_length
+  assert claim.epsilon <= eps and mech.eps0 > 1.5 * eps and l == 3
+  pmfs = {S: collision_message_pmf(mech.eps0, l, S) for S in [(0,), (1,), ()]}
+  worst = 0.0
+  for others in itertools.combinations_with_replacement(pmfs, n - 1):
+    base = shuffled_pmf([pmfs[o] for o in others])
+    full = {S: _merge(base, pmf) for S, pmf in pmfs.items()}
+    for x, y in itertools.permutations(pmfs, 2):
+      worst = max(worst, accounting.privacy_profile(*aligned(full[x], full[y]), claim.epsilon))
+  assert worst <= delta
+  assert accounting.privacy_profile(*aligned(pmfs[(0,)], pmfs[(1,)]), claim.epsilon) > delta
+
+
+@functools.lru_cache(maxsize=None)
+def collision_hits_view(mech):
+  """``(key, clients) -> int32``: the shuffled messages' hits on entries 0 and 1, h0 + (n + 1) h1 (a function of
+  the multiset: post-processing of the shuffler's output)."""
+  def view(key, x):
+    buckets, labels = x
+    n = buckets.shape[0]
+    msgs = jax.vmap(mech.randomize)(jax.random.split(key, n), buckets, labels)
+    hits = jax.vmap(mech.local_mechanism.analyze)(msgs).sum(0)
+    return (hits[0] + (n + 1) * hits[1]).astype(jnp.int32)
+  return view
+
+
+def exact_hits_view_epsilon(eps0, l, delta):
+  """The hits view's exact epsilon at delta for the audit pair, by enumeration."""
+  one = {}
+  for (table, z), p in collision_message_pmf(eps0, l, (0,)).items():
+    key = (int(z == table[0]), int(z == table[1]))
+    one[key] = one.get(key, 0.0) + p
+  moved = {(b, a): p for (a, b), p in one.items()}  # entry 1's hits: the two entries swapped
+  return accounting.epsilon_for_delta(*aligned(_sum_pmf([one] * AUDIT_N), _sum_pmf([moved] + [one] * (AUDIT_N - 1))),
+                                      delta)
+
+
+def _sum_pmf(pmfs):
+  """pmf of the summed (h0, h1) over independent clients."""
+  out = {(0, 0): 1.0}
+  for pmf in pmfs:
+    nxt = {}
+    for (a, b), p in out.items():
+      for (c, d), q in pmf.items():
+        nxt[(a + c, b + d)] = nxt.get((a + c, b + d), 0.0) + p * q
+    out = nxt
+  return out
+
+
+def collision_audit(mech, claim, seed):
+  return audit.audit_privacy(jax.random.key(seed), collision_hits_view(mech), *audit_pair(AUDIT_N),
+                             num_samples=200_000, batch_size=40_000, alpha=1e-4,
+                             claimed_epsilon=claim.epsilon, claimed_delta=claim.delta)
+
+
+def test_audit_of_the_shuffled_collision_view_finds_no_violation():
+  # The hits view's exact epsilon at delta = 0.1 is ~0.054 against the claimed 0.5. No alarm, and epsilon_lower
+  # below that exact value: false-failure rate <= 1e-4 for both. Floor: epsilon_lower was 0.014-0.037 over this
+  # and 22 other seeds (mean 0.027, sd 0.005), so 0.002 is 5 sd below the mean (normal approximation: 3e-7).
+  mech = M.ShuffleSingleMessage(AUDIT_SHAPE, 0.5, 0.1, AUDIT_N, local="collision")
+  claim = mech.privacy()
+  exact = exact_hits_view_epsilon(mech.eps0, mech.local_mechanism.bloom_length, claim.delta)
+  assert 0.05 < exact < 0.06
+  r = collision_audit(mech, claim, 40)
+  assert not r.alarm and r.kind == "bins"
+  assert 0.002 < r.epsilon_lower <= exact
+
+
+def test_audit_alarms_when_the_collision_eps0_is_calibrated_for_too_many_clients():
+  # Planted bug: the local Collision runs at the eps0 calibrated for 100 shuffled messages (~2.57, l = 14)
+  # while 4 are shuffled; the claim stays that of n = 4. The hits view's exact epsilon at delta = 0.1 is then
+  # ~0.91. epsilon_lower must lie below it (rate <= 1e-4). Over this and 22 other seeds it was 0.83-0.87 (mean
+  # 0.85, sd 0.01, every one an alarm): the floor claim + 0.2 is 15 sd below the mean (rate < 1e-9).
+  mech = M.ShuffleSingleMessage(AUDIT_SHAPE, 0.5, 0.1, AUDIT_N, local="collision")
+  claim = mech.privacy()
+  bug = M.ShuffleSingleMessage(AUDIT_SHAPE, 0.5, 0.1, 100, local="collision")
+  assert bug.eps0 > 2.5
+  exact = exact_hits_view_epsilon(bug.eps0, bug.local_mechanism.bloom_length, claim.delta)
+  assert exact > claim.epsilon + 0.4
+  r = collision_audit(bug, claim, 41)
+  assert r.alarm
+  assert claim.epsilon + 0.2 < r.epsilon_lower <= exact
