@@ -619,14 +619,30 @@ def test_releases_local_epsilon_agrees_with_the_labeling_plan():
   assert 5.13 < direct < 5.15
 
 
+# dp-accounting's self_compose bounds its support with SciPy's logsumexp, which overflows harmlessly at n = 1e5.
+@pytest.mark.filterwarnings("ignore:overflow encountered in divide:RuntimeWarning")
 def test_docs_ten_release_comparison():
   # The docstring, README and privacy_accounting notebook quote, at n = 1e5, eps0 = 4, delta = 1e-6: ten releases
-  # composed through the clone pair 0.58, against 2.0 for ten worst-case (eps, delta/20) pairs composed.
+  # composed through the clone pair 0.58, against 2.0 for ten worst-case (eps, delta/20) pairs composed. Both
+  # routes are checked against references that share no code with the library (the numbers were only pinned):
+  # the clone pair built outcome by outcome from SciPy's binomials and composed by dp-accounting, its pessimistic
+  # delta (an upper bound) at the library's epsilon within the target and its optimistic delta (a lower bound) 1%
+  # below it beyond; and the pairs' exact optimal composition (a binomial sum).
   from jaxdistill import labeling  # pylint: disable=import-outside-toplevel
-  per_release = accounting.shuffle_epsilon(4.0, 10**5, 1e-6 / 20).epsilon
-  pairs = labeling.compose_pairs_epsilon(per_release, 1e-6 / 20, 10, 1e-6)
-  assert 1.995 <= pairs < 2.005
-  assert 0.575 <= accounting.shuffle_epsilon(4.0, 10**5, 1e-6, releases=10).epsilon < 0.585
+  from tests.labeling.test_budget import (  # pylint: disable=import-outside-toplevel
+      exact_pairs_epsilon, reference_clone_delta)
+  n, eps0, delta = 10**5, 4.0, 1e-6
+  ten = accounting.shuffle_epsilon(eps0, n, delta, releases=10).epsilon
+  assert reference_clone_delta(eps0, n, 10, ten, grid=2e-5) <= delta
+  assert reference_clone_delta(eps0, n, 10, 0.99 * ten, grid=2e-5, pessimistic=False) > delta
+  assert 0.575 <= ten < 0.585  # the quoted 0.58
+  per_release = accounting.shuffle_epsilon(eps0, n, delta / 20).epsilon
+  assert reference_clone_delta(eps0, n, 1, per_release, grid=1e-5) <= delta / 20
+  assert reference_clone_delta(eps0, n, 1, 0.99 * per_release, grid=1e-5, pessimistic=False) > delta / 20
+  pairs = labeling.compose_pairs_epsilon(per_release, delta / 20, 10, delta)
+  exact = exact_pairs_epsilon(per_release, delta / 20, 10, delta)
+  assert exact <= pairs <= exact * (1 + 1e-6)
+  assert 1.995 <= exact < 2.005  # the quoted 2.0
 
 
 def test_one_release_keeps_the_single_release_bound():

@@ -1,6 +1,7 @@
 """Splitting the total budget over T iterations, checked against independent exact computations."""
 
 import fractions
+import functools
 import math
 import warnings
 
@@ -204,24 +205,40 @@ def test_shuffle_multi_composes_its_own_noise_exactly_and_tightly(eps, delta, t,
   assert reference_delta(plan.epsilon_per_iteration * 1.01) > delta  # tight: 1% more is too much
 
 
-def reference_clone_delta(eps0: float, n: int, t: int, eps: float) -> float:
-  """delta(eps) of T composed clone pairs at (eps0, n), independent of ``accounting.clone_pld``.
-
-  The pair's joint pmfs over (c, a') are built outcome by outcome from SciPy's binomials (every c with
-  Pr[C = c] > 1e-30; the rest, at most n * 1e-30 per release, is added to delta) and handed to dp-accounting's
-  ``from_two_probability_mass_functions`` (pessimistic), then self-composed.
-  """
+@functools.lru_cache(maxsize=8)
+def _clone_pair_log_pmfs(eps0: float, n: int) -> tuple[dict, dict, float]:
+  """The clone pair's log-pmfs over (c, a') at (eps0, n), and the mass left out (see reference_clone_delta)."""
   weights = stats.binom.pmf(np.arange(n), n - 1, math.exp(-eps0))
   alpha = 1.0 / (1.0 + math.exp(-eps0))
-  lower, upper, kept = {}, {}, 0.0
+  lower, upper, kept, dropped = {}, {}, 0.0, 0.0
   for c in np.flatnonzero(weights > 1e-30):
     b = stats.binom.pmf(np.arange(c + 1), c, 0.5)
     base, shifted = np.append(b, 0.0), np.insert(b, 0, 0.0)
+    log_w = math.log(weights[c])  # summed in log space: weights[c] * p underflowed at n = 1e5
     for a, (p, q) in enumerate(zip(alpha * base + (1 - alpha) * shifted, (1 - alpha) * base + alpha * shifted)):
-      upper[(c, a)], lower[(c, a)] = math.log(weights[c] * p), math.log(weights[c] * q)
+      if min(p, q) < 1e-300:  # binomial terms at or near underflow (large c at n = 1e5): added to delta below
+        dropped += weights[c] * max(p, q)
+        continue
+      upper[(c, a)], lower[(c, a)] = log_w + math.log(p), log_w + math.log(q)
     kept += weights[c]
-  pld = pld_lib.from_two_probability_mass_functions(lower, upper)
-  return pld.self_compose(t).get_delta_for_epsilon(eps) + t * max(0.0, 1.0 - kept)
+  return lower, upper, max(0.0, 1.0 - kept) + dropped
+
+
+def reference_clone_delta(eps0: float, n: int, t: int, eps: float, *, grid: float = 1e-4,
+                          pessimistic: bool = True) -> float:
+  """delta(eps) of T composed clone pairs at (eps0, n), independent of ``accounting.clone_pld``.
+
+  The pair's joint pmfs over (c, a') are built outcome by outcome from SciPy's binomials (every c with
+  Pr[C = c] > 1e-30; the rest, at most n * 1e-30 per release, is added to delta, as are outcomes whose binomial
+  term is below 1e-300) and handed to dp-accounting's ``from_two_probability_mass_functions`` on a loss grid of
+  step ``grid``, then self-composed: pessimistic, an upper bound on delta; ``pessimistic=False``, a lower bound
+  (the mass left out is not added).
+  """
+  lower, upper, left_out = _clone_pair_log_pmfs(eps0, n)
+  pld = pld_lib.from_two_probability_mass_functions(lower, upper, value_discretization_interval=grid,
+                                                    pessimistic_estimate=pessimistic)
+  delta = pld.self_compose(t).get_delta_for_epsilon(eps)
+  return delta + t * left_out if pessimistic else delta
 
 
 @pytest.mark.parametrize("eps, delta, t, n, gain", [
