@@ -85,14 +85,18 @@ def clopper_pearson_lower(successes: Any, trials: Any, alpha: Any) -> Any:
   is enforced against rounding. Requires 1 <= n <= 2^53.
 
   Exact (conservative) for every p, n. Counts may be real-valued (used to
-  predict a bound from a rate); arrays broadcast.
+  predict a bound from a rate); arrays broadcast. A subnormal count
+  (0 < k < 2.2e-308) gives L = 0: I_x(k, b) >= x^k (1 - x)^(b - 1) is within 1e-304 of 1, above
+  alpha, even at the smallest positive float64 x, so no positive float64 is below the root.
 
   References:
     Clopper, Pearson (1934), Biometrika 26(4).
   """
   k, n, a = _check(successes, trials, alpha)
   out = np.zeros(k.shape)
-  pos = k > 0
+  # A subnormal k keeps L = 0 (see above): SciPy's Beta(k, b) quantile raised boost's OverflowError for it
+  # (B(k, b) ~ 1/k overflows).
+  pos = k >= np.finfo(np.float64).tiny
   kp, bp = k[pos], n[pos] - k[pos] + 1
   with np.errstate(all="ignore"), warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)  # SciPy warns where its inverse fails; checked below

@@ -53,6 +53,7 @@ import math
 from typing import Any
 
 import numpy as np
+from scipy import special
 from scipy import stats
 
 from jaxdistill import _validate
@@ -72,7 +73,8 @@ class EstimatorCheck:
     passed: no entry rejected at the family-wise level ``alpha``.
     alpha: family-wise false-failure probability.
     num_replicates: m.
-    statistic: per-entry test statistic (z, or chi-square value).
+    statistic: per-entry test statistic (z, or chi-square value); +-inf where it lies beyond float64 (a
+      deviation or variance ratio past 1.8e308, e.g. a claimed variance of 5e-324), and that entry fails.
     lower: per-entry acceptance region lower end.
     upper: per-entry acceptance region upper end.
     worst_entry: index (into the entry shape) of the most extreme entry.
@@ -112,6 +114,19 @@ def _pow2_scale(top: np.ndarray) -> np.ndarray:
   """
   _, e = np.frexp(top)
   return np.ldexp(1.0, e - 1)
+
+
+def _normal_isf(alpha: float, parts: int) -> float:
+  """z with P[N(0, 1) > z] = alpha / parts, finite for every alpha in (0, 1).
+
+  ``stats.norm.isf(alpha / parts)``; where that level underflows to 0 (a subnormal alpha: alpha=5e-324 over
+  2 x 3 entries) the quantile is taken from its logarithm instead: isf(0) was inf, where the true quantile
+  is about 38.5.
+  """
+  p = alpha / parts
+  if p > 0:
+    return float(stats.norm.isf(p))
+  return float(-special.ndtri_exp(math.log(alpha) - math.log(parts)))
 
 
 def _replicates(estimates: Any, variance: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -157,7 +172,7 @@ def check_unbiased(estimates: Any, truth: Any, variance: Any, *, alpha: float) -
   se = np.where(se > 0, se, np.sqrt(var) / np.sqrt(m))  # var / m underflows only for subnormal var
   with np.errstate(over="ignore", under="ignore"):
     z = ((x / r).mean(axis=0) - truth / r) * r / se  # +-inf only for a deviation beyond float64
-  crit = float(stats.norm.isf(a / (2 * max(z.size, 1))))
+  crit = _normal_isf(a, 2 * max(z.size, 1))
   worst = np.unravel_index(int(np.argmax(np.abs(z))), z.shape) if z.ndim else ()
   p = float(2 * stats.norm.sf(abs(float(z[worst]))))
   return EstimatorCheck("z-mean", bool(np.all(np.abs(z) <= crit)), a, m, z, -crit, crit,
@@ -183,7 +198,8 @@ def check_variance(estimates: Any, variance: Any, *, alpha: float,
   Raises:
     ValueError: bad arguments (``method`` names itself); for ``method="kurtosis"``, an entry whose
       replicates are all equal (s^2 = 0: the kurtosis estimate is 0/0). The chi-square test rejects
-      such an entry (statistic 0, p-value 0).
+      such an entry (statistic 0, p-value 0). For ``method="chi2"``, an ``alpha`` <= J x 4.9e-324 (J
+      entries), whose per-entry level alpha / (2J) underflows to 0.
   """
   a = _validate.open_unit("alpha", alpha)
   method = _validate.choice("method", method, ("chi2", "kurtosis"))
@@ -208,6 +224,12 @@ def check_variance(estimates: Any, variance: Any, *, alpha: float,
   cs = _pow2_scale(np.max(np.abs(c), axis=0))
   w = np.where(constant, 0.0, c / cs)
   ss = np.sum(w**2, axis=0) / (m - 1)  # s^2 / (R C)^2
+  if method == "chi2" and not a / (2 * j) > 0:
+    # The per-entry level underflowed (a subnormal alpha): SciPy's chi-square quantiles at 0 are 0 and inf, an
+    # acceptance region that accepted any variance.
+    raise ValueError(f"Expected alpha={a!r} > {j * math.ulp(0.0):.3g} for method='chi2' over {j} entries: its "
+                     f"per-entry level alpha / (2 x {j}) underflows float64 to 0, where the chi-square quantile "
+                     f"is inf.")
   if method == "chi2":
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # 0 * inf is replaced by 0
       stat = np.where(constant, 0.0, (m - 1) * ss * ((r * cs) / np.sqrt(var))**2)  # (m - 1) s^2 / sigma^2
@@ -222,7 +244,7 @@ def check_variance(estimates: Any, variance: Any, *, alpha: float,
     log_ratio = np.log(ss) + 2 * (np.log(r) + np.log(cs)) - np.log(var)  # ln(s^2 / sigma^2), finite
     # Var[s^2] / sigma^4 = (kappa - (m - 3) / (m - 1)) / m exactly; (kappa - 1) / m is its large-m limit.
     stat = log_ratio / np.sqrt(np.maximum(kurt - (m - 3) / (m - 1), 1e-12) / m)
-    hi = float(stats.norm.isf(a / (2 * j)))
+    hi = _normal_isf(a, 2 * j)
     lo = -hi
     log_p = stats.norm.logsf(np.abs(stat)) + math.log(2)
     test = "kurtosis-variance"

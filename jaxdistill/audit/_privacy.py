@@ -101,6 +101,40 @@ def _check_functions(mechanism: Any, statistic: Any, batched: Any) -> bool:
   return batched
 
 
+def _check_neighbours(x0: Any, x1: Any, batched: bool) -> None:
+  """x0 and x1 as :func:`audit_privacy` takes them, or a one-line ValueError naming them.
+
+  Unbatched, both are arguments of the jitted batch function, so every leaf must be a JAX value (a number or a
+  numeric array): ``x0="a"`` was JAX's two-line TypeError. Either way x1 must have x0's structure and leaf
+  shapes (neighbours of one input): ``x0=[1.0, 2.0]`` against ``x1=1.0`` reached the mechanism and failed inside
+  it (``'list' + BatchTracer``).
+  """
+  flat = []
+  for name, x in (("x0", x0), ("x1", x1)):
+    leaves, tree = jax.tree_util.tree_flatten(x)
+    shapes = []
+    for leaf in leaves:
+      if batched:  # a host mechanism may take any Python value: only the shapes of arrays are compared
+        shapes.append(tuple(leaf.shape) if isinstance(leaf, (np.ndarray, jax.Array)) else ())
+        continue
+      try:
+        shapes.append(tuple(jax.typeof(leaf).shape))
+      except (TypeError, OverflowError, ValueError) as err:
+        where = "" if leaf is x else f", whose leaf {_validate.shown(leaf)} is not a JAX value"
+        raise ValueError(f"Expected {name} to be a number, an array or a pytree of them (the input the mechanism is "
+                         f"jitted on); got {_validate.shown(x)}{where} ({_validate.first_line(err)}).") from None
+    flat.append((tree, shapes))
+  (tree0, shapes0), (tree1, shapes1) = flat
+  if tree0 != tree1:
+    raise ValueError(f"Expected x0 and x1 to have the same structure (neighbouring inputs); got "
+                     f"{_validate.shown(x0)} and {_validate.shown(x1)}, of structures {_validate.shown(tree0)} and "
+                     f"{_validate.shown(tree1)}.")
+  for i, (shape0, shape1) in enumerate(zip(shapes0, shapes1)):
+    if shape0 != shape1:
+      raise ValueError(f"Expected x0 and x1 to have the same shapes (neighbouring inputs); their leaf {i} has shape "
+                       f"{shape0} in x0 and {shape1} in x1.")
+
+
 def sample_statistic(key: jax.Array, mechanism: Callable, x: Any, num_samples: int, *,
                      statistic: Callable | None = None, batch_size: int = 65536,
                      batched: bool = False) -> np.ndarray:
@@ -316,7 +350,8 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
       ``batched=True`` ``(keys [m], x) -> outputs`` (see
       :func:`sample_statistic`). Pass the same function object to reuse
       its compilation across calls.
-    x0: one input (pytree).
+    x0: one input: a pytree of numbers and numeric arrays (with
+      ``batched=True`` any Python values the mechanism takes).
     x1: a neighbouring input (same structure and shapes).
     num_samples: samples per input (>= 10), selection and estimation
       together; each split at most 2^32 (about 5.4e9 in all at the default
@@ -342,7 +377,8 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
     A :class:`PrivacyAudit`.
 
   Raises:
-    ValueError: bad arguments or NaN statistics.
+    ValueError: bad arguments (among them x0 or x1 not JAX values, or of different structures or leaf
+      shapes), or NaN statistics.
 
   >>> import jax, jax.numpy as jnp
   >>> lap = lambda k, x: x + jax.random.laplace(k) / 1.0   # eps = 1 for |x0 - x1| <= 1
@@ -357,6 +393,7 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   if check_input is not None:
     check_input("x0", x0)
     check_input("x1", x1)
+  _check_neighbours(x0, x1, batched)
   n = _validate.integer("num_samples", num_samples, minimum=10)
   a = _validate.open_unit("alpha", alpha)
   eps_c = None if claimed_epsilon is None else _validate.nonnegative("claimed_epsilon", claimed_epsilon)
@@ -387,8 +424,9 @@ def audit_privacy(key: jax.Array, mechanism: Callable, x0: Any, x1: Any, *, num_
   frac = 0.0 if given else frac
   num_sel = int(round(frac * n))
   num_est = n - num_sel
-  if num_est < 1 or (not given and num_sel < 1):
-    raise ValueError(f"Expected num_samples={n} large enough for both splits.")
+  if num_est < 1 or (not given and num_sel < 1):  # the message named num_samples alone, not the fraction that split it
+    raise ValueError(f"Expected num_samples={n} and selection_fraction={frac!r} to leave at least one sample in "
+                     f"each split; got {num_sel} selection and {num_est} estimation samples.")
   if max(num_sel, num_est) > 2**32:  # sample_statistic's limit, which named a split's size, not num_samples
     raise ValueError(f"Expected num_samples={n} at most {int(2**32 / max(1.0 - frac, frac))} (2^32 samples per "
                      f"split, selection_fraction={frac!r}).")

@@ -128,6 +128,11 @@ def calibrate_ldp_sigma(epsilon: Any, delta: Any, *, sensitivity: Any, count: An
   is so pessimistic that no sigma verifies. ``epsilon`` is in
   (0, :data:`MAX_LDP_EPSILON`]; dp-accounting certifies ``delta`` down to
   about 1e-14, and a smaller one is refused with a ValueError saying so.
+  There is no fixed floor on epsilon: far below delta the PLD certifies no
+  sigma and that ValueError names target_epsilon and target_delta (measured:
+  epsilon 3e-8 at delta 1e-5, 1e-9 at delta 1e-8, after up to 2 minutes),
+  while at delta 0.5 even epsilon 5e-324 calibrates, to 1.00006 times
+  :func:`gaussian_sigma_for_flat_delta`'s sigma (private at every epsilon).
   """
   eps = check_ldp_epsilon("epsilon", epsilon)
   d = _validate.open_unit("delta", delta)
@@ -138,10 +143,13 @@ def calibrate_ldp_sigma(epsilon: Any, delta: Any, *, sensitivity: Any, count: An
 
 @functools.lru_cache(maxsize=512)
 def _calibrated(eps: float, delta: float, sens: float, count: int, relation: accounting.Relation) -> float:
-  # Calibration is deterministic; sweeps ask for the same (eps, delta, T) many times.
+  # Calibration is deterministic; sweeps ask for the same (eps, delta, T) many times. Below eps ~ 2.5e-321 the
+  # step eps / 1000 underflowed to 0, refused as "value_discretization_interval=0.0" (a parameter the caller never
+  # passed): it is kept at the smallest positive float, the step eps = 3e-321 gets. The grid is coarsened to fit
+  # accounting.MAX_GRID_POINTS anyway; at delta 0.5 such an eps calibrates (16 s on 2 busy cores).
   return accounting.calibrate("gaussian", target_epsilon=eps, target_delta=delta, relation=relation,
                               sensitivity=sens, count=count,
-                              value_discretization_interval=min(1e-4, eps / 1000)).parameter
+                              value_discretization_interval=max(min(1e-4, eps / 1000), math.ulp(0.0))).parameter
 
 
 def ldp_sigma_table(delta: Any, *, sensitivity: Any, count: Any,

@@ -199,3 +199,31 @@ def test_check_variance_reports_the_most_extreme_entry_when_p_values_underflow()
   x = np.random.default_rng(1).standard_normal((4000, 3)) * np.array([1.0, 3.0, 4.0])
   k = audit.check_variance(x, 1.0, alpha=0.01, method="kurtosis")
   assert not k.passed and k.worst_entry == (2,)  # z = 96 and 119: both p-values underflow to 0 in float64
+
+
+def test_normal_quantile_bounds_stay_finite_at_a_subnormal_alpha():
+  # alpha / (2J) underflowed to 0 for alpha = 5e-324, and norm.isf(0) made the acceptance region (-inf, inf): a
+  # z-test that could not fail. The quantile at that level, from its logarithm, is 38.5 (norm.isf(5e-324) is 38.47,
+  # at twice the level 38.29). Normal alphas keep norm.isf's value exactly.
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  x = np.random.default_rng(0).normal(size=(100, 3))
+  u = audit.check_unbiased(x, np.zeros(3), np.ones(3), alpha=5e-324)
+  assert u.passed and np.isfinite(u.upper) and u.lower == -u.upper
+  assert stats.norm.isf(5e-324) < u.upper < 38.6 and stats.norm.logsf(u.upper) == pytest.approx(
+      np.log(5e-324) - np.log(6), rel=1e-12)
+  assert not audit.check_unbiased(x + 40.0 / np.sqrt(100), np.zeros(3), np.ones(3), alpha=5e-324).passed
+  k = audit.check_variance(x, 1.0, alpha=5e-324, method="kurtosis")
+  assert k.passed and k.upper == u.upper and k.lower == -u.upper
+  assert audit.check_unbiased(x, 0.0, 1.0, alpha=ALPHA).upper == stats.norm.isf(ALPHA / 6)
+
+
+def test_chi2_variance_check_names_an_alpha_whose_per_entry_level_underflows():
+  # SciPy's chi-square quantiles at the underflowed level 0 are 0 and inf: every variance passed. The chi-square
+  # quantile cannot be taken from a logarithm, so alpha is refused by name; 3e-323 (level 5e-324) still runs.
+  x = np.random.default_rng(0).normal(size=(100, 3))
+  with pytest.raises(ValueError, match=r"^Expected alpha=5e-324 > 1\.48e-323 for method='chi2' over 3 entries: its "
+                                       r"per-entry level alpha / \(2 x 3\) underflows float64 to 0, where the "
+                                       r"chi-square quantile is inf\.$"):
+    audit.check_variance(x, 1.0, alpha=5e-324)
+  v = audit.check_variance(x, 1.0, alpha=3e-323)
+  assert v.passed and 0 < v.lower < v.upper < np.inf

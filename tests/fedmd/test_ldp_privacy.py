@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import types
 
 import pytest
 from scipy import optimize
@@ -278,3 +279,24 @@ def test_ldp_calibrates_and_reports_the_paper_count_within_its_target(eps, delta
   assert rep["calibrated_to"] == {"epsilon": eps, "delta": delta}
   assert rep["epsilon_at_target_delta"] <= eps * (1 + 1e-6)
   assert delta_by_hand(eps, sigma, sens, count) <= rep["delta_at_epsilon"][str(eps)] <= delta * (1 + 1e-6)
+
+
+def test_a_subnormal_epsilon_gets_the_smallest_positive_grid_step(monkeypatch):
+  # The grid step epsilon / 1000 underflowed to 0: "Expected value_discretization_interval=0.0 > 0.", a parameter
+  # the caller never passed. It is now the smallest positive float, the step epsilon = 3e-321 gets. (The PLD then
+  # certifies such an epsilon at delta 0.5, about 16 s a calibration: the step is checked here, not the PLD.)
+  from jaxdistill.fedmd import _privacy  # pylint: disable=import-outside-toplevel
+  steps = []
+
+  def record(mechanism, **kwargs):
+    steps.append(kwargs["value_discretization_interval"])
+    return types.SimpleNamespace(parameter=1.0)
+
+  monkeypatch.setattr(_privacy.accounting, "calibrate", record)
+  _privacy._calibrated.cache_clear()  # pylint: disable=protected-access
+  try:
+    for eps in (5e-324, 3e-321, 0.05, 1.0):
+      assert fedmd.calibrate_ldp_sigma(eps, 0.5, sensitivity=1.0, count=1) == 1.0
+  finally:
+    _privacy._calibrated.cache_clear()  # pylint: disable=protected-access
+  assert steps == [math.ulp(0.0), math.ulp(0.0), 0.05 / 1000, 1e-4]
