@@ -338,10 +338,16 @@ def test_laplace_calibration_of_one_release_is_within_rtol_of_the_least_scale(ep
   assert float(_mp_laplace_delta(eps, acct.parameter / (1 + 2 * rtol), sens)) > delta
 
 
-def test_gaussian_calibration_below_the_pld_floor_is_refused_by_name():
+def test_gaussian_calibration_below_the_pld_floor_is_refused_by_name(monkeypatch):
+  # After 2 PLD checks: the first upper end, then the largest (2x); the 5 ends between them were also built
+  # (7 builds: about 140 s for FedMD-LDP at epsilon 5e-324, delta 1e-5).
+  checks = []
+  epsilon = accounting.MechanismAccount.epsilon
+  monkeypatch.setattr(accounting.MechanismAccount, "epsilon", lambda self, d: checks.append(d) or epsilon(self, d))
   with pytest.raises(ValueError, match=r"Could not verify a private starting point for gaussian at "
                                        r"target_epsilon=1.0, target_delta=1e-30: .* certifies no delta this small"):
     accounting.calibrate("gaussian", target_epsilon=1.0, target_delta=1e-30, relation="replace-one")
+  assert checks == [1e-30, 1e-30]
 
 
 def test_the_gaussian_account_does_not_drift_over_1e5_releases():
