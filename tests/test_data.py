@@ -478,7 +478,7 @@ def test_paper_splits_leave_training_images_out_of_d_pub_and_d_eval():
   np.testing.assert_array_equal(sp.private.images, train.images[np.sort(rng.permutation(3000)[:1000])])
 
 
-def test_shared_images_matches_bytes_exactly(monkeypatch):
+def test_shared_images_matches_pixels_exactly(monkeypatch):
   from jaxdistill.data import _overlap  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(0)
   x = rng.random((50, 4, 4, 1), dtype=np.float32)
@@ -487,7 +487,7 @@ def test_shared_images_matches_bytes_exactly(monkeypatch):
   np.testing.assert_array_equal(_overlap.shared_images(x, y), want)
   np.testing.assert_array_equal(_overlap.shared_images(y, x), [False] * 5 + [True] * 3)
   assert not _overlap.shared_images(x, -x).any() and not _overlap.shared_images(x, x[:, :2]).any()
-  # Every row's hash colliding: the byte comparison alone decides.
+  # Every row's hash colliding: the pixel comparison alone decides.
   monkeypatch.setattr(_overlap, "_keys", lambda words: np.zeros(len(words), np.uint64))
   np.testing.assert_array_equal(_overlap.shared_images(x, y), want)
   np.testing.assert_array_equal(_overlap.shared_images(x[::-1], y), want[::-1])
@@ -539,6 +539,20 @@ def test_a_private_subsample_draws_copied_images_uniformly():
   # The rest holds 60 copy rows and 10 once-only images: hypergeometric, mean 20 * 60/70 = 17.14, sd 1.33, so the
   # mean of 200 seeds has sd 0.094; +-0.6 is 6.4 sd (false failure < 1e-9 with these fixed seeds, which pass).
   assert abs(np.mean(counts) - 20 * 60 / 70) < 0.6, np.mean(counts)
+
+
+def test_a_byte_image_scaled_another_way_is_still_a_copy():
+  from jaxdistill.data import _overlap  # pylint: disable=import-outside-toplevel
+  # x / 255 and x * (1 / 255) differ in the last bit for 126 of the 256 byte values: a private record scaled the
+  # other way passed the overlap check (equal float32 bytes were required) and was released whole in D_pub.
+  raw = np.random.default_rng(0).integers(0, 256, (20, 8, 8, 1))
+  a = (raw / 255).astype(np.float32)
+  b = (raw.astype(np.float32) * np.float32(1 / 255)).astype(np.float32)
+  assert (a != b).any()  # the two scalings do differ
+  assert _overlap.shared_images(b[:5], a).all() and not _overlap.shared_images(b[:5], a[5:]).any()
+  np.testing.assert_array_equal(_overlap.first_copies(np.concatenate([a, b])), np.concatenate([np.arange(20)] * 2))
+  other = (np.clip(raw + 1, 0, 255) / 255).astype(np.float32)  # one grey level apart: another image
+  assert not _overlap.shared_images(other[:5], a).any()
 
 
 def test_first_copies_and_shared_images_treat_minus_zero_as_zero(monkeypatch):

@@ -15,7 +15,7 @@ from jaxdistill import _validate
 
 
 def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str = "",
-                min_rows: int = 1) -> jax.Array:
+                min_rows: int = 1, private: bool = False) -> jax.Array:
   """Returns ``value`` as a finite float32 ``[n, d]`` device array, or raises naming ``name``.
 
   Args:
@@ -25,6 +25,8 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
     dim: the required number of columns (``None`` = any).
     dim_name: the parameter whose width ``dim`` came from (for the message).
     min_rows: the least acceptable number of rows.
+    private: the rows are private records: a refusal states no value computed from them (the largest
+      squared norm or entry printed a private record's statistic, covered by no DP statement).
 
   Raises:
     ValueError: not 2-D, wrong width, too few rows, not real, NaN or inf, rows so long that
@@ -58,11 +60,13 @@ def as_features(name: str, value: Any, *, dim: int | None = None, dim_name: str 
     if not bool(jnp.isfinite(out).all()):
       bad = "NaN" if bool(jnp.isnan(out).any()) else "inf (or a value too large for float32)"
       raise ValueError(f"Expected finite {name}; found {bad}.")
+    found = "found a longer row" if private else f"found {largest:.3g}"
     raise ValueError(f"Expected {name} rows with squared norms <= {_MAX_SQUARED_NORM:.3g}, so that float32 squared "
-                     f"distances do not overflow; found {largest:.3g}. Rescale the features.")
+                     f"distances do not overflow; {found}. Rescale the features.")
   if 0 < top < MIN_LARGEST_ENTRY:
+    found = "" if private else f"; the largest is {top:.3g}"
     raise ValueError(f"Expected {name} with some entry of absolute value >= {MIN_LARGEST_ENTRY:g} (or all zero), "
-                     f"so that float32 squared distances do not underflow; the largest is {top:.3g}. Rescale the "
+                     f"so that float32 squared distances do not underflow{found}. Rescale the "
                      f"features (e.g. divide by their largest absolute value).")
   return out
 

@@ -232,10 +232,11 @@ def _queries_from_clusters(x: np.ndarray, centres: np.ndarray,
                            assignment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Per cluster, the member nearest its centre (host, float64 distances).
 
-  A cluster left empty (only possible when D_pub has fewer than s distinct
-  points, or Lloyd stopped at its cap) takes the public sample nearest its
-  centre among those not yet chosen, and that sample moves into it, so the
-  queries are always distinct and each query lies in its own cluster.
+  A cluster left empty (possible when Lloyd stopped at its cap) takes the
+  public sample nearest its centre among those whose features differ from
+  every query's so far, and that sample moves into it, so the queries'
+  features are always distinct (``select_queries`` requires s distinct
+  feature vectors) and each query lies in its own cluster.
   """
   s = centres.shape[0]
   assignment = assignment.copy()
@@ -247,13 +248,18 @@ def _queries_from_clusters(x: np.ndarray, centres: np.ndarray,
   first = np.searchsorted(assignment[order], np.arange(s))
   has = np.bincount(assignment, minlength=s) > 0
   queries[has] = order[first[has]]
-  taken = np.zeros(x.shape[0], bool)
-  taken[queries[has]] = True
+  # A sample whose features equal a query's is taken with it: a copy filled in as another query never got a vote
+  # (reverse k-NN breaks the tie towards the lower index), and its cluster took the label of an empty or pure-noise
+  # vote row although its images equal a voted query's.
+  _, group = np.unique(x, axis=0, return_inverse=True)
+  group = group.reshape(-1)
+  taken = np.isin(group, group[queries[has]])
   for t in np.flatnonzero(~has):
     d = np.sum((xd - cd[t]) ** 2, axis=1)
     d[taken] = np.inf
     j = int(np.argmin(d))
-    queries[t], taken[j], assignment[j] = j, True, t
+    queries[t], assignment[j] = j, t
+    taken |= group == group[j]
   return queries.astype(np.int32), assignment.astype(np.int32)
 
 
@@ -275,7 +281,8 @@ def select_queries(key: jax.Array, public_features: Any, num_queries: int, *,
   Args:
     key: PRNG key (k-means++ seeding).
     public_features: float ``[m_pub, d]`` features of D_pub.
-    num_queries: s, with ``1 <= s <= m_pub``.
+    num_queries: s, with ``1 <= s <= m_pub``, and at most the number of
+      distinct rows of ``public_features``.
     max_iterations: Lloyd iteration cap.
     num_trials: k-means++ candidates per step (default ``2 + floor(ln s)``).
     block_size: points per distance block, at most 2**24.
@@ -284,7 +291,8 @@ def select_queries(key: jax.Array, public_features: Any, num_queries: int, *,
     A :class:`QuerySelection`.
 
   Raises:
-    ValueError: bad features, or ``num_queries`` outside ``[1, m_pub]``.
+    ValueError: bad features, or ``num_queries`` outside ``[1, m_pub]`` or
+      above the number of distinct feature vectors of D_pub.
   """
   key = _validate.prng_key("key", key)
   x = as_features("public_features", public_features)
@@ -292,6 +300,10 @@ def select_queries(key: jax.Array, public_features: Any, num_queries: int, *,
   s = _validate.integer("num_queries", num_queries, minimum=1)
   if s > m:
     raise ValueError(f"Expected num_queries={s} <= the number of public samples m_pub={m}.")
+  distinct = len(np.unique(np.asarray(x), axis=0))  # public data only: costs no privacy
+  if s > distinct:  # some queries would copy others' features and split (or never get) their votes
+    raise ValueError(f"Expected num_queries={s} <= the number of distinct public feature vectors, {distinct} of "
+                     f"m_pub={m}: queries with equal features would split the votes.")
   result = _kmeans(key, x, s, max_iterations, num_trials, block_size, name="public_features")
   queries, assignment = _queries_from_clusters(np.asarray(x), result.centres, result.assignment)
   return QuerySelection(queries, assignment, result)

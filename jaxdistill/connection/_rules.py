@@ -253,7 +253,7 @@ class Connection:
 def _check_pair(private_features: Any, query_features: Any, k: int, *, k_at_most: str):
   """Validates the features and ``1 <= k <= s`` (``k_at_most="s"``) or ``<= n`` (``"n"``)."""
   q = as_features("query_features", query_features)
-  x = as_features("private_features", private_features, dim=q.shape[1], dim_name="query_features")
+  x = as_features("private_features", private_features, private=True, dim=q.shape[1], dim_name="query_features")
   k = _validate.integer("k", k, minimum=1)
   if k_at_most == "s" and k > q.shape[0]:
     raise ValueError(f"Expected k={k} <= num_queries s={q.shape[0]}.")
@@ -413,7 +413,7 @@ def balanced_scores(buckets: Any, private_features: Any, query_features: Any, *,
   Small inputs (computes the dense ``[n, s]`` similarity on the host).
   """
   q = np.asarray(as_features("query_features", query_features), np.float64)
-  x = np.asarray(as_features("private_features", private_features, dim=q.shape[1],
+  x = np.asarray(as_features("private_features", private_features, private=True, dim=q.shape[1],
                              dim_name="query_features"), np.float64)
   h = _validate.positive("bandwidth", bandwidth)
   b = np.asarray(buckets)

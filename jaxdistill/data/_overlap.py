@@ -1,4 +1,4 @@
-"""Which images of one set also appear in another (byte-equal float32 pixels): the public/private overlap check.
+"""Which images of one set also appear in another (equal pixels, to rounding): the public/private overlap check.
 
 A public set (FedMD's, the labeling pipeline's D_pub and D_eval) must not hold private records: the privacy
 statements treat public data as fixed while a private record is added or removed, and a public copy of that
@@ -14,16 +14,19 @@ __all__ = ["shared_images", "first_copies"]
 _CHUNK = 4096  # rows hashed at a time (a 4096 x D uint64 temporary)
 
 
-def _words(images: np.ndarray) -> np.ndarray:
-  """``[N, D]`` uint32 view of each image's float32 bytes (no copy for contiguous float32 images).
+#: Pixels in [0, 1] are compared on a grid of 1 / (255 * 16): the 8-bit values b / 255 are its points 16 b, so
+#: two scalings of one byte image (x / 255 and x * (1 / 255) differ in the last bit for 126 of the 256 bytes) agree.
+_GRID = 255 * 16
 
-  -0.0 becomes +0.0 first (a copy, only when there is one): equal pixels of other bytes let a private
-  record with a -0.0 pixel pass as a public image.
+
+def _words(images: np.ndarray) -> np.ndarray:
+  """``[N, D]`` int32: each pixel's nearest multiple of 1 / ``_GRID`` (pixels in [0, 1], as ImageData holds).
+
+  Equal float32 bytes were required: a private record scaled the other common way (1 ulp apart in
+  half its pixels) passed as a public image, and so did one with a -0.0 pixel until it was normalised.
   """
-  x = np.ascontiguousarray(images, dtype=np.float32)
-  if np.signbit(x).any():
-    x = x + np.float32(0.0)  # -0.0 + 0.0 = +0.0; NaN and negative pixels are refused by ImageData
-  return x.reshape(len(x), -1).view(np.uint32)
+  x = np.asarray(images, dtype=np.float32).reshape(len(images), -1)
+  return np.rint(x * np.float32(_GRID)).astype(np.int32)  # -0.0 rounds to 0
 
 
 def _keys(words: np.ndarray) -> np.ndarray:
@@ -37,9 +40,9 @@ def _keys(words: np.ndarray) -> np.ndarray:
 
 
 def shared_images(images: np.ndarray, others: np.ndarray) -> np.ndarray:
-  """bool ``[N]``: which of ``images`` ``[N, H, W, C]`` also appear among ``others`` (equal float32 bytes).
+  """bool ``[N]``: which of ``images`` ``[N, H, W, C]`` also appear among ``others`` (equal on the grid).
 
-  Exact: rows are matched by a vectorised 64-bit hash, then every candidate is compared byte for byte
+  Exact: rows are matched by a vectorised 64-bit hash, then every candidate is compared pixel by pixel
   with the rows of ``others`` sharing its hash (about 0.1 s for Fashion-MNIST's 10,000 test images
   against its 60,000 training images on one CPU core).
   """
@@ -67,10 +70,10 @@ def shared_images(images: np.ndarray, others: np.ndarray) -> np.ndarray:
 
 
 def first_copies(images: np.ndarray) -> np.ndarray:
-  """int ``[N]``: for each of ``images`` ``[N, ...]``, the index of the first image with equal float32 bytes.
+  """int ``[N]``: for each of ``images`` ``[N, ...]``, the index of the first image equal to it on the grid.
 
   ``first_copies(x)[i] == i`` for an image that occurs once (or first): duplicates within one set, which a split
-  of it must keep on one side. Exact, as :func:`shared_images` (a hash, then byte comparisons within a hash).
+  of it must keep on one side. Exact, as :func:`shared_images` (a hash, then pixel comparisons within a hash).
   """
   images = np.asarray(images)
   first = np.arange(len(images))

@@ -112,14 +112,27 @@ def test_select_queries_picks_distinct_members_nearest_their_centres(data):
     assert ((x[q[t]] - c[t]) ** 2).sum() == pytest.approx(dm.min(), rel=1e-9)
 
 
-def test_duplicate_points_still_give_distinct_queries_in_nonempty_clusters():
-  # Only 3 distinct points but s = 5 clusters: some clusters must end empty
-  # in k-means; query selection still returns 5 distinct public samples.
+def test_more_queries_than_distinct_public_points_is_refused():
+  # Only 3 distinct points but s = 5: the two extra queries were copies of others (distinct indices, equal
+  # features). With k = 1 a copy never got a vote (ties go to the lower index), and its cluster took the label of
+  # an empty or pure-noise vote row, though its images equal a voted query's.
   x = np.repeat(np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]], np.float32), 4, axis=0)
-  sel = connection.select_queries(jax.random.key(0), x, 5)
-  assert len(set(sel.query_indices.tolist())) == 5
-  np.testing.assert_array_equal(sel.assignment[sel.query_indices], np.arange(5))
-  assert np.all(np.bincount(sel.assignment, minlength=5) > 0)
+  with pytest.raises(ValueError, match=r"^Expected num_queries=5 <= the number of distinct public feature vectors, 3 "
+                                       r"of m_pub=12: queries with equal features would split the votes\.$"):
+    connection.select_queries(jax.random.key(0), x, 5)
+  sel = connection.select_queries(jax.random.key(0), x, 3)
+  assert len({x[q].tobytes() for q in sel.query_indices}) == 3
+  np.testing.assert_array_equal(sel.assignment[sel.query_indices], np.arange(3))
+
+
+def test_an_empty_cluster_takes_a_sample_whose_features_differ_from_every_query():
+  # Cluster 2 is empty; the sample nearest its centre not yet a query was index 1, a copy of query 0.
+  from jaxdistill.connection import _kmeans  # pylint: disable=import-outside-toplevel
+  x = np.array([[0.0, 0.0], [0.0, 0.0], [5.0, 0.0], [0.0, 5.0]], np.float32)
+  centres = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 0.1]], np.float32)
+  pick = _kmeans._queries_from_clusters  # pylint: disable=protected-access
+  queries, assignment = pick(x, centres, np.array([0, 0, 1, 1]))
+  assert queries.tolist() == [0, 2, 3] and assignment.tolist() == [0, 0, 1, 2]
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -6,8 +6,11 @@ the lower index. Small-integer features make every float32 product exact, so
 the blockwise kernels must match the reference bitwise, ties included.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
+
 import numpy as np
 import pytest
 
@@ -297,3 +300,23 @@ def test_bad_input_raises_value_error_naming_the_parameter(call, match):
   q = rng.normal(size=(5, 3)).astype(np.float32)
   with pytest.raises(ValueError, match=match):
     call(x, q)
+
+
+@pytest.mark.parametrize("rule", ["reverse-knn", "knn-labeling", "balanced-harmonic"])
+def test_a_refusal_of_private_features_states_no_value_computed_from_them(rule):
+  # The overflow and underflow refusals printed the largest squared norm (entry) of the private rows: a statistic
+  # of private records in a message no DP statement covers. The public side keeps its value (it helps rescaling).
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(10, 3)).astype(np.float32)
+  q = rng.normal(size=(5, 3)).astype(np.float32)
+  big = x.copy()
+  big[3] *= np.float32(1e19)
+  with pytest.raises(ValueError, match=r"^Expected private_features rows with squared norms <= \S+, so that float32 "
+                                       r"squared distances do not overflow; found a longer row\. Rescale") as err:
+    connection.connect(rule, big, q, 1)
+  assert not re.search(r"found \d", str(err.value))
+  with pytest.raises(ValueError, match=r"do not underflow\. Rescale the features") as err:
+    connection.connect(rule, x * np.float32(1e-21), q, 1)
+  assert "the largest is" not in str(err.value)
+  with pytest.raises(ValueError, match=r"query_features rows .*; found (inf|\d\S+)\. Rescale"):
+    connection.connect(rule, x, q * np.float32(1e19), 1)
