@@ -3,6 +3,9 @@
 With no flags it labels the embedded MNIST digits (3,000 private, 1,000
 public, 1,000 evaluation) with central discrete-Laplace votes at a total
 epsilon of 1 and writes ``report.json`` and plots to ``runs/label-...``.
+The report is written before the plots: a plot that cannot be drawn is
+named in a warning and in the report's ``plot_errors``, and the command
+exits 1 (0: report and plots written; 2: bad input).
 """
 
 from __future__ import annotations
@@ -168,7 +171,7 @@ def run_label(args: argparse.Namespace) -> int:
   rep = result.report
   if args.json:
     print_json(rep)
-    return 0
+    return 1 if rep.get("plot_errors") else 0
   res, priv = rep["results"], rep["privacy"]
   st = priv["statement"]
   print(f"Reverse k-NN labeling: {config.dataset}, |D_priv|={rep['data']['private_size']}, "
@@ -192,4 +195,7 @@ def run_label(args: argparse.Namespace) -> int:
   for note in rep["releases"].get("notes", []):
     print(f"note: {note}")
   print(f"wall time {rep['timings_s']['total']:.1f} s; report: {pathlib.Path(config.out_dir) / 'report.json'}")
+  if rep.get("plot_errors"):  # the report is complete; a script should notice the missing plot
+    print(f"could not draw {', '.join(rep['plot_errors'])} (see the warning above)")
+    return 1
   return 0

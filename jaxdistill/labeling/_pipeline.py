@@ -49,6 +49,7 @@ import json
 import math
 import pathlib
 import time
+import warnings
 from typing import Any, Callable
 
 import jax
@@ -928,18 +929,29 @@ def _run_labeling(config: LabelingConfig, splits: data_lib.LabelingSplits | None
   if ledger is not None:
     ledger.finish(acc_pl=chain.final.acc_pl, acc_pc=chain.final.acc_pc)
   if write_files and config.out_dir is not None:
-    from jaxdistill.labeling._plots import write_plots  # pylint: disable=import-outside-toplevel
+    from jaxdistill.labeling._plots import draw_plots  # pylint: disable=import-outside-toplevel
     out = pathlib.Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     keep_earlier_report(out)  # an earlier run's report and plots move to history/ before the new plots
-    report["plots"] = write_plots(result, out)
+    # The report first: a plot that could not be saved (a full disk) raised after the whole run and lost it.
+    report["plots"] = []
     _write_report(out, report)
+    report["plots"], failed = draw_plots(result, out)
+    if failed:
+      report["plot_errors"] = failed
+      warnings.warn(f"Could not draw {', '.join(f'{k} ({v})' for k, v in failed.items())}; "
+                    f"{out / 'report.json'} is written.", RuntimeWarning, stacklevel=2)
+    atomic_write(out / "report.json", _report_bytes(report))  # with the plots drawn (the same run: no history)
   return result
 
 
 def _write_report(out: pathlib.Path, report: dict) -> None:
   keep_earlier_report(out, plots=None)  # nothing already saved is lost
-  atomic_write(out / "report.json", (json.dumps(_jsonable(report), indent=2) + "\n").encode())
+  atomic_write(out / "report.json", _report_bytes(report))
+
+
+def _report_bytes(report: dict) -> bytes:
+  return (json.dumps(_jsonable(report), indent=2) + "\n").encode()
 
 
 def _jsonable(x: Any) -> Any:

@@ -10,7 +10,7 @@ import numpy as np
 
 from jaxdistill._files import atomic_write
 
-__all__ = ["write_plots", "PLOT_FILES"]
+__all__ = ["write_plots", "draw_plots", "PLOT_FILES"]
 
 PLOT_FILES = ("accuracy.png", "labels.png")
 
@@ -46,7 +46,31 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
   * ``labels.png``: the confusion matrix of D_pub's final pseudo-labels, and
     each query's released vote total against its margin (top vote minus
     runner-up).
+
+  Raises what drawing or saving raises (:func:`draw_plots` records it instead).
   """
+  _accuracy_plot(result, out_dir)
+  _labels_plot(result, out_dir)
+  return list(PLOT_FILES)
+
+
+def draw_plots(result: Any, out_dir: pathlib.Path) -> tuple[list[str], dict[str, str]]:
+  """:func:`write_plots`, each plot on its own: ``(files written, {file: first line of its error})``.
+
+  The pipeline draws after ``report.json`` is written: a plot that failed (a full disk, say) raised after the
+  whole run and lost the report; now the other plot is still drawn and the failure is reported.
+  """
+  written, failed = [], {}
+  for name, draw in zip(PLOT_FILES, (_accuracy_plot, _labels_plot)):
+    try:
+      draw(result, out_dir)
+      written.append(name)
+    except Exception as err:  # pylint: disable=broad-except  # after the report: nothing may lose it
+      failed[name] = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+  return written, failed
+
+
+def _accuracy_plot(result: Any, out_dir: pathlib.Path) -> None:
   plt = _pyplot()
   cfg = result.config
   its = result.private.iterations
@@ -65,8 +89,15 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  _save(fig, out_dir / PLOT_FILES[0])
-  plt.close(fig)
+  try:
+    _save(fig, out_dir / PLOT_FILES[0])
+  finally:
+    plt.close(fig)
+
+
+def _labels_plot(result: Any, out_dir: pathlib.Path) -> None:
+  plt = _pyplot()
+  its = result.private.iterations
 
   final = its[-1]
   labels = result.splits.public.labels
@@ -83,6 +114,7 @@ def write_plots(result: Any, out_dir: pathlib.Path) -> list[str]:
               title=f"released votes, t={final.iteration}")
   axes[1].grid(alpha=0.3)
   fig.tight_layout()
-  _save(fig, out_dir / PLOT_FILES[1])
-  plt.close(fig)
-  return list(PLOT_FILES)
+  try:
+    _save(fig, out_dir / PLOT_FILES[1])
+  finally:
+    plt.close(fig)

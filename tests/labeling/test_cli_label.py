@@ -178,6 +178,27 @@ def test_tiny_run_writes_report_and_plots(tmp_path, capsys):
     assert (out_dir / "history" / f"report-1-{name}").read_bytes() == content
   ledger = json.loads((out_dir / "ledger.json").read_text())
   assert len(ledger["releases"]) == 1 and len(ledger["runs"]) == 2
+  # A plot that cannot be saved (a full disk) loses neither the report nor the other plot, and the command exits 1:
+  # the plots were drawn first, and the OSError lost report.json after the whole run.
+  import errno  # pylint: disable=import-outside-toplevel
+  import matplotlib.figure  # pylint: disable=import-outside-toplevel
+  save = matplotlib.figure.Figure.savefig
+
+  def full_disk(self, target, *more, **kwargs):
+    if any(ax.get_title().startswith("released votes") for ax in self.axes):  # labels.png
+      raise OSError(errno.ENOSPC, "No space left on device")
+    return save(self, target, *more, **kwargs)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(matplotlib.figure.Figure, "savefig", full_disk)
+    with pytest.warns(RuntimeWarning, match=r"Could not draw labels\.png \(OSError: \[Errno 28\] No space left"):
+      code, out, _ = run_cli(args + ["--no-baselines"], capsys)
+  assert code == 1 and "could not draw labels.png" in out
+  rep = json.loads((out_dir / "report.json").read_text())
+  assert rep["plots"] == ["accuracy.png"]
+  assert rep["plot_errors"] == {"labels.png": "OSError: [Errno 28] No space left on device"}
+  assert (out_dir / "accuracy.png").exists() and not (out_dir / "labels.png").exists()
+  assert (out_dir / "history" / "report-2.json").exists() and not (out_dir / "history" / "report-3.json").exists()
 
 
 def test_seed_secret_noise_and_release_flags_reach_the_configuration(tmp_path):
