@@ -247,6 +247,27 @@ def relative_tolerance(name: str, value: Any, *, minimum: float = 0.0) -> float:
   return out
 
 
+#: Largest learning rate the trainers take (Adam / AdamW steps): 100 trained the student to chance level and
+#: 1e308 diverged only after a vote release had been spent.
+MAX_LEARNING_RATE = 10.0
+
+
+def learning_rate(value: Any, *, weight_decay: float | None = None) -> float:
+  """Returns ``value`` as a learning rate in (0, ``MAX_LEARNING_RATE``], or raises naming ``learning_rate``.
+
+  With AdamW's ``weight_decay``, also ``learning_rate * weight_decay < 1``: from 1 on each step scales the
+  weights by 1 - lr * wd <= 0, and the encoder collapsed to one feature vector without a word.
+  """
+  out = positive("learning_rate", value)
+  if out > MAX_LEARNING_RATE:
+    raise ValueError(f"Expected learning_rate={out!r} <= {MAX_LEARNING_RATE:g}: Adam steps this large diverge or "
+                     "leave a model at chance level.")
+  if weight_decay is not None and out * weight_decay >= 1.0:
+    raise ValueError(f"Expected learning_rate * weight_decay < 1; got {out!r} * {weight_decay!r} = "
+                     f"{out * weight_decay:.3g}: each AdamW step would scale the weights by 1 - lr * wd <= 0.")
+  return out
+
+
 def nonnegative(name: str, value: Any, *, allow_inf: bool = False) -> float:
   """Returns ``value`` as a float >= 0 (optionally +inf), or raises."""
   if allow_inf and _is_plus_inf(value):

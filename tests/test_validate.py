@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxdistill import _validate as v
+from jaxdistill import fedmd, labeling, models, representations
 from jaxdistill import _files
 from jaxdistill._files import claimed_dir
 from tests._memory import aligned_copy
@@ -375,3 +376,28 @@ def test_integer_bounds_are_inclusive():
     v.integer("k", 11, maximum=10)
   with pytest.raises(ValueError, match=r"k=9 >= 10"):
     v.integer("k", 9, minimum=10)
+
+
+@pytest.mark.parametrize("build, match", [
+    # Accepted before, they failed only after a release (1e308 diverged in the first epoch) or trained silently to
+    # chance level (100); learning_rate * weight_decay >= 1 collapsed the encoder to one feature vector; a dropout
+    # above 1 - 2^-33 dropped every activation (its 32-bit keep threshold rounded to 0).
+    (lambda: labeling.StudentConfig(learning_rate=1e308), r"learning_rate=1e\+308 <= 10"),
+    (lambda: labeling.StudentConfig(learning_rate=100), r"learning_rate=100\.0 <= 10"),
+    (lambda: fedmd.FedMDConfig(learning_rate=11.0), r"learning_rate=11\.0 <= 10"),
+    (lambda: representations.ContrastiveConfig(learning_rate=1.0, weight_decay=1.0),
+     r"learning_rate \* weight_decay < 1; got 1\.0 \* 1\.0 = 1"),
+    (lambda: representations.ScanConfig(learning_rate=0.5, weight_decay=4.0),
+     r"learning_rate \* weight_decay < 1; got 0\.5 \* 4\.0 = 2"),
+    (lambda: labeling.StudentConfig(dropout=1 - 1e-12), r"dropout=0\.999999999999 < 1 with"),
+    (lambda: models.CNNSpec((4, 8), 1 - 1e-12), r"keep probability 1 - dropout of at least"),
+])
+def test_training_settings_that_cannot_train_are_refused_up_front(build, match):
+  with pytest.raises(ValueError, match=match):
+    build()
+
+
+def test_training_settings_at_the_edges_are_accepted():
+  assert labeling.StudentConfig(learning_rate=10.0, dropout=1 - 2**-30).learning_rate == 10.0
+  assert models.CNNSpec((4, 8), 0.999).dropout == 0.999
+  assert representations.ContrastiveConfig(learning_rate=0.5, weight_decay=1.9).weight_decay == 1.9

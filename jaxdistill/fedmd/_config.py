@@ -183,7 +183,7 @@ class FedMDConfig:
     for name in ("pretrain_epochs", "init_epochs", "digest_epochs", "revisit_epochs"):
       # Capped as training caps them: digest_epochs = 10^6 + 1 failed only after round 1's consensus, naming "epochs".
       s(name, _validate.integer(name, getattr(self, name), minimum=0, maximum=MAX_EPOCHS))
-    s("learning_rate", _validate.positive("learning_rate", self.learning_rate))
+    s("learning_rate", _validate.learning_rate(self.learning_rate))
     s("private_batch_size", _validate.integer("private_batch_size", self.private_batch_size, minimum=1))
     s("public_batch_size", _validate.integer("public_batch_size", self.public_batch_size, minimum=1))
     s("ldp_epsilon", check_ldp_epsilon("ldp_epsilon", self.ldp_epsilon))

@@ -21,6 +21,7 @@ from jaxdistill import _validate
 from jaxdistill import models
 from jaxdistill.data import DATASETS
 from jaxdistill.labeling import _components
+from jaxdistill.models._cnn import check_dropout
 
 __all__ = ["MECHANISMS", "REPRESENTATIONS", "CONNECTIONS", "StudentConfig", "LabelingConfig"]
 
@@ -103,15 +104,12 @@ class StudentConfig:
       raise ValueError(f"Expected student widths of 2 or 3 conv layers; got {self.widths!r}.")
     object.__setattr__(self, "widths", tuple(_validate.integer("widths", w, minimum=1, maximum=models.MAX_WIDTH)
                                             for w in widths))
-    rate = _validate.probability("dropout", self.dropout)
-    if rate >= 1:
-      raise ValueError(f"Expected dropout={rate!r} < 1.")
-    object.__setattr__(self, "dropout", rate)
+    object.__setattr__(self, "dropout", check_dropout(self.dropout))
     object.__setattr__(self, "epochs", _validate.integer("epochs", self.epochs, minimum=1,
                                                          maximum=models.MAX_EPOCHS))
     object.__setattr__(self, "batch_size", _validate.integer("batch_size", self.batch_size, minimum=1,
                                                              maximum=_MAX_COUNT))
-    object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
+    object.__setattr__(self, "learning_rate", _validate.learning_rate(self.learning_rate))
     object.__setattr__(self, "embedding_dim",
                        _validate.integer("embedding_dim", self.embedding_dim, minimum=1, maximum=_MAX_COUNT))
     object.__setattr__(self, "targets", _validate.choice("targets", self.targets, STUDENT_TARGETS))

@@ -72,6 +72,19 @@ def _items(name: str, value: Any) -> tuple:
     raise ValueError(f"Expected {name} to be a sequence of integers; got {value!r}.") from None
 
 
+def check_dropout(value: Any) -> float:
+  """A dropout rate in [0, 1) whose keep threshold round((1 - rate) 2^32) is at least 1, or a ValueError.
+
+  A rate above 1 - 2^-33 (1 - 1e-12, say) rounded the threshold to 0: every activation was dropped, as at
+  rate 1, and the model trained to chance level without a word.
+  """
+  rate = _validate.probability("dropout", value)
+  if rate >= 1.0 or round((1.0 - rate) * 2.0**32) < 1:
+    raise ValueError(f"Expected dropout={rate!r} < 1 with a keep probability 1 - dropout of at least 2^-33: the "
+                     "dropout mask's 32-bit threshold rounds a smaller one to 0 and drops every activation.")
+  return rate
+
+
 @dataclasses.dataclass(frozen=True)
 class CNNSpec:
   """One FedMD CNN: conv widths (2 or 3 layers) and dropout rate.
@@ -91,10 +104,7 @@ class CNNSpec:
     if len(widths) not in (2, 3):
       raise ValueError(f"Expected 2 or 3 conv widths; got widths={self.widths!r}.")
     object.__setattr__(self, "widths", widths)
-    rate = _validate.probability("dropout", self.dropout)
-    if rate >= 1.0:
-      raise ValueError(f"Expected dropout={rate!r} < 1.")
-    object.__setattr__(self, "dropout", rate)
+    object.__setattr__(self, "dropout", check_dropout(self.dropout))
 
   @property
   def name(self) -> str:

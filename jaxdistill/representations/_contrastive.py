@@ -95,8 +95,9 @@ class ContrastiveConfig:
                                                             maximum=MAX_SHIFT))
     # The validated Python floats and bool are kept too: a jnp.float32(0.2) passed the checks, then made the
     # config unhashable as a static jit argument, failing inside training with JAX's multi-line message.
-    object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
     object.__setattr__(self, "weight_decay", _validate.nonnegative("weight_decay", self.weight_decay))
+    object.__setattr__(self, "learning_rate", _validate.learning_rate(self.learning_rate,
+                                                                      weight_decay=self.weight_decay))
     temperature = _validate.positive("temperature", self.temperature)
     if temperature < MIN_TEMPERATURE:
       # Logits are cosines / tau; far below this 1 / tau overflows float32 and the loss is NaN.

@@ -106,8 +106,9 @@ class ScanConfig:
       object.__setattr__(self, name, _validate.integer(name, getattr(self, name), minimum=1, maximum=cap))
     # The validated Python floats are kept too: a jnp.float32(1e-3) passed the checks, then made the config
     # unhashable as a static jit argument, failing with JAX's multi-line message after the contrastive stage.
-    object.__setattr__(self, "learning_rate", _validate.positive("learning_rate", self.learning_rate))
     object.__setattr__(self, "weight_decay", _validate.nonnegative("weight_decay", self.weight_decay))
+    object.__setattr__(self, "learning_rate", _validate.learning_rate(self.learning_rate,
+                                                                      weight_decay=self.weight_decay))
     entropy_weight = _validate.nonnegative("entropy_weight", self.entropy_weight)
     if entropy_weight > MAX_ENTROPY_WEIGHT:
       raise ValueError(f"Expected entropy_weight <= {MAX_ENTROPY_WEIGHT:g} (SCAN uses 5; far larger weights "
