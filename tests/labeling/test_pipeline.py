@@ -966,6 +966,16 @@ def test_knn_labeling_k_counts_records_per_query_not_queries():
   assert "k=50 <= private_size=40" in one_line(err)
 
 
+@pytest.mark.parametrize("rule", ["reverse-knn", "balanced-max-min"])
+def test_k_equal_to_s_is_refused_where_every_record_would_vote_for_every_query(rule):
+  # Accepted: all s vote rows came out equal, every public sample got one label (Acc_pl 0.10), a release spent.
+  with pytest.raises(ValueError, match=r"^Expected k=5 < num_queries \(s\)=5: with k = s every record votes for"):
+    labeling.LabelingConfig(connection=rule, mechanism="central", num_queries=5, k=5)
+  assert labeling.LabelingConfig(connection=rule, mechanism="central", num_queries=5, k=4).k == 4
+  assert labeling.LabelingConfig(connection=rule, mechanism="central", num_queries=1, k=1).k == 1  # one cluster
+  assert labeling.LabelingConfig(connection="knn-labeling", mechanism="central", num_queries=5, k=5).k == 5
+
+
 def test_knn_labeling_k_beyond_the_private_records_is_refused_by_name(splits):
   cfg = tiny(connection="knn-labeling", mechanism="central", k=len(splits.private) + 1, private_size=None)
   with pytest.raises(ValueError) as err:
