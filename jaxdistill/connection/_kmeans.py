@@ -228,15 +228,16 @@ class QuerySelection:
     return int(self.query_indices.shape[0])
 
 
-def _queries_from_clusters(x: np.ndarray, centres: np.ndarray,
-                           assignment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _queries_from_clusters(x: np.ndarray, centres: np.ndarray, assignment: np.ndarray,
+                           group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
   """Per cluster, the member nearest its centre (host, float64 distances).
 
   A cluster left empty (possible when Lloyd stopped at its cap) takes the
   public sample nearest its centre among those whose features differ from
   every query's so far, and that sample moves into it, so the queries'
   features are always distinct (``select_queries`` requires s distinct
-  feature vectors) and each query lies in its own cluster.
+  feature vectors) and each query lies in its own cluster. ``group``: each
+  row's index among the distinct rows (computed here when not given).
   """
   s = centres.shape[0]
   assignment = assignment.copy()
@@ -251,8 +252,8 @@ def _queries_from_clusters(x: np.ndarray, centres: np.ndarray,
   # A sample whose features equal a query's is taken with it: a copy filled in as another query never got a vote
   # (reverse k-NN breaks the tie towards the lower index), and its cluster took the label of an empty or pure-noise
   # vote row although its images equal a voted query's.
-  _, group = np.unique(x, axis=0, return_inverse=True)
-  group = group.reshape(-1)
+  if group is None:
+    group = np.unique(x, axis=0, return_inverse=True)[1].reshape(-1)
   taken = np.isin(group, group[queries[has]])
   for t in np.flatnonzero(~has):
     d = np.sum((xd - cd[t]) ** 2, axis=1)
@@ -300,10 +301,11 @@ def select_queries(key: jax.Array, public_features: Any, num_queries: int, *,
   s = _validate.integer("num_queries", num_queries, minimum=1)
   if s > m:
     raise ValueError(f"Expected num_queries={s} <= the number of public samples m_pub={m}.")
-  distinct = len(np.unique(np.asarray(x), axis=0))  # public data only: costs no privacy
+  group = np.unique(np.asarray(x), axis=0, return_inverse=True)[1].reshape(-1)  # public data only: no privacy cost
+  distinct = int(group.max()) + 1
   if s > distinct:  # some queries would copy others' features and split (or never get) their votes
     raise ValueError(f"Expected num_queries={s} <= the number of distinct public feature vectors, {distinct} of "
                      f"m_pub={m}: queries with equal features would split the votes.")
   result = _kmeans(key, x, s, max_iterations, num_trials, block_size, name="public_features")
-  queries, assignment = _queries_from_clusters(np.asarray(x), result.centres, result.assignment)
+  queries, assignment = _queries_from_clusters(np.asarray(x), result.centres, result.assignment, group)
   return QuerySelection(queries, assignment, result)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxdistill import _validate
 from jaxdistill._files import atomic_write
 
 __all__ = ["write_plots", "draw_plots", "PLOT_FILES"]
@@ -66,7 +67,7 @@ def draw_plots(result: Any, out_dir: pathlib.Path) -> tuple[list[str], dict[str,
       draw(result, out_dir)
       written.append(name)
     except Exception as err:  # pylint: disable=broad-except  # after the report: nothing may lose it
-      failed[name] = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+      failed[name] = _validate.describe_error(err, limit=200)
   return written, failed
 
 
