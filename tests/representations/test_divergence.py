@@ -1,7 +1,6 @@
 """Trained representations refuse to return NaN / inf weights: a diverged fit names its step size."""
 
 import copy
-import dataclasses
 
 import jax
 import numpy as np
